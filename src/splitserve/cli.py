@@ -1,0 +1,90 @@
+"""The `splitserve` command: simulate (and, as they land, provision, serve, bench, generate)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import click
+import typer
+
+from .errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters.")
+
+
+@app.command()
+def simulate(
+    design: Annotated[str, typer.Option(help="Cluster design: splitwise-aa|hh|ha|hhcap, baseline-a100|h100|h200.")] = "splitwise-hh",
+    prompt_machines: Annotated[Optional[int], typer.Option("--prompt-machines", "-p", help="Prompt-pool machines (Splitwise designs).")] = None,
+    token_machines: Annotated[Optional[int], typer.Option("--token-machines", "-t", help="Token-pool machines (Splitwise designs).")] = None,
+    machines: Annotated[Optional[int], typer.Option("--machines", "-m", help="Machines of an unsplit baseline.")] = None,
+    model: Annotated[str, typer.Option(help="Model: llama2-70b, bloom-176b, llama3-8b, llama3-70b.")] = "llama2-70b",
+    workload: Annotated[str, typer.Option(help="coding, conversation, or an Azure LLM trace CSV.")] = "coding",
+    rps: Annotated[Optional[float], typer.Option(help="Mean arrival rate, requests/s (a trace is rescaled to it).")] = None,
+    duration: Annotated[Optional[float], typer.Option(help="Seconds of arrivals to simulate.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic workload.")] = 0,
+    arrivals: Annotated[str, typer.Option(help="poisson, trace (a CSV's own timestamps) or auto.")] = "auto",
+    out: Annotated[Optional[Path], typer.Option(help="Directory for summary.json.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout instead of tables.")] = False,
+    profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); roofline model otherwise.")] = None,
+    tp: Annotated[Optional[int], typer.Option(help="Tensor parallel degree per machine (default: all its GPUs).")] = None,
+    prompt_cap: Annotated[int, typer.Option(help="Max prefill tokens in one batch (paper: 2048).")] = 2048,
+    chunk_size: Annotated[int, typer.Option(help="Chunked prefill token budget per iteration (0: off).")] = 0,
+    preemption_limit: Annotated[int, typer.Option(help="Times one request may be preempted on a mixed machine.")] = 3,
+    layerwise_threshold: Annotated[int, typer.Option(help="Prompt-batch tokens from which KV moves layer by layer.")] = 512,
+    prompt_queue_threshold: Annotated[int, typer.Option(help="Queued prefill tokens beyond which a prompt machine overflows to the mixed pool.")] = 8192,
+    no_mixed_pool: Annotated[bool, typer.Option("--no-mixed-pool", help="Disable the mixed pool and borrowing.")] = False,
+    max_context: Annotated[Optional[int], typer.Option(help="Clip prompt+output to this many tokens.")] = None,
+    memory_utilization: Annotated[float, typer.Option(help="Fraction of HBM usable for weights and KV.")] = 0.9,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
+) -> None:
+    """Simulate a cluster serving a workload; print latency, SLO and cost, write summary.json."""
+    from .simulate import run_simulation
+
+    summary = run_simulation(
+        design=design, prompt_machines=prompt_machines, token_machines=token_machines,
+        machines=machines, model=model, workload=workload, rps=rps, duration=duration, seed=seed,
+        arrivals=arrivals, profile=str(profile) if profile else None, tp=tp, prompt_cap=prompt_cap,
+        chunk_size=chunk_size, preemption_limit=preemption_limit,
+        layerwise_threshold=layerwise_threshold, prompt_queue_threshold=prompt_queue_threshold,
+        mixed_pool=not no_mixed_pool, max_context=max_context,
+        memory_utilization=memory_utilization, progress=not (quiet or json_out))
+    if out is not None:
+        from .report.summary import write_summary
+        path = write_summary(summary, out)
+        if not json_out:
+            typer.echo(f"wrote {path}")
+    if json_out:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        from .report.table import print_summary
+        print_summary(summary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: user mistakes become one `error:` line and exit status 2, never a traceback."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except click.exceptions.NoSuchOption as e:
+        print(f"error: {e.format_message()} (see --help)", file=sys.stderr)
+        return 2
+    except click.exceptions.UsageError as e:
+        print(f"error: {e.format_message()}", file=sys.stderr)
+        return 2
+    except click.exceptions.Abort:
+        print("error: aborted", file=sys.stderr)
+        return 130
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

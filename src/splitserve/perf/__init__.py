@@ -1,0 +1,72 @@
+"""Performance models: how long a batch takes on one machine, and what power it draws.
+
+Every model answers in seconds for one machine (all its GPUs, tensor parallel):
+  prompt_time(tokens)                       a prompt-only batch of `tokens` prompt tokens in total
+  token_time(batch, context)                one decode iteration of `batch` requests whose KV caches
+                                            hold `context` tokens in total
+  mixed_time(prompt_tokens, batch, context) one iteration that runs prompts and decodes together
+These sit on the simulator's hot path: keep them O(1) and allocation-free.
+
+Implementations: perf.profile.ProfilePerfModel (measured table), perf.roofline.RooflinePerfModel
+(analytical); perf.power.ProfilePowerModel / AnalyticalPowerModel (watts per machine).
+`make_perf_model` picks them. docs/perf-model.md has the forms and their errors.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Protocol
+
+from splitserve.errors import UserError
+
+if TYPE_CHECKING:
+    from splitserve.catalog import HardwareSpec, ModelSpec
+
+__all__ = ["PerfModel", "PowerModel", "make_perf_model"]
+
+
+class PerfModel(Protocol):
+    def prompt_time(self, tokens: int) -> float: ...
+
+    def token_time(self, batch: int, context: int) -> float: ...
+
+    def mixed_time(self, prompt_tokens: int, batch: int, context: int) -> float: ...
+
+
+class PowerModel(Protocol):
+    def prompt_power_w(self, tokens: int) -> float: ...
+
+    def token_power_w(self, batch: int) -> float: ...
+
+    def idle_power_w(self) -> float: ...
+
+
+def make_perf_model(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    tp: int | None = None,
+    profile: str | os.PathLike[str] | None = None,
+) -> tuple[PerfModel, PowerModel]:
+    """The perf and power models for `model` on one `hw` machine at tensor parallel `tp`.
+
+    With `profile` (a CSV path in the Splitwise profile format) holding rows for
+    (model.name, hw.profile_name, tp): a ProfilePerfModel, and a ProfilePowerModel when those rows
+    carry power measurements (AnalyticalPowerModel otherwise). Else a RooflinePerfModel and an
+    AnalyticalPowerModel. The perf model's `source` says which: "profile:<path>" or "roofline".
+    tp defaults to the machine's GPU count. A `profile` path that cannot be read is a UserError.
+    """
+    from splitserve.perf.power import AnalyticalPowerModel, ProfilePowerModel
+    from splitserve.perf.profile import ProfilePerfModel, read_profile_rows
+    from splitserve.perf.roofline import RooflinePerfModel
+
+    if tp is None:
+        tp = hw.gpus
+    if profile is not None and not os.path.isfile(profile):
+        raise UserError(f"profile {os.fspath(profile)!r} is not a readable file")
+    if profile is not None and hw.profile_name is not None:
+        rows = read_profile_rows(profile, model.name, hw.profile_name, tp)
+        if rows:
+            perf = ProfilePerfModel.from_rows(rows, source=f"profile:{os.fspath(profile)}")
+            power = ProfilePowerModel.from_rows(rows, hw, tp)
+            return perf, (power if power.has_data else AnalyticalPowerModel(hw, tp))
+    return RooflinePerfModel(model, hw, tp), AnalyticalPowerModel(hw, tp)

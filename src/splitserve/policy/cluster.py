@@ -1,0 +1,112 @@
+"""Cluster-level scheduling (paper §IV-A): pool management and request routing.
+
+`SplitwiseScheduler` keeps a prompt, a token and a mixed pool. On arrival it picks the pair at
+once, each by Join-the-Shortest-Queue over pending tokens. A machine whose queued (not yet
+started) work passes a threshold counts as full: the request then goes to the least-loaded
+mixed-pool machine, and when the mixed pool is full too, a machine of the opposite pool is
+borrowed into the mixed pool. A mixed machine runs whole requests with mixed batching, like an
+unsplit machine, and returns to its own pool once it holds no work of the opposite kind.
+
+`JSQScheduler` is the unsplit baseline: every machine mixed, JSQ over all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .state import Machine, Pool, Request
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingConfig:
+    prompt_queue_threshold: int = 8192   # queued prefill tokens beyond which a prompt machine is full
+    token_queue_threshold: int = 0       # queued decode tokens (waiting for KV memory) beyond which
+                                         # a token machine is full
+    mixed_pool: bool = True              # allow overflow into the mixed pool and borrowing
+
+
+def _pending(m: Machine) -> int:
+    return (m.queued_prompt_tokens + m.running_prompt_tokens
+            + m.queued_decode_tokens + m.decode_tokens_left + m.inbound_tokens)
+
+
+class SplitwiseScheduler:
+    def __init__(self, machines: list[Machine], cfg: RoutingConfig = RoutingConfig()) -> None:
+        self.cfg = cfg
+        self.pools: dict[Pool, list[Machine]] = {Pool.PROMPT: [], Pool.TOKEN: [], Pool.MIXED: []}
+        for m in machines:
+            self.pools[m.pool].append(m)
+        if not self.pools[Pool.PROMPT] or not self.pools[Pool.TOKEN]:
+            raise ValueError("Splitwise needs at least one prompt and one token machine")
+        self.borrowed = 0                # machines moved into the mixed pool so far
+
+    def _move(self, m: Machine, to: Pool) -> None:
+        self.pools[m.pool].remove(m)
+        m.pool = to
+        self.pools[to].append(m)
+
+    def _full(self, m: Machine) -> bool:
+        return (m.queued_prompt_tokens > self.cfg.prompt_queue_threshold
+                or m.queued_decode_tokens > self.cfg.token_queue_threshold)
+
+    def _overflow(self, lender: Pool, exclude: Machine | None = None) -> Machine | None:
+        """A machine of the mixed pool with room, else one borrowed from `lender`."""
+        mixed = [m for m in self.pools[Pool.MIXED] if not self._full(m)]
+        if mixed:
+            return min(mixed, key=_pending)
+        candidates = [m for m in self.pools[lender] if m is not exclude]
+        if len(candidates) < 1 or len(self.pools[lender]) < 2:
+            return None                  # never empty a pool by borrowing its last machine
+        m = min(candidates, key=_pending)
+        self._move(m, Pool.MIXED)
+        self.borrowed += 1
+        return m
+
+    def route(self, r: Request) -> tuple[Machine, Machine]:
+        """Pick (prompt machine, token machine) for a new request; equal when it runs unsplit."""
+        prompts = self.pools[Pool.PROMPT]
+        p = min(prompts, key=_pending) if prompts else None
+        if p is None or (self.cfg.mixed_pool and p.queued_prompt_tokens > self.cfg.prompt_queue_threshold):
+            m = self._overflow(Pool.TOKEN) if self.cfg.mixed_pool else None
+            if m is not None:
+                return m, m
+            if p is None:
+                p = min(self.pools[Pool.MIXED], key=_pending)
+                return p, p
+        tokens = self.pools[Pool.TOKEN]
+        t = min(tokens, key=_pending) if tokens else None
+        if t is None or (self.cfg.mixed_pool and t.queued_decode_tokens > self.cfg.token_queue_threshold):
+            m = self._overflow(Pool.PROMPT, exclude=p) if self.cfg.mixed_pool else None
+            if m is not None:
+                return p, m
+            if t is None:
+                t = min(self.pools[Pool.MIXED], key=_pending)
+        return p, t
+
+    def settle(self, m: Machine) -> None:
+        """After an iteration: a mixed machine with no work of the opposite kind goes home."""
+        if m.pool is not Pool.MIXED:
+            return
+        if m.home is Pool.PROMPT:
+            opposite = m.running or m.ready or m.admit_queue or m.inbound_tokens
+        else:
+            opposite = m.prompt_queue or m.running_prompt_tokens
+        if not opposite:
+            self._move(m, m.home)
+
+
+class JSQScheduler:
+    """Unsplit baseline: each request runs whole on the machine with the fewest pending tokens."""
+
+    def __init__(self, machines: list[Machine]) -> None:
+        for m in machines:
+            m.pool = m.home = Pool.MIXED
+        self.machines = machines
+        self.borrowed = 0
+
+    def route(self, r: Request) -> tuple[Machine, Machine]:
+        m = min(self.machines, key=_pending)
+        return m, m
+
+    def settle(self, m: Machine) -> None:
+        pass

@@ -1,0 +1,102 @@
+"""Request and machine state shared by the simulator and the live router.
+
+Plain mutable objects with slots: the policies read and update them, the simulator drives them
+with a virtual clock and the server with the wall clock. Nothing here knows about time sources,
+events, sockets or tensors.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class Pool(IntEnum):
+    PROMPT = 0
+    TOKEN = 1
+    MIXED = 2
+
+
+class Phase(IntEnum):
+    QUEUED = 0        # waiting in a machine's prompt queue (first prefill or recompute after preemption)
+    PREFILL = 1       # in a running prompt batch
+    HANDOFF = 2       # first token out, KV on its way to the token machine
+    DECODE = 3        # in a machine's decode batch
+    DONE = 4
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    id: int
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int                 # tokens to generate, the first token included
+    generated: int = 0
+    prefilled: int = 0                 # tokens of the current prefill already computed (chunked prefill)
+    phase: Phase = Phase.QUEUED
+    prompt_machine: int = -1
+    token_machine: int = -1
+    preemptions: int = 0
+    kv_on_token_machine: bool = False  # token-side KV reserved (it may be prefilled and sent)
+    # timing, filled by whoever drives the policy (simulator or server), seconds
+    first_token_at: float = -1.0
+    last_token_at: float = -1.0
+    prompt_started_at: float = -1.0
+    token_times: list[float] | None = None   # only when a run asks to keep every token time
+    ref_tbt: float = 0.0                     # uncontended reference TBT (SLO slowdowns), seconds
+
+    @property
+    def prefill_len(self) -> int:
+        """Tokens the next prefill must compute: the prompt, plus what was generated before a
+        preemption (recompute)."""
+        return self.prompt_tokens + self.generated
+
+    @property
+    def kv_need(self) -> int:
+        """KV tokens reserved for this request on the machine that decodes it (prompt and every
+        token it will generate), so a running batch never outgrows memory."""
+        return self.prompt_tokens + self.output_tokens
+
+
+@dataclass(slots=True, eq=False)
+class Machine:
+    id: int
+    hardware: str
+    home: Pool                          # the pool it was provisioned for
+    kv_capacity: int                    # tokens of KV cache it can hold
+    pool: Pool = Pool.PROMPT            # the pool it is in now (MIXED while borrowed or overflowing)
+    kv_used: int = 0                    # tokens reserved
+    prompt_queue: deque[Request] = field(default_factory=deque)
+    admit_queue: deque[Request] = field(default_factory=deque)   # decodes waiting for KV memory
+    ready: list[Request] = field(default_factory=list)          # KV in place; join at next iteration
+    running: list[Request] = field(default_factory=list)        # the decode batch
+    queued_prompt_tokens: int = 0       # prefill tokens waiting in prompt_queue
+    queued_decode_tokens: int = 0       # tokens still to generate by requests in admit_queue
+    running_prompt_tokens: int = 0      # prefill tokens in the batch now running
+    decode_tokens_left: int = 0         # tokens still to generate by running decodes
+    inbound_tokens: int = 0             # tokens to generate by requests reserved here whose KV has
+                                        # not arrived yet (prefilling elsewhere, or in transfer)
+    context_tokens: int = 0             # KV tokens held by running decodes (drives decode time)
+    busy: bool = False
+
+    def __post_init__(self) -> None:
+        self.pool = self.home
+
+    @property
+    def pending_tokens(self) -> int:
+        """Queue length as the cluster scheduler sees it: tokens of work not yet done."""
+        return (self.queued_prompt_tokens + self.running_prompt_tokens
+                + self.queued_decode_tokens + self.decode_tokens_left + self.inbound_tokens)
+
+    @property
+    def queued_tokens(self) -> int:
+        """Work waiting to start (not running): what the mixed-pool threshold is compared with."""
+        return self.queued_prompt_tokens + self.queued_decode_tokens
+
+    @property
+    def kv_free(self) -> int:
+        return self.kv_capacity - self.kv_used
+
+    def has_work(self) -> bool:
+        return bool(self.prompt_queue or self.running or self.ready)

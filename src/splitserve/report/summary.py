@@ -1,0 +1,93 @@
+"""`summary.json`: the one result format of every run, simulated or live (see DESIGN.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .slo import SLO, evaluate
+
+
+def _clean(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
+    return x
+
+
+def simulation_summary(result, workload, slo: SLO = SLO()) -> dict:
+    """Summary of a `sim.simulator.SimResult` for the workload that drove it."""
+    from ..catalog import load_hardware
+
+    mt = result.metrics
+    span = mt.last_completion - min(mt.first_arrival, mt.last_completion) if mt.completed else 0.0
+    machines: dict[str, dict] = {}
+    cost = power = energy = 0.0
+    for st in mt.machines:
+        hw = load_hardware(st.hardware)
+        key = f"{st.pool}:{st.hardware}"
+        g = machines.setdefault(key, {"pool": st.pool, "hardware": st.hardware, "count": 0,
+                                      "utilization": 0.0, "peak_kv_fraction": 0.0})
+        g["count"] += 1
+        g["utilization"] += st.busy_s / result.sim_end if result.sim_end > 0 else 0.0
+        g["peak_kv_fraction"] = max(g["peak_kv_fraction"], st.peak_kv_used / st.kv_capacity)
+        cost += hw.cost_per_hour
+        power += hw.power_kw
+        energy += st.energy_j
+    for g in machines.values():
+        g["utilization"] /= g["count"]
+    hours = result.sim_end / 3600.0
+    return _clean({
+        "design": result.cluster.design.name,
+        "cluster_label": result.cluster.label(),
+        "model": result.model,
+        "workload": {"name": workload.name, "rps": workload.rps, "duration_s": workload.duration},
+        "requests": mt.requests,
+        "completed": mt.completed,
+        "failed": mt.failed,
+        "throughput_rps": mt.completed / span if span > 0 else 0.0,
+        "offered_rps": (mt.requests - 1) / (mt.last_arrival - mt.first_arrival)
+        if mt.requests > 1 and mt.last_arrival > mt.first_arrival else None,
+        "tokens_generated": mt.tokens,
+        "ttft_s": mt.ttft.summary(),
+        "tbt_s": mt.tbt.summary(),
+        "e2e_s": mt.e2e.summary(),
+        "queue_s": mt.queue.summary(),
+        "slo": evaluate(slo, mt.slow_ttft, mt.slow_tbt, mt.slow_e2e),
+        "cluster": {
+            "design": result.cluster.design.name,
+            "machines": list(machines.values()),
+            "machine_count": result.cluster.machines,
+            "cost_per_hour": cost,
+            "power_kw": power,
+            "energy_kwh": energy / 3.6e6,
+            "cost_per_1k_requests": cost * hours / mt.completed * 1000 if mt.completed else None,
+            "borrowed_into_mixed_pool": result.borrowed,
+            "preemptions": mt.preemptions,
+        },
+        "kv_transfer": {
+            "transfers": mt.transfers,
+            "layerwise": mt.transfer_layerwise,
+            "bytes": mt.transfer_bytes,
+            "visible_s": mt.transfer_visible.summary(),
+        },
+        "sim": {
+            "wall_s": result.wall_s,
+            "events": result.events,
+            "events_per_s": result.events / result.wall_s if result.wall_s > 0 else None,
+            "simulated_s": result.sim_end,
+            "perf_model": result.perf_sources,
+        },
+    })
+
+
+def write_summary(summary: dict, out_dir: str | Path) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return path

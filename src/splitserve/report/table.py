@@ -1,0 +1,51 @@
+"""Readable terminal tables of a summary (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x * 1000:,.1f}"
+
+
+def print_summary(s: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    title = (f"{s['cluster_label']} | {s['model']} | {s['workload']['name']} "
+             f"@ {s['workload']['rps']:g} req/s")
+    lat = Table(title=title, title_justify="left")
+    lat.add_column("latency (ms)")
+    for col in ("P50", "P90", "P99", "mean"):
+        lat.add_column(col, justify="right")
+    for name, key in (("TTFT", "ttft_s"), ("TBT", "tbt_s"), ("E2E", "e2e_s"), ("queueing", "queue_s")):
+        d = s[key]
+        lat.add_row(name, _ms(d["p50"]), _ms(d["p90"]), _ms(d["p99"]), _ms(d["mean"]))
+    console.print(lat)
+
+    slo = Table(title="SLO: slowdown vs uncontended DGX-A100 (limit)", title_justify="left")
+    slo.add_column("metric")
+    for col in ("P50", "P90", "P99"):
+        slo.add_column(col, justify="right")
+    checks = s["slo"]["checks"]
+    for metric in ("ttft", "tbt", "e2e"):
+        cells = []
+        for p in ("p50", "p90", "p99"):
+            c = checks[f"{metric}_{p}"]
+            mark = "[green]ok[/]" if c["met"] else "[red]MISS[/]"
+            cells.append(f"{c['slowdown']:.2f}x ({c['limit']:g}x) {mark}")
+        slo.add_row(metric.upper(), *cells)
+    console.print(slo)
+
+    c = s["cluster"]
+    verdict = "[green]met[/]" if s["slo"]["met"] else "[red]missed[/]"
+    console.print(
+        f"requests {s['completed']:,}/{s['requests']:,} completed, throughput "
+        f"{s['throughput_rps']:.2f} req/s, SLO {verdict}; cluster {c['machine_count']} machines, "
+        f"${c['cost_per_hour']:,.2f}/h, {c['power_kw']:,.1f} kW provisioned, "
+        f"{c['energy_kwh']:,.2f} kWh used")
+    if "sim" in s:
+        sim = s["sim"]
+        console.print(f"[dim]simulated {sim['simulated_s']:,.0f} s in {sim['wall_s']:.2f} s wall, "
+                      f"{sim['events']:,} events ({sim['events_per_s'] or 0:,.0f}/s); perf model: "
+                      + ", ".join(f"{k}={v}" for k, v in sim["perf_model"].items()) + "[/]")

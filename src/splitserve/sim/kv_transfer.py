@@ -1,0 +1,48 @@
+"""When a request's KV cache has reached its token machine (paper §IV-C, Fig. 11).
+
+Serialized: the whole cache leaves after the prompt batch ends, behind whatever the prompt
+machine's link is still sending. Layer-wise: layer i's KV is ready at start + (i+1)*D/L and goes
+out at once, so the link pipelines with the computation; only the tail after the prompt ends is
+visible (the "non-overlapped" part). Both pay a fixed synchronisation overhead (the semaphore the
+token machine waits on). Only the non-overlapped part delays the token phase.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    bandwidth: float        # bytes/s between the two machines
+    overhead: float         # seconds of fixed synchronisation per transfer
+
+
+def serialized_done(link: Link, nbytes: float, ready: float) -> float:
+    """Transfer that may start at `ready` (prompt end, or link free): when it completes."""
+    return ready + nbytes / link.bandwidth + link.overhead
+
+
+def layerwise_done(link: Link, nbytes: float, layers: int, start: float, end: float) -> float:
+    """Per-layer transfers overlapped with a prompt batch running from `start` to `end`."""
+    per_layer_compute = (end - start) / layers
+    per_layer_send = nbytes / layers / link.bandwidth
+    if per_layer_send <= per_layer_compute:          # the link keeps up: only the last layer shows
+        done = end + per_layer_send
+    else:                                            # the link is the bottleneck
+        done = start + per_layer_compute + layers * per_layer_send
+    return done + link.overhead
+
+
+def link_between(src, dst) -> Link:
+    """The link a KV transfer from machine kind `src` to `dst` (HardwareSpecs) gets."""
+    overheads = _overheads()
+    return Link(bandwidth=min(src.ib_bytes_per_s, dst.ib_bytes_per_s),
+                overhead=max(overheads.get(src.name, 0.0), overheads.get(dst.name, 0.0)))
+
+
+def _overheads() -> dict[str, float]:
+    text = resources.files("splitserve.catalog").joinpath("kv_transfer.toml").read_text()
+    return tomllib.loads(text)["overhead_s"]

@@ -1,0 +1,333 @@
+"""The discrete-event simulation of one cluster.
+
+A heap of (time, seq, kind, object) drives three events: a request arrives, a machine finishes an
+iteration, a KV transfer lands. Everything that decides *what* happens — routing, batching,
+preemption, memory admission, the transfer mode — is the shared policy code in `policy/`; this
+module only advances time with the performance model and records what it sees. Arrivals are
+pulled from the workload one at a time, so memory follows the requests in flight.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from ..catalog import kv_capacity_tokens, load_hardware
+from ..designs import ClusterSpec
+from ..errors import UserError
+from ..perf import make_perf_model
+from ..policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler
+from ..policy.kv_transfer import DEFAULT_LAYERWISE_THRESHOLD, TransferMode, choose_mode
+from ..policy.machine import (Batch, BatchingConfig, admit_waiting, enqueue_prompt, finish_iteration,
+                              form_batch, join_decode, release_prompt_kv, reserve_decode)
+from ..policy.state import Machine, Phase, Pool, Request
+from ..report.histogram import _K, _LOW
+from .kv_transfer import Link, layerwise_done, link_between, serialized_done
+from .metrics import MachineStats, Metrics
+
+_ARRIVAL, _ITER_END, _TRANSFER_END = 0, 1, 2
+REFERENCE_HARDWARE = "dgx-a100"     # SLOs are slowdowns against an uncontended DGX-A100 (Table VI)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    batching: BatchingConfig = BatchingConfig()
+    routing: RoutingConfig = RoutingConfig()
+    layerwise_threshold: int = DEFAULT_LAYERWISE_THRESHOLD
+    tp: int | None = None                    # tensor parallel per machine (default: all its GPUs)
+    memory_utilization: float = 0.9
+    profile: str | None = None               # profile CSV; roofline model where it has no rows
+    record_requests: bool = False            # keep every Request with its token times
+
+
+@dataclass(slots=True)
+class SimResult:
+    metrics: Metrics
+    cluster: ClusterSpec
+    model: str
+    events: int
+    wall_s: float
+    sim_end: float
+    borrowed: int
+    perf_sources: dict[str, str]
+    requests: list[Request] = field(default_factory=list)
+
+
+class Simulation:
+    def __init__(self, cluster: ClusterSpec, model, workload: Iterable, cfg: SimConfig = SimConfig()):
+        self.cluster = cluster
+        self.model = model
+        self.workload = workload
+        self.cfg = cfg
+        self.metrics = Metrics()
+        self.machines: list[Machine] = []
+        self.perf = []
+        self.power = []
+        self.links_out: list[float] = []         # when each machine's outgoing link is free
+        hw_cache: dict[str, tuple] = {}
+        self.perf_sources: dict[str, str] = {}
+        for hw_name, pool, count in cluster.groups:
+            if hw_name not in hw_cache:
+                hw = load_hardware(hw_name)
+                perf, power = make_perf_model(model, hw, cfg.tp, cfg.profile)
+                cap = kv_capacity_tokens(model, hw, cfg.tp, cfg.memory_utilization)
+                hw_cache[hw_name] = (hw, perf, power, cap)
+                self.perf_sources[hw_name] = perf.source
+            hw, perf, power, cap = hw_cache[hw_name]
+            for _ in range(count):
+                m = Machine(id=len(self.machines), hardware=hw_name, home=pool, kv_capacity=cap)
+                self.machines.append(m)
+                self.perf.append(perf)
+                self.power.append(power)
+                self.links_out.append(0.0)
+                self.metrics.machines.append(MachineStats(hw_name, pool.name.lower(), kv_capacity=cap))
+        self.hw = {name: v[0] for name, v in hw_cache.items()}
+        self.links: dict[tuple[str, str], Link] = {}
+        if cluster.design.split:
+            self.cls = SplitwiseScheduler(self.machines, cfg.routing)
+        else:
+            self.cls = JSQScheduler(self.machines)
+        ref_hw = load_hardware(REFERENCE_HARDWARE)
+        self.ref, _ = make_perf_model(model, ref_hw, cfg.tp, cfg.profile)
+        self.kv_bytes = model.kv_bytes_per_token
+        self.layers = model.layers
+        self.batches: list[tuple[Batch, float, float, float] | None] = [None] * len(self.machines)
+        self.layerwise: list[list[Request]] = [[] for _ in self.machines]
+        self.heap: list = []
+        self.seq = 0
+        self.kept: list[Request] = []
+
+    # ---- links -------------------------------------------------------------------------------
+    def _link(self, src: Machine, dst: Machine) -> Link:
+        key = (src.hardware, dst.hardware)
+        link = self.links.get(key)
+        if link is None:
+            link = self.links[key] = link_between(self.hw[src.hardware], self.hw[dst.hardware])
+        return link
+
+    def _push(self, t: float, kind: int, obj) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, obj))
+
+    # ---- events ------------------------------------------------------------------------------
+    def _arrive(self, spec, now: float) -> None:
+        mt = self.metrics
+        r = Request(mt.requests, spec.arrival, spec.prompt_tokens, spec.output_tokens)
+        mt.requests += 1
+        if now < mt.first_arrival:
+            mt.first_arrival = now
+        mt.last_arrival = now
+        if self.cfg.record_requests:
+            r.token_times = []
+            self.kept.append(r)
+        n = r.output_tokens
+        ref = self.ref
+        r.ref_tbt = ref.token_time(1, r.prompt_tokens + n // 2)
+        p, t = self.cls.route(r)
+        for m in (p, t):
+            if r.kv_need > m.kv_capacity:
+                raise UserError(
+                    f"request {r.id} ({r.prompt_tokens} prompt + {n} output tokens) needs "
+                    f"{r.kv_need} tokens of KV cache but one {m.hardware} holds {m.kv_capacity} "
+                    f"for {self.model.name}; use larger machines, a smaller model or shorter requests")
+        r.prompt_machine, r.token_machine = p.id, t.id
+        if p is t or n == 1 or reserve_decode(t, r):
+            self._enqueue(p, r, now)
+        # else: it waits in t's admit queue, holding no memory, until t frees some
+
+    def _enqueue(self, p: Machine, r: Request, now: float) -> None:
+        enqueue_prompt(p, r)
+        if not p.busy:
+            self._start(p, now)
+
+    def _start(self, m: Machine, now: float) -> None:
+        batch = form_batch(m, self.cfg.batching)
+        if batch is None:
+            m.busy = False
+            return
+        m.busy = True
+        mid = m.id
+        dur = self.perf[mid].mixed_time(batch.prompt_tokens, batch.decodes, batch.context)
+        end = now + dur
+        mt = self.metrics
+        for v in batch.preempted:
+            mt.preemptions += 1
+        # Splitwise hand-off: with a large batch, KV of prompts finishing now streams to their
+        # token machines layer by layer while the batch runs (their KV there is reserved)
+        layerwise = self.layerwise[mid]
+        mode = choose_mode(batch.prompt_tokens, self.cfg.layerwise_threshold)
+        for r, n in zip(batch.prompts, batch.chunks):
+            if r.prompt_started_at < 0:
+                r.prompt_started_at = now
+                mt.queue.add(now - r.arrival)
+            if (mode is TransferMode.LAYERWISE and r.token_machine != mid
+                    and r.prefilled + n == r.prefill_len and r.kv_on_token_machine):
+                layerwise.append(r)
+        self.batches[mid] = (batch, now, dur, end)
+        if batch.prompt_tokens:
+            w = self.power[mid].prompt_power_w(batch.prompt_tokens + batch.decodes)
+        else:
+            w = self.power[mid].token_power_w(batch.decodes)
+        st = mt.machines[mid]
+        st.busy_s += dur
+        st.energy_j += w * dur
+        st.iterations += 1
+        st.prompt_tokens += batch.prompt_tokens
+        st.decode_tokens += batch.decodes
+        if m.kv_used > st.peak_kv_used:
+            st.peak_kv_used = m.kv_used
+        self._push(end, _ITER_END, m)
+
+    def _iter_end(self, m: Machine, now: float) -> None:
+        batch, start, dur, _ = self.batches[m.id]
+        self.batches[m.id] = None
+        mt = self.metrics
+        tbt, slow = mt.tbt, mt.slow_tbt
+        tc, sc = tbt.counts, slow.counts
+        log = math.log
+        ngap = 0
+        gap_sum = slow_sum = 0.0
+        glo = slo_ = math.inf
+        ghi = shi = 0.0
+        for r in m.running:                       # every running decode produced a token now
+            g = now - r.last_token_at
+            r.last_token_at = now
+            i = int(log(g / _LOW) * _K) + 1
+            tc[i] = tc.get(i, 0) + 1
+            s = g / r.ref_tbt
+            j = int(log(s / _LOW) * _K) + 1
+            sc[j] = sc.get(j, 0) + 1
+            ngap += 1
+            gap_sum += g
+            slow_sum += s
+            if g < glo:
+                glo = g
+            if g > ghi:
+                ghi = g
+            if s < slo_:
+                slo_ = s
+            if s > shi:
+                shi = s
+            if r.token_times is not None:
+                r.token_times.append(now)
+        if ngap:
+            tbt.n += ngap
+            tbt.total += gap_sum
+            tbt.lo = min(tbt.lo, glo)
+            tbt.hi = max(tbt.hi, ghi)
+            slow.n += ngap
+            slow.total += slow_sum
+            slow.lo = min(slow.lo, slo_)
+            slow.hi = max(slow.hi, shi)
+        res = finish_iteration(m, batch)
+        mt.tokens += ngap + len(res.first_tokens)
+        freed = bool(res.finished)
+        for r in res.first_tokens:
+            if r.first_token_at < 0:
+                r.first_token_at = now
+                ttft = now - r.arrival
+                mt.ttft.add(ttft)
+                mt.slow_ttft.add(ttft / self.ref.prompt_time(r.prompt_tokens))
+            else:                                 # recomputed after a preemption
+                g = now - r.last_token_at
+                tbt.add(g)
+                slow.add(g / r.ref_tbt)
+            r.last_token_at = now
+            if r.token_times is not None:
+                r.token_times.append(now)
+            if r.phase is Phase.HANDOFF:
+                self._handoff(m, r, start, now)
+        for r in res.finished:
+            self._complete(r, now)
+        self.layerwise[m.id] = []
+        self.cls.settle(m)
+        m.busy = False
+        if freed:
+            self._freed(m, now)
+        else:
+            self._start(m, now)
+
+    def _handoff(self, p: Machine, r: Request, start: float, end: float) -> None:
+        """Prefill of `r` done on prompt machine `p`: send its KV to its token machine."""
+        t = self.machines[r.token_machine]
+        link = self._link(p, t)
+        nbytes = r.prompt_tokens * self.kv_bytes
+        mt = self.metrics
+        if r in self.layerwise[p.id]:
+            done = layerwise_done(link, nbytes, self.layers, start, end)
+            mt.transfer_layerwise += 1
+        else:
+            ready = max(end, self.links_out[p.id])
+            done = serialized_done(link, nbytes, ready)
+            self.links_out[p.id] = done
+        mt.transfers += 1
+        mt.transfer_bytes += nbytes
+        mt.transfer_visible.add(done - end)
+        self._push(done, _TRANSFER_END, r)
+
+    def _transfer_end(self, r: Request, now: float) -> None:
+        p = self.machines[r.prompt_machine]
+        t = self.machines[r.token_machine]
+        release_prompt_kv(p, r)
+        join_decode(t, r)
+        if not t.busy:
+            self._start(t, now)
+        self._freed(p, now)
+
+    def _freed(self, m: Machine, now: float) -> None:
+        """KV memory was released on `m`: requests waiting for it may go, and `m` may resume."""
+        for r in admit_waiting(m):
+            self._enqueue(self.machines[r.prompt_machine], r, now)
+        if not m.busy:
+            self._start(m, now)
+
+    def _complete(self, r: Request, now: float) -> None:
+        mt = self.metrics
+        mt.completed += 1
+        e2e = now - r.arrival
+        mt.e2e.add(e2e)
+        ref = self.ref.prompt_time(r.prompt_tokens) + (r.output_tokens - 1) * r.ref_tbt
+        mt.slow_e2e.add(e2e / ref)
+        if now > mt.last_completion:
+            mt.last_completion = now
+
+    # ---- driver ------------------------------------------------------------------------------
+    def run(self, progress: Callable[[float, int], None] | None = None) -> SimResult:
+        wall0 = time.perf_counter()
+        arrivals = iter(self.workload)
+        heap = self.heap
+        pop = heapq.heappop
+        first = next(arrivals, None)
+        if first is not None:
+            self._push(first.arrival, _ARRIVAL, first)
+        events = 0
+        now = 0.0
+        while heap:
+            now, _, kind, obj = pop(heap)
+            events += 1
+            if kind == _ITER_END:
+                self._iter_end(obj, now)
+            elif kind == _ARRIVAL:
+                self._arrive(obj, now)
+                nxt = next(arrivals, None)
+                if nxt is not None:
+                    self._push(nxt.arrival, _ARRIVAL, nxt)
+            else:
+                self._transfer_end(obj, now)
+            if progress is not None and not events & 0xFFFF:
+                progress(now, events)
+        mt = self.metrics
+        for m, st in zip(self.machines, mt.machines):
+            idle = max(now - st.busy_s, 0.0)
+            st.energy_j += idle * self.power[m.id].idle_power_w()
+        stuck = [m.id for m in self.machines if m.has_work() or m.admit_queue]
+        if stuck or mt.completed != mt.requests:
+            raise RuntimeError(f"simulation ended with work left on machines {stuck} "
+                               f"({mt.completed}/{mt.requests} completed)")
+        return SimResult(metrics=mt, cluster=self.cluster, model=self.model.name, events=events,
+                         wall_s=time.perf_counter() - wall0, sim_end=now,
+                         borrowed=self.cls.borrowed, perf_sources=self.perf_sources,
+                         requests=self.kept)
