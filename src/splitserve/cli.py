@@ -7,13 +7,17 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
 
 from .errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters.")
+
+
+@app.callback()
+def _root() -> None:
+    """Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters."""
 
 
 @app.command()
@@ -68,22 +72,26 @@ def simulate(
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user mistakes become one `error:` line and exit status 2, never a traceback."""
     try:
-        app(args=argv, standalone_mode=False)
+        result = app(args=argv, standalone_mode=False)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except click.exceptions.NoSuchOption as e:
-        print(f"error: {e.format_message()} (see --help)", file=sys.stderr)
-        return 2
-    except click.exceptions.UsageError as e:
-        print(f"error: {e.format_message()}", file=sys.stderr)
-        return 2
-    except click.exceptions.Abort:
-        print("error: aborted", file=sys.stderr)
-        return 130
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         return e.exit_code
-    return 0
+    except (typer.Abort, KeyboardInterrupt):
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        # usage errors of the command-line parser (typer bundles its own click): bad option,
+        # bad value, missing argument. They carry their own message and exit code.
+        fmt = getattr(e, "format_message", None)
+        if not callable(fmt) or not hasattr(e, "exit_code"):
+            raise
+        if e.exit_code == 0:
+            return 0
+        print(f"error: {fmt()}", file=sys.stderr)
+        return 2
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":
