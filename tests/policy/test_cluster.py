@@ -7,6 +7,13 @@ from splitserve.policy.machine import enqueue_prompt
 from splitserve.policy.state import Machine, Pool, Request
 
 
+def load(m, **counters):
+    """Set a machine's queue counters (and the pending total JSQ reads)."""
+    for k, v in counters.items():
+        setattr(m, k, v)
+    m.pending = m.recount_pending()
+
+
 def cluster(n_prompt, n_token):
     ms = [Machine(i, "x", Pool.PROMPT, 10**6) for i in range(n_prompt)]
     ms += [Machine(n_prompt + i, "x", Pool.TOKEN, 10**6) for i in range(n_token)]
@@ -15,11 +22,11 @@ def cluster(n_prompt, n_token):
 
 def test_pair_is_shortest_queue_by_pending_tokens():
     ms = cluster(3, 2)
-    ms[0].queued_prompt_tokens = 500
-    ms[1].queued_prompt_tokens = 100
-    ms[2].running_prompt_tokens = 300
-    ms[3].decode_tokens_left = 40
-    ms[4].decode_tokens_left = 7
+    load(ms[0], queued_prompt_tokens=500)
+    load(ms[1], queued_prompt_tokens=100)
+    load(ms[2], running_prompt_tokens=300)
+    load(ms[3], decode_tokens_left=40)
+    load(ms[4], decode_tokens_left=7)
     s = SplitwiseScheduler(ms)
     p, t = s.route(Request(0, 0.0, 10, 10))
     assert (p.id, t.id) == (1, 4)
@@ -28,9 +35,9 @@ def test_pair_is_shortest_queue_by_pending_tokens():
 def test_full_prompt_pool_borrows_a_token_machine_into_the_mixed_pool():
     ms = cluster(1, 2)
     s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=1000))
-    ms[0].queued_prompt_tokens = 1500
-    ms[1].decode_tokens_left = 10
-    ms[2].decode_tokens_left = 3
+    load(ms[0], queued_prompt_tokens=1500)
+    load(ms[1], decode_tokens_left=10)
+    load(ms[2], decode_tokens_left=3)
     p, t = s.route(Request(0, 0.0, 10, 10))
     assert p is t is ms[2] and ms[2].pool is Pool.MIXED and s.borrowed == 1
     # the mixed machine is used again before anything else is borrowed
@@ -44,7 +51,7 @@ def test_full_prompt_pool_borrows_a_token_machine_into_the_mixed_pool():
 def test_last_machine_of_a_pool_is_never_borrowed():
     ms = cluster(1, 1)
     s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=0))
-    ms[0].queued_prompt_tokens = 10
+    load(ms[0], queued_prompt_tokens=10)
     p, t = s.route(Request(0, 0.0, 10, 10))
     assert (p.id, t.id) == (0, 1) and s.borrowed == 0
 
@@ -53,7 +60,7 @@ def test_memory_bound_token_pool_overflows_to_a_prompt_machine():
     ms = cluster(2, 1)
     s = SplitwiseScheduler(ms)
     ms[2].queued_decode_tokens = 50           # waiting for KV memory
-    ms[0].queued_prompt_tokens = 10
+    load(ms[0], queued_prompt_tokens=10)
     p, t = s.route(Request(0, 0.0, 10, 10))
     assert p is ms[1] and t is ms[0] and t.pool is Pool.MIXED
     enqueue_prompt(ms[0], Request(1, 0.0, 5, 5))
@@ -63,8 +70,8 @@ def test_memory_bound_token_pool_overflows_to_a_prompt_machine():
 
 def test_baseline_routes_whole_requests_by_jsq():
     ms = [Machine(i, "x", Pool.MIXED, 10**6) for i in range(3)]
-    ms[0].decode_tokens_left = 5
-    ms[2].queued_prompt_tokens = 1
+    load(ms[0], decode_tokens_left=5)
+    load(ms[2], queued_prompt_tokens=1)
     s = JSQScheduler(ms)
     p, t = s.route(Request(0, 0.0, 1, 1))
     assert p is t is ms[1]

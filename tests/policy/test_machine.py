@@ -23,6 +23,7 @@ def test_prompt_batches_capped_at_2048_tokens_fcfs():
     while (b := form_batch(m, BatchingConfig())) is not None:
         sizes.append([r.prompt_tokens for r in b.prompts])
         res = finish_iteration(m, b)
+        assert m.pending == m.recount_pending()
         assert all(r.phase is Phase.HANDOFF for r in res.first_tokens)
         for r in res.first_tokens:                               # KV sent: prompt copy freed
             m.kv_used -= r.prompt_tokens
@@ -48,6 +49,7 @@ def test_decode_batch_runs_every_admitted_request_until_done():
     assert batches == [3, 2, 1]
     assert all(r.generated == r.output_tokens and r.phase is Phase.DONE for r in rs)
     assert m.kv_used == 0 and m.context_tokens == 0 and m.decode_tokens_left == 0
+    assert m.pending == m.recount_pending() == 0
 
 
 def test_token_admission_waits_for_memory_in_fcfs_order():

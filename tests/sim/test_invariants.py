@@ -49,6 +49,7 @@ def simulate(specs, design, counts, util, chunk):
         original(m, now)
         for x in sim.machines:
             assert 0 <= x.kv_used <= cap[x.id], (x.id, x.kv_used, cap[x.id])
+            assert x.pending == x.recount_pending() >= 0
             peak[x.id] = max(peak.get(x.id, 0), x.kv_used)
 
     sim._start = checked_start

@@ -13,6 +13,7 @@ unsplit machine, and returns to its own pool once it holds no work of the opposi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .state import Machine, Pool, Request
 
@@ -25,9 +26,7 @@ class RoutingConfig:
     mixed_pool: bool = True              # allow overflow into the mixed pool and borrowing
 
 
-def _pending(m: Machine) -> int:
-    return (m.queued_prompt_tokens + m.running_prompt_tokens
-            + m.queued_decode_tokens + m.decode_tokens_left + m.inbound_tokens)
+_pending = attrgetter("pending")        # pending tokens: the JSQ queue length
 
 
 class SplitwiseScheduler:

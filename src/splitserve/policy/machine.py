@@ -59,6 +59,7 @@ def enqueue_prompt(m: Machine, r: Request) -> None:
     r.prefilled = 0
     m.prompt_queue.append(r)
     m.queued_prompt_tokens += r.prefill_len
+    m.pending += r.prefill_len
 
 
 def join_decode(m: Machine, r: Request) -> None:
@@ -79,6 +80,7 @@ def _preempt_for(m: Machine, need: int, limit: int, batch: Batch) -> bool:
         m.kv_used -= v.kv_need
         m.context_tokens -= v.prompt_tokens + v.generated
         m.decode_tokens_left -= v.output_tokens - v.generated
+        m.pending -= v.output_tokens - v.generated
         v.preemptions += 1
         batch.preempted.append(v)
     return True
@@ -129,6 +131,7 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
         v.phase = Phase.QUEUED
         v.prefilled = 0
         m.queued_prompt_tokens += v.prefill_len
+        m.pending += v.prefill_len
     for r in reversed(requeue):               # a prefill in progress holds its KV: it stays first,
         queue.appendleft(r)                   # or a waiter ahead of it could wait for it forever
     if not batch.prompts and not m.running:
@@ -155,6 +158,7 @@ def finish_iteration(m: Machine, batch: Batch) -> IterationResult:
                 keep.append(r)
         m.context_tokens += len(running)
         m.decode_tokens_left -= len(running)
+        m.pending -= len(running)
         if finished:
             for r in finished:
                 r.phase = Phase.DONE
@@ -177,8 +181,10 @@ def finish_iteration(m: Machine, batch: Batch) -> IterationResult:
             m.running.append(r)
             m.context_tokens += r.prompt_tokens + r.generated
             m.decode_tokens_left += r.output_tokens - r.generated
+            m.pending += r.output_tokens - r.generated
         else:
             r.phase = Phase.HANDOFF
+    m.pending -= m.running_prompt_tokens
     m.running_prompt_tokens = 0
     return IterationResult(first, finished)
 
@@ -198,12 +204,14 @@ def reserve_decode(m: Machine, r: Request) -> bool:
         return True
     m.admit_queue.append(r)
     m.queued_decode_tokens += r.output_tokens - r.generated
+    m.pending += r.output_tokens - r.generated
     return False
 
 
 def _reserve(m: Machine, r: Request) -> None:
     m.kv_used += r.kv_need
     m.inbound_tokens += r.output_tokens - 1      # all but the first token, made by the prompt side
+    m.pending += r.output_tokens - 1
     r.kv_on_token_machine = True
 
 
@@ -215,6 +223,7 @@ def admit_waiting(m: Machine) -> list[Request]:
     while q and q[0].kv_need <= m.kv_free:
         r = q.popleft()
         m.queued_decode_tokens -= r.output_tokens - r.generated
+        m.pending -= r.output_tokens - r.generated
         _reserve(m, r)
         admitted.append(r)
     return admitted

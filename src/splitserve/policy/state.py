@@ -77,15 +77,16 @@ class Machine:
     decode_tokens_left: int = 0         # tokens still to generate by running decodes
     inbound_tokens: int = 0             # tokens to generate by requests reserved here whose KV has
                                         # not arrived yet (prefilling elsewhere, or in transfer)
+    pending: int = 0                    # the sum of the five counters above, kept up to date by
+                                        # policy/machine.py: the queue length JSQ compares
     context_tokens: int = 0             # KV tokens held by running decodes (drives decode time)
     busy: bool = False
 
     def __post_init__(self) -> None:
         self.pool = self.home
 
-    @property
-    def pending_tokens(self) -> int:
-        """Queue length as the cluster scheduler sees it: tokens of work not yet done."""
+    def recount_pending(self) -> int:
+        """Queue length as the cluster scheduler sees it, from its parts (for checks)."""
         return (self.queued_prompt_tokens + self.running_prompt_tokens
                 + self.queued_decode_tokens + self.decode_tokens_left + self.inbound_tokens)
 
