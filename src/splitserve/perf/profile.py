@@ -55,6 +55,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from splitserve.errors import UserError
+from .mixed import MixedBatching
 
 __all__ = [
     "MIN_TIME_S", "ProfilePerfModel", "fit_profile", "isotonic_increasing", "read_profile_rows",
@@ -175,7 +176,7 @@ def _line_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
 # ----------------------------------------------------------------------------- model
 
 
-class ProfilePerfModel:
+class ProfilePerfModel(MixedBatching):
     """Interpolating perf model over a measured profile; see the module docstring for the form."""
 
     __slots__ = (
@@ -292,15 +293,6 @@ class ProfilePerfModel:
             d = self._t_last_y + self._t_slope * (batch - self._t_last_x)
         t = d * (self._g0 + self._gk * context / batch)
         return t if t > MIN_TIME_S else MIN_TIME_S
-
-    def mixed_time(self, prompt_tokens: int, batch: int, context: int) -> float:
-        if batch <= 0:
-            return self.prompt_time(prompt_tokens)
-        if prompt_tokens <= 0:
-            return self.token_time(batch, context)
-        p = self.prompt_time(prompt_tokens + batch)
-        t = self.token_time(batch, context)
-        return p if p > t else t
 
     def __repr__(self) -> str:
         return f"ProfilePerfModel(source={self.source!r})"

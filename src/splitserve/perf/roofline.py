@@ -31,13 +31,14 @@ from __future__ import annotations
 
 from splitserve.catalog import HardwareSpec, ModelSpec, RooflineCalibration
 from splitserve.errors import UserError
+from .mixed import MixedBatching
 
 __all__ = ["RooflinePerfModel"]
 
 MIN_TIME_S = 1e-5
 
 
-class RooflinePerfModel:
+class RooflinePerfModel(MixedBatching):
     __slots__ = (
         "source", "model", "hw", "tp", "calibration",
         "_s_cap", "_o_p", "_pa1", "_pa2", "_inv_mfu", "_inv_drop", "_knee", "_pm0", "_pm1",
@@ -107,15 +108,6 @@ class RooflinePerfModel:
         mem = self._dm0 + self._dm1 * context
         t = self._o_t + self._o_seq * batch + (comp if comp > mem else mem)
         return t if t > MIN_TIME_S else MIN_TIME_S
-
-    def mixed_time(self, prompt_tokens: int, batch: int, context: int) -> float:
-        if batch <= 0:
-            return self.prompt_time(prompt_tokens)
-        if prompt_tokens <= 0:
-            return self.token_time(batch, context)
-        p = self.prompt_time(prompt_tokens + batch)
-        t = self.token_time(batch, context)
-        return p if p > t else t
 
     def __repr__(self) -> str:
         return f"RooflinePerfModel(model={self.model.name!r}, hw={self.hw.name!r}, tp={self.tp})"

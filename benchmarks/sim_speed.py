@@ -1,0 +1,85 @@
+"""Simulator speed and memory at datacenter scale (issue: the fast phase-splitting simulator).
+
+Each case runs in its own process pinned to one core, so its peak RSS is its own:
+
+    python benchmarks/sim_speed.py [--cases coding-1h,...] [--out benchmarks/results/sim_speed.json]
+
+Cases (llama2-70b, the Splitwise authors' profile when ../shared is present, else roofline):
+  coding-1h         Splitwise-HH 35P+5T, coding, 70 req/s, 3600 s  (the target: < 60 s on one core)
+  coding-10min      the same for 600 s: peak memory must not grow with trace length
+  conversation-1h   Splitwise-HH 25P+15T (the paper's iso-power conversation cluster), 70 req/s, 3600 s
+  coding-400m-1h    Splitwise-HH 350P+50T (400 machines), coding, 700 req/s, 3600 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT.parent / "shared" / "profiles" / "splitwise_a100_h100_perf_model.csv"
+CASES = {
+    "coding-1h": dict(workload="coding", prompt_machines=35, token_machines=5, rps=70, duration=3600),
+    "coding-10min": dict(workload="coding", prompt_machines=35, token_machines=5, rps=70, duration=600),
+    "conversation-1h": dict(workload="conversation", prompt_machines=25, token_machines=15, rps=70, duration=3600),
+    "coding-400m-1h": dict(workload="coding", prompt_machines=350, token_machines=50, rps=700, duration=3600),
+}
+
+
+def run_case(name: str) -> dict:
+    from splitserve.simulate import run_simulation
+
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kw = CASES[name]
+    t0 = time.perf_counter()
+    s = run_simulation(design="splitwise-hh", model="llama2-70b", seed=0,
+                       profile=str(PROFILE) if PROFILE.exists() else None, **kw)
+    wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"case": name, **kw, "requests": s["requests"], "completed": s["completed"],
+            "events": s["sim"]["events"], "sim_wall_s": round(s["sim"]["wall_s"], 2),
+            "total_wall_s": round(wall, 2), "events_per_s": round(s["sim"]["events_per_s"]),
+            "requests_per_s": round(s["requests"] / s["sim"]["wall_s"]),
+            "peak_rss_mb": round(rss / 1024, 1), "rss_after_import_mb": round(rss0 / 1024, 1),
+            "slo_met": s["slo"]["met"], "ttft_p50_s": s["ttft_s"]["p50"], "tbt_p50_s": s["tbt_s"]["p50"],
+            "perf_model": s["sim"]["perf_model"]}
+
+
+def machine_info() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "pinned_to_one_core": True}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sim_speed.json"))
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(run_case(args.one)))
+        return
+    results = []
+    for name in args.cases.split(","):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        cmd = ["taskset", "-c", "0", sys.executable, __file__, "--one", name]
+        out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(f"{name:16s} {r['requests']:>9,} requests {r['events']:>10,} events in {r['sim_wall_s']:7.1f} s "
+              f"({r['events_per_s']:,} events/s), peak RSS {r['peak_rss_mb']} MB", flush=True)
+        results.append(r)
+    Path(args.out).write_text(json.dumps({"machine": machine_info(), "results": results}, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
