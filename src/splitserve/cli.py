@@ -69,6 +69,27 @@ def simulate(
         print_summary(summary)
 
 
+@app.command()
+def generate(
+    model: Annotated[str, typer.Option(help="A Hugging Face-format directory (config.json + *.safetensors) or a preset: tiny, small, llama3-8b, llama2-70b (add -<N>l for N layers, e.g. llama2-70b-8l).")] = "tiny",
+    prompt: Annotated[Optional[str], typer.Option(help="Prompt text (needs the model's tokenizer).")] = None,
+    prompt_ids: Annotated[Optional[str], typer.Option("--prompt-ids", help="Prompt as token ids: 1,2,3.")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Tokens to generate at most.")] = 16,
+    temperature: Annotated[float, typer.Option(help="0 for greedy decoding.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the sampler (preset weights are always the same).")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"token_ids": [...], "text": ...}.')] = False,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16 or auto.")] = "auto",
+) -> None:
+    """Generate one completion with splitserve's own engine (paged KV cache)."""
+    from .cli_generate import generate_command
+
+    if max_tokens < 1:
+        raise UserError(f"--max-tokens must be at least 1, got {max_tokens}")
+    generate_command(model=model, prompt=prompt, prompt_ids=prompt_ids, max_tokens=max_tokens,
+                     temperature=temperature, seed=seed, json_out=json_out, device=device, dtype=dtype)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user mistakes become one `error:` line and exit status 2, never a traceback."""
     try:

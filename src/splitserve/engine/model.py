@@ -1,0 +1,157 @@
+"""The Llama-family decoder as an nn.Module: embeddings, N x (RMSNorm, GQA attention with RoPE,
+RMSNorm, SwiGLU MLP), final RMSNorm, LM head (tied or not).
+
+It works on a flattened batch: `forward(input_ids (T,), positions (T,), meta)` returns the final
+hidden states (T, hidden); `compute_logits` applies the LM head to the rows that need sampling.
+q/k/v and gate/up are fused into one matmul each; the loader splits Hugging Face weights into them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import AttentionMetadata, paged_attention
+from .config import ModelConfig, rope_inv_freq
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.float() if dtype in (torch.float16, torch.bfloat16) else x
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+class Rotary(nn.Module):
+    """cos/sin tables (max_len, head_dim/2), float32, built by `build` once the device is known."""
+
+    def __init__(self, cfg: ModelConfig, max_len: int) -> None:
+        super().__init__()
+        self.cfg, self.max_len = cfg, max_len
+        self.register_buffer("cos", torch.empty(0), persistent=False)
+        self.register_buffer("sin", torch.empty(0), persistent=False)
+
+    def build(self, device: torch.device | str) -> None:
+        inv = rope_inv_freq(self.cfg).to(device)
+        freqs = torch.outer(torch.arange(self.max_len, device=device, dtype=torch.float32), inv)
+        self.cos, self.sin = freqs.cos(), freqs.sin()
+
+    def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # (T, 1, hd/2)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (i, i + hd/2) of x (T, heads, hd) by the position's angles."""
+    dtype = x.dtype
+    xf = x.float() if dtype in (torch.float16, torch.bfloat16) else x
+    x1, x2 = xf.chunk(2, dim=-1)
+    cos, sin = cos.to(xf.dtype), sin.to(xf.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.nh, self.kvh, self.hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, (self.nh + 2 * self.kvh) * self.hd, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=cfg.o_bias)
+        self.scale = self.hd ** -0.5
+        self.window = cfg.window_for_layer(layer)
+        self.k_cache: torch.Tensor | None = None  # (blocks, block_size, kv_heads, hd), bound later
+        self.v_cache: torch.Tensor | None = None
+
+    def forward(self, x, cos, sin, meta: AttentionMetadata) -> torch.Tensor:
+        t = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.nh * self.hd, self.kvh * self.hd, self.kvh * self.hd], -1)
+        q = apply_rotary(q.view(t, self.nh, self.hd), cos, sin)
+        k = apply_rotary(k.view(t, self.kvh, self.hd), cos, sin)
+        v = v.view(t, self.kvh, self.hd)
+        o = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window)
+        return self.o_proj(o.reshape(t, self.nh * self.hd))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, meta):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class CausalLM(nn.Module):
+    def __init__(self, cfg: ModelConfig, max_len: int | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.rotary = Rotary(cfg, max_len or cfg.max_position_embeddings)
+
+    def lm_weight(self) -> torch.Tensor:
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def bind_kv_cache(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        for layer, (k, v) in zip(self.layers, layers, strict=True):
+            layer.self_attn.k_cache, layer.self_attn.v_cache = k, v
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        cos, sin = self.rotary.lookup(positions)
+        for layer in self.layers:
+            x = layer(x, cos, sin, meta)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.lm_weight())
+
+
+def build_model(cfg: ModelConfig, device: str | torch.device, dtype: torch.dtype,
+                max_len: int | None = None) -> CausalLM:
+    """An uninitialised model of `cfg` on `device` in `dtype` (the loader or `init_random` fills it)."""
+    with torch.device("meta"):
+        model = CausalLM(cfg, max_len).to(dtype)  # no memory yet: cast before materialising
+    model = model.to_empty(device=device)
+    model.rotary.build(device)
+    return model.eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def init_random(model: CausalLM, seed: int) -> None:
+    """Deterministic random weights: N(0, init_std) matrices and biases at 0, norms at 1.
+
+    Drawn in float32 with a generator on the model's device, parameter by parameter in a fixed
+    order, then cast, so a preset gives the same weights at every dtype (up to rounding)."""
+    device = model.embed_tokens.weight.device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    std = model.cfg.init_std
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.fill_(1.0)
+        elif name.endswith("bias"):
+            p.zero_()
+        else:
+            p.copy_(torch.empty(p.shape, dtype=torch.float32, device=device).normal_(0.0, std, generator=gen))

@@ -1,0 +1,48 @@
+"""A request as the engine tracks it: tokens so far, how many have KV in the cache, status."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .sampler import SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    arrival: int  # admission order; older requests are served first and preempted last
+    max_len: int  # prompt + output never exceed this (model context, KV capacity)
+    output_ids: list[int] = field(default_factory=list)
+    num_computed: int = 0  # leading tokens whose K/V is in the cache
+    status: Status = Status.WAITING
+    finish_reason: str | None = None
+    prefill_only: bool = False  # prompt worker: stop after the first token and export the KV
+    text: str | None = None
+    logits: list = field(default_factory=list)
+    num_preemptions: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_remaining(self) -> int:
+        """Tokens still to run through the model before the next one can be sampled."""
+        return self.num_tokens - self.num_computed
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        p = len(self.prompt_ids)
+        if end <= p:
+            return self.prompt_ids[start:end]
+        if start >= p:
+            return self.output_ids[start - p:end - p]
+        return self.prompt_ids[start:] + self.output_ids[:end - p]
