@@ -80,3 +80,17 @@ def test_baseline_routes_whole_requests_by_jsq():
 def test_splitwise_needs_both_pools():
     with pytest.raises(ValueError):
         SplitwiseScheduler(cluster(2, 0))
+
+
+def test_when_every_candidate_is_full_jsq_spans_pool_and_mixed_pool():
+    ms = cluster(2, 2)
+    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=100))
+    s._move(ms[0], Pool.MIXED)                 # borrowed earlier, and now full like the rest
+    s._move(ms[2], Pool.MIXED)
+    load(ms[0], queued_prompt_tokens=500)
+    load(ms[1], queued_prompt_tokens=900)      # the last prompt machine: full, most loaded
+    load(ms[2], queued_prompt_tokens=300)
+    load(ms[3], decode_tokens_left=5)          # the last token machine cannot be borrowed
+    p, t = s.route(Request(0, 0.0, 10, 10))
+    # not the last prompt machine: the least-loaded of prompt + mixed pools, which runs it whole
+    assert p is t is ms[2]

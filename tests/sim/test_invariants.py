@@ -108,3 +108,14 @@ def test_memory_pressure_forces_waits_preemption_and_borrowing():
     assert base.metrics.preemptions > 0
     assert split.borrowed > 0
     assert all(r.preemptions <= 3 for r in base.requests)
+
+
+def test_overloaded_splitwise_keeps_pace_with_the_unsplit_cluster():
+    """Far beyond capacity, a Splitwise cluster moves machines into the mixed pool and serves
+    about as much as the same machines unsplit (paper §VI-E), instead of piling onto few."""
+    specs = _random_specs(1500, rate=150.0, seed=3, max_prompt=4000, max_out=60)
+    split, _ = simulate(specs, "splitwise-hh", dict(prompt_machines=6, token_machines=2), 0.9, 0)
+    base, _ = simulate(specs, "baseline-h100", dict(machines=8), 0.9, 0)
+    span = lambda r: max(x.token_times[-1] for x in r.requests)   # noqa: E731
+    assert split.borrowed > 0
+    assert span(split) < 1.25 * span(base)

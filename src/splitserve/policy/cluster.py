@@ -4,8 +4,11 @@
 once, each by Join-the-Shortest-Queue over pending tokens. A machine whose queued (not yet
 started) work passes a threshold counts as full: the request then goes to the least-loaded
 mixed-pool machine, and when the mixed pool is full too, a machine of the opposite pool is
-borrowed into the mixed pool. A mixed machine runs whole requests with mixed batching, like an
-unsplit machine, and returns to its own pool once it holds no work of the opposite kind.
+borrowed into the mixed pool; when every candidate is full, JSQ runs over the pool and the mixed
+pool together. A mixed machine runs whole requests with mixed batching, like an unsplit machine,
+and returns to its own pool once it holds no work of the opposite kind. A request whose token
+machine has no KV memory yet waits there and picks its prompt machine when it is admitted, so
+the prompt side is chosen by the load of that moment.
 
 `JSQScheduler` is the unsplit baseline: every machine mixed, JSQ over all of them.
 """
@@ -61,26 +64,39 @@ class SplitwiseScheduler:
         self.borrowed += 1
         return m
 
-    def route(self, r: Request) -> tuple[Machine, Machine]:
-        """Pick (prompt machine, token machine) for a new request; equal when it runs unsplit."""
+    def pick_prompt(self, r: Request) -> Machine:
+        """The prompt machine for `r`: JSQ over the prompt pool; past the threshold, a mixed
+        machine with room or one borrowed from the token pool; when every candidate is full,
+        JSQ over the prompt and mixed pools together."""
         prompts = self.pools[Pool.PROMPT]
         p = min(prompts, key=_pending) if prompts else None
-        if p is None or (self.cfg.mixed_pool and p.queued_prompt_tokens > self.cfg.prompt_queue_threshold):
-            m = self._overflow(Pool.TOKEN) if self.cfg.mixed_pool else None
-            if m is not None:
-                return m, m
-            if p is None:
-                p = min(self.pools[Pool.MIXED], key=_pending)
-                return p, p
+        if p is not None and (not self.cfg.mixed_pool
+                              or p.queued_prompt_tokens <= self.cfg.prompt_queue_threshold):
+            return p
+        m = self._overflow(Pool.TOKEN) if self.cfg.mixed_pool else None
+        if m is not None:
+            return m
+        return min(prompts + self.pools[Pool.MIXED], key=_pending)
+
+    def pick_token(self, r: Request, p: Machine) -> Machine:
+        """The token machine for `r` prefilled on `p`, by the same rules from the other side. A
+        mixed `p` decodes its own requests."""
+        if p.pool is Pool.MIXED:
+            return p
         tokens = self.pools[Pool.TOKEN]
         t = min(tokens, key=_pending) if tokens else None
-        if t is None or (self.cfg.mixed_pool and t.queued_decode_tokens > self.cfg.token_queue_threshold):
-            m = self._overflow(Pool.PROMPT, exclude=p) if self.cfg.mixed_pool else None
-            if m is not None:
-                return p, m
-            if t is None:
-                t = min(self.pools[Pool.MIXED], key=_pending)
-        return p, t
+        if t is not None and (not self.cfg.mixed_pool
+                              or t.queued_decode_tokens <= self.cfg.token_queue_threshold):
+            return t
+        m = self._overflow(Pool.PROMPT, exclude=p) if self.cfg.mixed_pool else None
+        if m is not None:
+            return m
+        return min(tokens + self.pools[Pool.MIXED], key=_pending)
+
+    def route(self, r: Request) -> tuple[Machine, Machine]:
+        """Pick (prompt machine, token machine) for a new request; equal when it runs unsplit."""
+        p = self.pick_prompt(r)
+        return p, self.pick_token(r, p)
 
     def settle(self, m: Machine) -> None:
         """After an iteration: a mixed machine with no work of the opposite kind goes home."""
@@ -106,6 +122,9 @@ class JSQScheduler:
     def route(self, r: Request) -> tuple[Machine, Machine]:
         m = min(self.machines, key=_pending)
         return m, m
+
+    def pick_prompt(self, r: Request) -> Machine:
+        return self.machines[r.prompt_machine]
 
     def settle(self, m: Machine) -> None:
         pass

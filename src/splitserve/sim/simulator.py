@@ -280,7 +280,9 @@ class Simulation:
     def _freed(self, m: Machine, now: float) -> None:
         """KV memory was released on `m`: requests waiting for it may go, and `m` may resume."""
         for r in admit_waiting(m):
-            self._enqueue(self.machines[r.prompt_machine], r, now)
+            p = self.cls.pick_prompt(r)           # chosen now, by the load of this moment
+            r.prompt_machine = p.id
+            self._enqueue(p, r, now)
         if not m.busy:
             self._start(m, now)
 
