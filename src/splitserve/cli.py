@@ -90,6 +90,30 @@ def generate(
                      temperature=temperature, seed=seed, json_out=json_out, device=device, dtype=dtype)
 
 
+reproduce_app = typer.Typer(help="Reproduce published evaluations on the simulator.", no_args_is_help=True)
+app.add_typer(reproduce_app, name="reproduce")
+
+
+@reproduce_app.command("splitwise")
+def reproduce_splitwise(
+    out: Annotated[Path, typer.Option(help="Directory for report.md, its PNG plots and results.json.")] = Path("reproduction"),
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller grids and shorter traces (minutes on 2 cores).")] = False,
+    profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); calibrated roofline otherwise.")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of every workload.")] = 0,
+) -> None:
+    """Run the Splitwise paper's evaluation (ISCA 2024) and write a report beside its numbers."""
+    from .reproduce.report import reproduce_splitwise as run
+
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    if profile is not None and not profile.is_file():
+        raise UserError(f"profile {profile} not found")
+    path = run(out, quick=quick, profile=str(profile) if profile else None, workers=workers, seed=seed,
+               log=lambda msg: typer.echo(msg, err=True))
+    typer.echo(f"wrote {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user mistakes become one `error:` line and exit status 2, never a traceback."""
     try:

@@ -1,0 +1,1 @@
+"""Reproduce published evaluations on the simulator (`splitserve reproduce splitwise`)."""

@@ -1,0 +1,148 @@
+"""The Splitwise paper's evaluation, run on splitserve's simulator: each function returns plain
+data (lists and dicts) that `report.py` turns into tables and plots.
+
+Every simulation is one `run_simulation` call with a fixed seed; `Runner.map` spreads them over a
+process pool. `Scale` sets how much is simulated: `QUICK` (minutes on 2 cores) or `FULL`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from importlib import resources
+
+MODEL = "llama2-70b"
+POWER_BUDGET_MACHINES = 40            # iso-power budget: the power of 40 DGX-H100 (paper §VI-B)
+
+
+def paper() -> dict:
+    return tomllib.loads(resources.files("splitserve.reproduce").joinpath("paper.toml").read_text())
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    duration: float                                  # seconds of arrivals per simulation
+    heat_prompt: tuple[int, ...]
+    heat_token: tuple[int, ...]
+    loads: tuple[float, ...]                         # req/s for latency against load
+    stress_rps: float = 400.0                        # batch job: offered far beyond capacity
+    stress_duration: float = 60.0
+
+
+QUICK = Scale("quick", 60.0, heat_prompt=(8, 12, 16, 20, 27, 35), heat_token=(1, 2, 3, 4, 5, 6),
+              loads=(40, 70, 100, 130), stress_duration=30.0)
+FULL = Scale("full", 120.0, heat_prompt=tuple(range(6, 46, 3)), heat_token=tuple(range(1, 11)),
+             loads=(30, 50, 70, 90, 110, 130, 150))
+
+
+def _sim(kw: dict) -> dict:
+    from ..simulate import run_simulation
+
+    return run_simulation(**kw)
+
+
+@dataclass
+class Runner:
+    """Runs simulations in parallel; `profile` (a CSV path or None) and `seed` apply to all."""
+    profile: str | None = None
+    seed: int = 0
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    simulations: int = 0
+
+    def map(self, jobs: list[dict]) -> list[dict]:
+        jobs = [{"model": MODEL, "seed": self.seed, "profile": self.profile, **j} for j in jobs]
+        self.simulations += len(jobs)
+        if self.workers <= 1 or len(jobs) == 1:
+            return [_sim(j) for j in jobs]
+        with ProcessPoolExecutor(self.workers) as pool:
+            return list(pool.map(_sim, jobs, chunksize=1))
+
+
+def counts(design: str, split: list[int] | tuple[int, ...]) -> dict:
+    if design.startswith("splitwise"):
+        return {"design": design, "prompt_machines": split[0], "token_machines": split[1]}
+    return {"design": design, "machines": split[0]}
+
+
+# ---- Table IV: a P50 request alone on one machine --------------------------------------------
+TABLE4_REQUESTS = {"coding": (1500, 13), "conversation": (1020, 129)}
+
+
+def isolated(runner: Runner) -> dict:
+    """TTFT, TBT, E2E, cost and energy of the paper's P50 requests, alone on an A100 / H100."""
+    from ..catalog import load_hardware, load_model
+    from ..designs import make_cluster
+    from ..perf import make_perf_model
+    from ..sim.simulator import SimConfig, Simulation
+    from ..workload import RequestSpec
+
+    model = load_model(MODEL)
+    out: dict = {}
+    for kind, (prompt, output) in TABLE4_REQUESTS.items():
+        for hw_name, design in (("a100", "baseline-a100"), ("h100", "baseline-h100")):
+            sim = Simulation(make_cluster(design, machines=1), model,
+                             [RequestSpec(0.0, prompt, output)],
+                             SimConfig(record_requests=True, profile=runner.profile))
+            res = sim.run()
+            (r,) = res.requests
+            hw = load_hardware(f"dgx-{hw_name}")
+            _, power = make_perf_model(model, hw, None, runner.profile)
+            e2e = r.token_times[-1]
+            ttft = r.token_times[0]
+            energy_j = res.metrics.machines[0].energy_j
+            out.setdefault(kind, {})[hw_name] = {
+                "ttft_ms": ttft * 1e3, "tbt_ms": (e2e - ttft) / (output - 1) * 1e3, "e2e_ms": e2e * 1e3,
+                "cost_per_100": e2e * hw.cost_per_hour / 3600 * 100, "energy_wh": energy_j / 3600}
+    return out
+
+
+# ---- Fig. 12: latency over (prompt, token) machines, Splitwise-HH, 70 req/s coding -------------
+def heatmap(runner: Runner, scale: Scale, rps: float = 70.0) -> dict:
+    grid = [(p, t) for p in scale.heat_prompt for t in scale.heat_token]
+    jobs = [dict(design="splitwise-hh", prompt_machines=p, token_machines=t, workload="coding",
+                 rps=rps, duration=scale.duration) for p, t in grid]
+    cells = {}
+    for (p, t), s in zip(grid, runner.map(jobs)):
+        cells[(p, t)] = {"slo_met": s["slo"]["met"], "cost": s["cluster"]["cost_per_hour"],
+                         **{f"{m}_{q}": s[f"{m}_s"][q] for m in ("ttft", "tbt", "e2e") for q in ("p50", "p99")}}
+    feasible = [k for k, c in cells.items() if c["slo_met"]]
+    best = min(feasible, key=lambda k: (cells[k]["cost"], k)) if feasible else None
+    return {"prompt": list(scale.heat_prompt), "token": list(scale.heat_token), "cells": cells,
+            "best": best, "rps": rps}
+
+
+# ---- Fig. 16: latency against load for iso-power clusters ------------------------------------
+def load_sweep(runner: Runner, scale: Scale, clusters: dict[str, list[int]], workload: str) -> dict:
+    keys = [(d, rps) for d in clusters for rps in scale.loads]
+    jobs = [dict(**counts(d, clusters[d]), workload=workload, rps=rps, duration=scale.duration)
+            for d, rps in keys]
+    out: dict = {d: [] for d in clusters}
+    for (d, rps), s in zip(keys, runner.map(jobs)):
+        checks = s["slo"]["checks"]
+        out[d].append({"rps": rps, "slo_met": s["slo"]["met"],
+                       **{k: v["slowdown"] for k, v in checks.items()},
+                       "cost": s["cluster"]["cost_per_hour"], "power_kw": s["cluster"]["power_kw"]})
+    return out
+
+
+# ---- §VI-E: batch jobs, clusters stressed far beyond their SLO capacity ----------------------
+def batch_job(runner: Runner, scale: Scale, clusters: dict[str, list[int]], workload: str = "coding") -> dict:
+    """Throughput per cost when the cluster is offered far more than it can serve: throughput =
+    requests offered in the window / time until the last is done. The paper's "RPS/$" only fits
+    its numbers with cost counted in DGX-A100 machine-hours (Table V normalises cost to DGX-A100),
+    so that is the unit here too: req/s per (cluster $/h / DGX-A100 $/h)."""
+    from ..catalog import load_hardware
+
+    a100 = load_hardware("dgx-a100").cost_per_hour
+    designs = list(clusters)
+    jobs = [dict(**counts(d, clusters[d]), workload=workload, rps=scale.stress_rps,
+                 duration=scale.stress_duration) for d in designs]
+    out = {}
+    for d, s in zip(designs, runner.map(jobs)):
+        served = s["completed"] / s["sim"]["simulated_s"]
+        cost = s["cluster"]["cost_per_hour"]
+        out[d] = {"throughput_rps": served, "cost": cost, "rps_per_a100_hour": served / (cost / a100)}
+    return out
