@@ -70,6 +70,59 @@ def simulate(
 
 
 @app.command()
+def provision(
+    objective: Annotated[Optional[str], typer.Option(help="cost|power|machines (least at --rps, all SLOs met), throughput (most req/s at SLO within a budget) or batch (most requests per $ under stress within a budget).")] = None,
+    rps: Annotated[Optional[float], typer.Option(help="Load the cluster must carry (cost/power/machines); offered stress load for batch (default 400).")] = None,
+    constraint: Annotated[Optional[str], typer.Option(help="iso-power or iso-cost: the budget's kind (throughput and batch objectives).")] = None,
+    budget: Annotated[Optional[str], typer.Option(help="kW (iso-power) or $/h (iso-cost), or N*HARDWARE, e.g. 40*dgx-h100.")] = None,
+    design: Annotated[Optional[list[str]], typer.Option("--design", "-d", help="Design to consider (repeat; default: Splitwise AA/HH/HA/HHcap and baselines A100/H100).")] = None,
+    model: Annotated[str, typer.Option(help="Model: llama2-70b, bloom-176b, llama3-8b, llama3-70b.")] = "llama2-70b",
+    workload: Annotated[str, typer.Option(help="coding, conversation, or an Azure LLM trace CSV.")] = "coding",
+    duration: Annotated[float, typer.Option(help="Seconds of arrivals per simulation (paper: 120).")] = 120.0,
+    seed: Annotated[int, typer.Option(help="Seed of the workload (the same for every configuration).")] = 0,
+    profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); calibrated roofline otherwise.")] = None,
+    max_prompt: Annotated[int, typer.Option(help="Most prompt machines to consider.")] = 70,
+    max_token: Annotated[int, typer.Option(help="Most token machines to consider.")] = 70,
+    max_machines: Annotated[int, typer.Option(help="Most machines of an unsplit baseline.")] = 140,
+    tolerance: Annotated[float, typer.Option(help="Relative step of the rate search (throughput objective).")] = 0.02,
+    min_rps: Annotated[float, typer.Option(help="Lowest rate the throughput search considers.")] = 0.5,
+    max_rps: Annotated[float, typer.Option(help="Highest rate the throughput search considers.")] = 2000.0,
+    workers: Annotated[Optional[int], typer.Option(help="Local worker processes (default: all cores).")] = None,
+    backend: Annotated[str, typer.Option(help="local (a process pool) or ray.")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local instance).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Where simulated configurations are cached (default ~/.cache/splitserve/provision).")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Simulate everything again.")] = False,
+    out: Annotated[Optional[Path], typer.Option(help="Directory for provision.json.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print provision.json to stdout instead of a table.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
+) -> None:
+    """Find the cluster to buy: the cheapest / lowest-power / fewest machines meeting the SLOs at a
+    load, or the most throughput within a power or cost budget, for each design."""
+    from .provision.command import infeasible_message, print_result, run_provision, write_result
+
+    res = run_provision(
+        objective=objective, rps=rps, constraint=constraint, budget=budget, designs=design,
+        workload=workload, duration=duration, seed=seed, model=model,
+        profile=str(profile) if profile else None, max_prompt=max_prompt, max_token=max_token,
+        max_machines=max_machines, tolerance=tolerance, min_rps=min_rps, max_rps=max_rps,
+        workers=workers, backend=backend, address=address,
+        cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
+        progress=not (quiet or json_out))
+    if out is not None:
+        path = write_result(res, out)
+        if not json_out:
+            typer.echo(f"wrote {path}")
+    if json_out:
+        typer.echo(json.dumps(res, indent=2))
+    else:
+        print_result(res)
+    if res["best"] is None:
+        if json_out:
+            typer.echo(f"error: {infeasible_message(res)}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
 def generate(
     model: Annotated[str, typer.Option(help="A Hugging Face-format directory (config.json + *.safetensors) or a preset: tiny, small, llama3-8b, llama2-70b (add -<N>l for N layers, e.g. llama2-70b-8l).")] = "tiny",
     prompt: Annotated[Optional[str], typer.Option(help="Prompt text (needs the model's tokenizer).")] = None,

@@ -1,0 +1,243 @@
+"""`splitserve provision` as a function: check the question, run one search per design, pick the
+best design, and print a table (or JSON)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from ..designs import load_designs
+from ..errors import UserError
+from . import plan
+from .evaluate import Cache, Evaluator, LocalBackend, RayBackend, default_cache_dir
+from .search import RateLattice
+
+DEFAULT_DESIGNS = ("splitwise-aa", "splitwise-hh", "splitwise-ha", "splitwise-hhcap",
+                   "baseline-a100", "baseline-h100")
+
+
+def _progress(enabled: bool):
+    """A rich progress line (simulations, cache hits, elapsed) on a terminal; nothing otherwise."""
+    if not (enabled and sys.stderr.isatty()):
+        return None
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                    TextColumn("[dim]{task.fields[sims]} simulated, {task.fields[hits]} cached[/]"),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+
+
+def run_provision(*, objective: str | None, rps: float | None, constraint: str | None,
+                  budget: str | None, designs: list[str] | None = None, workload: str = "coding",
+                  duration: float = 120.0, seed: int = 0, model: str = "llama2-70b",
+                  profile: str | None = None, max_prompt: int = 70, max_token: int = 70,
+                  max_machines: int = 140, tolerance: float = 0.02, min_rps: float = 0.5,
+                  max_rps: float = 2000.0, stress_rps: float = 400.0, workers: int | None = None,
+                  backend: str = "local", address: str | None = None,
+                  cache_dir: str | None = None, use_cache: bool = True, progress: bool = True) -> dict:
+    # ---- the question ----
+    if constraint is not None and constraint not in plan.CONSTRAINTS:
+        raise UserError(f"--constraint must be iso-power or iso-cost, got {constraint!r}")
+    if objective is None:
+        objective = "throughput" if constraint else None
+    if objective is None:
+        raise UserError("say what to optimise: --objective cost|power|machines --rps R, or "
+                        "--constraint iso-power|iso-cost --budget X [--objective throughput|batch]")
+    if objective in plan.OBJECTIVES:
+        if rps is None:
+            raise UserError(f"--objective {objective} needs --rps: the load the cluster must carry")
+        if not (math.isfinite(rps) and rps > 0):
+            raise UserError(f"--rps must be a positive number, got {rps}")
+        if constraint is not None:
+            raise UserError(f"--objective {objective} minimises {objective} at --rps; "
+                            "--constraint goes with --objective throughput or batch")
+    elif objective in ("throughput", "batch"):
+        if constraint is None or budget is None:
+            raise UserError(f"--objective {objective} needs --constraint iso-power|iso-cost and --budget X "
+                            "(kW, $/h, or N*HARDWARE such as 40*dgx-h100)")
+        if objective == "throughput" and rps is not None:
+            raise UserError("--objective throughput searches the rate itself; leave out --rps")
+    else:
+        raise UserError(f"--objective must be cost, power, machines, throughput or batch, got {objective!r}")
+    for flag, v in (("--max-prompt", max_prompt), ("--max-token", max_token), ("--max-machines", max_machines)):
+        if v < 1:
+            raise UserError(f"{flag} must be at least 1, got {v}")
+    if not (math.isfinite(duration) and duration > 0):
+        raise UserError(f"--duration must be positive seconds, got {duration}")
+    if not (0 < tolerance < 1):
+        raise UserError(f"--tolerance must be in (0, 1), got {tolerance}")
+    if not (0 < min_rps < max_rps):
+        raise UserError(f"need 0 < --min-rps < --max-rps, got {min_rps} and {max_rps}")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    if backend not in ("local", "ray"):
+        raise UserError(f"--backend must be local or ray, got {backend!r}")
+    if profile is not None and not Path(profile).is_file():
+        raise UserError(f"profile {profile} not found")
+    known = load_designs()
+    names = list(designs) if designs else list(DEFAULT_DESIGNS)
+    for n in names:
+        plan.design(n)                       # unknown names fail before any simulation
+    from ..catalog import load_model
+    load_model(model)
+    from ..workload import make_workload
+    make_workload(workload, rps=rps or 1.0, duration=duration, seed=seed)
+    budget_x = plan.budget_value(budget, constraint) if constraint else None
+
+    sc = plan.Scenario(workload, duration, seed, model, profile)
+    lim = plan.Limits(max_prompt, max_token, max_machines)
+    rates = plan.RateRange(min_rps, max_rps, RateLattice(tolerance))
+
+    # ---- the searches ----
+    be = RayBackend(address) if backend == "ray" else LocalBackend(workers)
+    cache = Cache(Path(cache_dir) if cache_dir else default_cache_dir()) if use_cache else None
+    bar = _progress(progress)
+    task = None
+
+    def on_done(job, out, hit):
+        if bar is not None:
+            bar.update(task, sims=ev.simulated, hits=ev.cached)
+
+    def on_progress(msg: str):
+        if bar is not None:
+            bar.update(task, description=msg)
+
+    ev = Evaluator(be, cache, on_done)
+    t0 = time.perf_counter()
+    rows = []
+    try:
+        if bar is not None:
+            bar.start()
+            task = bar.add_task("provisioning", sims=0, hits=0)
+        for n in names:
+            d = known[n]
+            on_progress(f"{n}")
+            if objective in plan.OBJECTIVES:
+                rows.append(plan.cheapest(ev, d, rps, objective, sc, lim, on_progress))
+            elif objective == "throughput":
+                rows.append(plan.best_within_budget(ev, d, constraint, budget_x, sc, lim, rates, on_progress))
+            else:
+                rows.append(plan.batch_within_budget(ev, d, constraint, budget_x, sc, lim,
+                                                     rps or stress_rps))
+    finally:
+        if bar is not None:
+            bar.stop()
+        ev.close()
+    wall = time.perf_counter() - t0
+
+    # ---- the answer ----
+    feasible = [r for r in rows if r.get("feasible")]
+    if objective in plan.OBJECTIVES:
+        score = lambda r: (r["objective_value"], r["machine_count"])
+    elif objective == "throughput":
+        score = lambda r: (-r["throughput_at_slo"], r["cost_per_hour"])
+    else:
+        score = lambda r: (-r["rps_per_dollar_hour"],)
+    best = min(feasible, key=score) if feasible else None
+    result = {
+        "objective": objective, "rps": rps, "constraint": constraint, "budget": budget,
+        "budget_value": budget_x,
+        "budget_unit": None if constraint is None else ("kW" if constraint == "iso-power" else "$/h"),
+        "scenario": plan.scenario_dict(sc),
+        "limits": {"max_prompt": max_prompt, "max_token": max_token, "max_machines": max_machines},
+        "rate_tolerance": tolerance if objective == "throughput" else None,
+        "assumption": plan.ASSUMPTION,
+        "designs": rows,
+        "best": best,
+        "search": {"simulated": ev.simulated, "cached": ev.cached,
+                   "brute_force": sum(r.get("brute_force", 0) for r in rows),
+                   "wall_s": wall, "workers": ev.width, "backend": backend},
+    }
+    if best is None:
+        near = [r for r in rows if r.get("worst_ratio") is not None]
+        result["closest"] = min(near, key=lambda r: r["worst_ratio"]) if near else None
+    return result
+
+
+def infeasible_message(res: dict) -> str:
+    lim = res["limits"]
+    what = (f"at {res['rps']:g} req/s" if res["rps"] and res["objective"] != "batch"
+            else f"within the budget {res['budget']}")
+    msg = (f"no design meets all nine SLOs {what} with up to {lim['max_prompt']} prompt x "
+           f"{lim['max_token']} token machines ({lim['max_machines']} for baselines)")
+    c = res.get("closest")
+    if c:
+        check = c["worst_check"].replace("_", " ").upper()
+        msg += (f"; closest: {_config(c)}, whose {check} slowdown is {c['worst_ratio']:.2f}x its "
+                f"limit. Raise --max-prompt/--max-token/--max-machines or lower --rps.")
+    return msg
+
+
+def _config(r: dict) -> str:
+    if "machines" in r:
+        return f"{r['design']} with {r['machines']} machines"
+    return f"{r['design']} with {r['prompt_machines']}P + {r['token_machines']}T"
+
+
+def print_result(res: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=None if sys.stdout.isatty() else 140)
+    obj = res["objective"]
+    head = (f"least {obj} meeting all nine SLOs at {res['rps']:g} req/s" if obj in plan.OBJECTIVES
+            else f"highest throughput at SLO within {res['budget']} ({res['constraint']})" if obj == "throughput"
+            else f"most requests per dollar under stress within {res['budget']} ({res['constraint']})")
+    sc = res["scenario"]
+    tab = Table(title=f"{head} | {sc['model']} | {sc['workload']} ({sc['duration']:g} s, seed {sc['seed']})",
+                title_justify="left")
+    for col in ("design", "prompt", "token", "machines", "$/h", "kW"):
+        tab.add_column(col, justify="left" if col == "design" else "right")
+    if obj == "throughput":
+        tab.add_column("req/s at SLO", justify="right")
+    if obj == "batch":
+        tab.add_column("req/s", justify="right")
+        tab.add_column("req per $", justify="right")
+    tab.add_column("worst check", justify="right")
+    tab.add_column("sims", justify="right")
+    for r in res["designs"]:
+        ok = r.get("feasible")
+        split = "prompt_machines" in r
+        cells = [("* " if r is res["best"] else "  ") + r["design"],
+                 str(r.get("prompt_machines", "-")) if split else "-",
+                 str(r.get("token_machines", "-")) if split else "-",
+                 str(r.get("machine_count", r.get("machines", "-")))]
+        if "cost_per_hour" in r:
+            cells += [f"{r['cost_per_hour']:,.0f}", f"{r['power_kw']:,.1f}"]
+        else:
+            cells += ["-", "-"]
+        if obj == "throughput":
+            cells.append(f"{r['throughput_at_slo']:g}" if r.get("throughput_at_slo") else "-")
+        if obj == "batch":
+            cells += [f"{r['throughput_rps']:.1f}" if ok else "-",
+                      f"{r['requests_per_dollar']:.1f}" if ok else "-"]
+        if r.get("worst_check"):
+            mark = "" if r.get("slo_met") else " [red]MISS[/]"
+            cells.append(f"{r['worst_check']} {r['worst_ratio']:.2f}x{mark}")
+        else:
+            cells.append(r.get("reason", "-"))
+        cells.append(str(r.get("simulations", 0)))
+        if not ok:
+            cells[0] = f"[dim]{cells[0]} (infeasible)[/]"
+        tab.add_row(*cells)
+    con.print(tab)
+    s = res["search"]
+    con.print(f"[dim]{s['simulated']} simulations ({s['cached']} answered from the cache) against "
+              f"{s['brute_force']:,} for brute force; {s['wall_s']:.1f} s on {s['workers']} "
+              f"{s['backend']} workers. Exact under the assumption that {res['assumption'].split(';')[0]}.[/]")
+    if res["best"] is None:
+        con.print(f"[red]{infeasible_message(res)}[/]")
+    else:
+        b = res["best"]
+        con.print(f"best: [bold]{_config(b)}[/], ${b['cost_per_hour']:,.0f}/h, {b['power_kw']:,.1f} kW")
+
+
+def write_result(res: dict, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "provision.json"
+    path.write_text(json.dumps(res, indent=2) + "\n")
+    return path

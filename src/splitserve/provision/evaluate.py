@@ -1,0 +1,243 @@
+"""One simulation per cluster configuration, evaluated in parallel and cached.
+
+A `Job` names everything a simulation depends on; `run_job` runs it and keeps only what the
+searches need (an `Outcome`). The `Evaluator` answers a batch of jobs from its cache where it can
+and sends the rest to a backend: a local process pool or a Ray cluster.
+
+The cache is a directory of small JSON files, one per job, keyed by a hash of the job, the
+content of its profile CSV and the source of the splitserve package itself, so that a change to
+the simulator never serves stale results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    design: str
+    prompt: int | None          # Splitwise designs
+    token: int | None
+    machines: int | None        # baselines
+    rps: float
+    workload: str = "coding"
+    duration: float = 120.0
+    seed: int = 0
+    model: str = "llama2-70b"
+    profile: str | None = None
+
+    def counts(self) -> dict:
+        if self.machines is not None:
+            return {"machines": self.machines}
+        return {"prompt_machines": self.prompt, "token_machines": self.token}
+
+    def label(self) -> str:
+        if self.machines is not None:
+            return f"{self.design} ({self.machines} machines)"
+        return f"{self.design} ({self.prompt}P, {self.token}T)"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    slo_met: bool
+    violation: float            # the worst of the nine checks, as slowdown / limit (<= 1: met)
+    worst: str                  # which check that is, e.g. "ttft_p99"
+    slowdowns: dict
+    throughput_rps: float
+    requests: int
+    completed: int
+    cost_per_hour: float
+    power_kw: float
+    machines: int
+    wall_s: float
+
+    @classmethod
+    def from_summary(cls, s: dict) -> "Outcome":
+        checks = s["slo"]["checks"]
+        ratio = {k: (c["slowdown"] if c["slowdown"] is not None else float("inf")) / c["limit"]
+                 for k, c in checks.items()}
+        worst = max(ratio, key=ratio.get)
+        c = s["cluster"]
+        return cls(slo_met=bool(s["slo"]["met"]), violation=ratio[worst], worst=worst,
+                   slowdowns={k: v["slowdown"] for k, v in checks.items()},
+                   throughput_rps=s["throughput_rps"], requests=s["requests"], completed=s["completed"],
+                   cost_per_hour=c["cost_per_hour"], power_kw=c["power_kw"],
+                   machines=c["machine_count"], wall_s=s["sim"]["wall_s"])
+
+
+def run_job(job: Job) -> Outcome:
+    from ..simulate import run_simulation
+
+    s = run_simulation(design=job.design, **job.counts(), model=job.model, workload=job.workload,
+                       rps=job.rps, duration=job.duration, seed=job.seed, profile=job.profile)
+    return Outcome.from_summary(s)
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """Hash of every source and data file of the installed package."""
+    h = hashlib.sha256()
+    root = resources.files("splitserve")
+    for path in sorted(Path(str(root)).rglob("*")):
+        if path.suffix in (".py", ".toml", ".json") and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(str(root))).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=32)
+def _file_hash(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "splitserve" / "provision"
+
+
+@dataclass
+class Cache:
+    root: Path
+
+    def key(self, job: Job) -> str:
+        d = asdict(job)
+        if job.profile:
+            d["profile"] = _file_hash(job.profile)
+        d["code"] = code_fingerprint()
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:24]
+
+    def get(self, job: Job) -> Outcome | None:
+        path = self.root / f"{self.key(job)}.json"
+        try:
+            return Outcome(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def put(self, job: Job, out: Outcome) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / f"{self.key(job)}.json"
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(asdict(out)))
+        tmp.replace(path)                      # atomic: a reader never sees half a file
+
+
+class LocalBackend:
+    """A process pool kept open across batches (`workers` = 1 runs in this process)."""
+
+    def __init__(self, workers: int | None = None):
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def map(self, jobs: list[Job], done: Callable[[Job, Outcome], None]) -> list[Outcome]:
+        if self.workers == 1 or len(jobs) == 1:
+            outs = []
+            for j in jobs:
+                outs.append(run_job(j))
+                done(j, outs[-1])
+            return outs
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers)
+        futures = [self._pool.submit(run_job, j) for j in jobs]
+        outs = []
+        for j, f in zip(jobs, futures):
+            outs.append(f.result())
+            done(j, outs[-1])
+        return outs
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
+class RayBackend:
+    """Spreads simulations over a Ray cluster (`address` None or "local": a local instance)."""
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None):
+        from ..errors import UserError
+        try:
+            import ray
+        except ImportError:
+            raise UserError("--backend ray needs Ray: pip install 'splitserve[ray]'") from None
+        self._ray = ray
+        self._owned = not ray.is_initialized()
+        if self._owned:
+            kw = {"address": address} if address and address != "local" else {"num_cpus": num_cpus}
+            try:
+                ray.init(**kw, include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore"}})
+            except ConnectionError as e:
+                raise UserError(f"cannot reach the Ray cluster at {address}: {e}") from None
+        self.workers = int(ray.cluster_resources().get("CPU", 1))
+        self._remote = ray.remote(run_job)
+
+    def map(self, jobs: list[Job], done: Callable[[Job, Outcome], None]) -> list[Outcome]:
+        refs = [self._remote.remote(j) for j in jobs]
+        index = {r: i for i, r in enumerate(refs)}
+        outs: list[Outcome | None] = [None] * len(jobs)
+        pending = list(refs)
+        while pending:
+            ready, pending = self._ray.wait(pending, num_returns=1)
+            for r in ready:
+                i = index[r]
+                outs[i] = self._ray.get(r)
+                done(jobs[i], outs[i])
+        return outs  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if self._owned:
+            self._ray.shutdown()
+
+
+@dataclass
+class Evaluator:
+    """Answers jobs from the cache or the backend; counts what it did."""
+    backend: LocalBackend | RayBackend
+    cache: Cache | None = None
+    on_done: Callable[[Job, Outcome, bool], None] | None = None   # (job, outcome, from_cache)
+    simulated: int = 0
+    cached: int = 0
+    sim_wall_s: float = 0.0
+    results: dict[Job, Outcome] = field(default_factory=dict)
+
+    @property
+    def width(self) -> int:
+        return self.backend.workers
+
+    def __call__(self, jobs: list[Job]) -> list[Outcome]:
+        todo = []
+        for j in dict.fromkeys(jobs):
+            if j in self.results:
+                continue
+            hit = self.cache.get(j) if self.cache else None
+            if hit is not None:
+                self.cached += 1
+                self.results[j] = hit
+                if self.on_done:
+                    self.on_done(j, hit, True)
+            else:
+                todo.append(j)
+        if todo:
+            self.backend.map(todo, self._done)
+        return [self.results[j] for j in jobs]
+
+    def _done(self, job: Job, out: Outcome) -> None:
+        self.simulated += 1
+        self.sim_wall_s += out.wall_s
+        self.results[job] = out
+        if self.cache:
+            self.cache.put(job, out)
+        if self.on_done:
+            self.on_done(job, out, False)
+
+    def close(self) -> None:
+        self.backend.close()
