@@ -154,6 +154,8 @@ def reproduce_splitwise(
     profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); calibrated roofline otherwise.")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of every workload.")] = 0,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of the provisioning searches (default ~/.cache/splitserve/provision).")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Simulate every provisioning search again.")] = False,
 ) -> None:
     """Run the Splitwise paper's evaluation (ISCA 2024) and write a report beside its numbers."""
     from .reproduce.report import reproduce_splitwise as run
@@ -162,9 +164,14 @@ def reproduce_splitwise(
         raise UserError(f"--workers must be at least 1, got {workers}")
     if profile is not None and not profile.is_file():
         raise UserError(f"profile {profile} not found")
+    from .provision.evaluate import default_cache_dir
+
+    cache = None if no_cache else str(cache_dir or default_cache_dir())
     path = run(out, quick=quick, profile=str(profile) if profile else None, workers=workers, seed=seed,
-               log=lambda msg: typer.echo(msg, err=True))
+               log=lambda msg: typer.echo(msg, err=True), cache_dir=cache)
     typer.echo(f"wrote {path}")
+
+
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -196,8 +196,12 @@ def spread_order(n: int) -> list[int]:
 
 def best_within_budget(ev: Evaluator, d: Design, constraint: str, budget: float, sc: Scenario,
                        lim: Limits, rates: RateRange = RateRange(),
-                       on_progress: Callable[[str], None] | None = None) -> dict:
+                       on_progress: Callable[[str], None] | None = None, stride: int = 1) -> dict:
+    """`stride` > 1 tries only every stride-th split of the boundary (and its last): a coarse,
+    no longer exact, answer for quick looks."""
     cands = boundary(d, constraint, budget, lim)
+    if stride > 1 and cands:
+        cands = sorted(set(cands[::stride]) | {cands[-1]})
     count = _counter(ev)
     if not cands:
         return {"design": d.name, "feasible": False, "reason": "not one machine of each pool fits the budget",

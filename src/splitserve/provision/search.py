@@ -11,9 +11,12 @@ the searches return exactly the optimum a brute-force sweep would, after far few
   known-infeasible (p', t') with p' >= p, t' >= t makes it infeasible.
 - `min_split`: the least-key feasible split over a P x T grid, for any key that strictly
   increases in both counts (cost, power, machines). The feasible set is an up-set whose lower
-  edge is a staircase; the search finds the least p whose column is feasible at all, then walks
-  the columns rightwards, binary-searching each below the best key seen so far, and stops at the
-  first column whose cheapest point is already worse.
+  edge is a staircase; the search finds the least p whose column is feasible at all and the
+  least t that the full prompt pool needs (no column needs fewer), then resolves columns from
+  columns still open, taking in turn the one with the cheapest possible point and the middle one:
+  each column's edge, binary-searched below the best key seen so far, bounds the columns on its
+  left from below and on its right from above, and a column whose cheapest possible point is no
+  better than the best is dropped unsimulated.
 """
 
 from __future__ import annotations
@@ -90,18 +93,36 @@ def min_split(oracle: Oracle, P: int, T: int, key: Callable[[int, int], tuple], 
                     known=lambda p: oracle.implied(p, T))
     if p0 is None:
         return None
-    best = (p0, T)
-    for p in range(p0, P + 1):
+    # no column needs fewer token machines than the full prompt pool does
+    t0 = first_true(1, T, lambda ts: oracle([(P, t) for t in ts]), width,
+                    known=lambda t: oracle.implied(P, t))
+    best = min((p0, T), (P, t0), key=lambda pt: key(*pt))
+    todo = set(range(p0, P + 1))
+    step = 0
+    while True:
         kb = key(*best)
-        if key(p, 1) >= kb:
+        open_ = []
+        for p in sorted(todo):
+            lo = max([t for q, t in oracle.infeasible if q >= p] + [t0 - 1])
+            hi = min([t for q, t in oracle.feasible if q <= p] + [T + 1])
+            if hi > lo + 1 and key(p, lo + 1) < kb:
+                open_.append((p, lo, hi))
+        if not open_:
             break
-        cap = max(t for t in range(1, T + 1) if key(p, t) < kb)   # t = 1 qualifies
+        todo = {p for p, _, _ in open_}
+        # alternately the open column with the cheapest possible point (often the answer) and
+        # the middle one (its answer bounds the columns on both sides of it)
+        step += 1
+        p, lo, hi = (min(open_, key=lambda c: key(c[0], c[1] + 1)) if step % 2
+                     else open_[len(open_) // 2])
+        todo.discard(p)
         if on_column:
-            on_column(p, sum(1 for q in range(p, P + 1) if key(q, 1) < kb))
-        t = first_true(1, cap, lambda ts: oracle([(p, t) for t in ts]), width,
+            on_column(p, len(todo))
+        cap = max(t for t in range(lo + 1, hi) if key(p, t) < kb)
+        t = first_true(lo + 1, cap, lambda ts: oracle([(p, t) for t in ts]), width,
                        known=lambda t: oracle.implied(p, t))
         if t is not None:
-            best = (p, t)
+            best = min(best, (p, t), key=lambda pt: key(*pt))
     # the best is a point some simulation met, or is dominated by one with no greater key
     return min(oracle.feasible, key=lambda pt: key(*pt)) if oracle.feasible else best
 

@@ -30,10 +30,15 @@ class Scale:
     loads: tuple[float, ...]                         # req/s for latency against load
     stress_rps: float = 400.0                        # batch job: offered far beyond capacity
     stress_duration: float = 60.0
+    search_duration: float = 60.0                    # seconds of arrivals per provisioning sim
+    rate_tolerance: float = 0.05                     # relative step of throughput-at-SLO searches
+    stride: int = 1                                  # >1: every stride-th split of a budget (coarse)
+    budget_machines: int = POWER_BUDGET_MACHINES     # iso-power/cost budget in DGX-H100s
 
 
 QUICK = Scale("quick", 60.0, heat_prompt=(8, 12, 16, 20, 27, 35), heat_token=(1, 2, 3, 4, 5, 6),
-              loads=(40, 70, 100, 130), stress_duration=30.0)
+              loads=(40, 70, 100, 130), stress_duration=30.0, search_duration=30.0,
+              rate_tolerance=0.10, budget_machines=10)
 FULL = Scale("full", 120.0, heat_prompt=tuple(range(6, 46, 3)), heat_token=tuple(range(1, 11)),
              loads=(30, 50, 70, 90, 110, 130, 150))
 
@@ -50,7 +55,22 @@ class Runner:
     profile: str | None = None
     seed: int = 0
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    cache_dir: str | None = None                      # provisioning searches' cache (None: off)
     simulations: int = 0
+    _ev: object = None
+
+    def evaluator(self):
+        """The provisioner's evaluator (process pool, cache), shared by every search."""
+        if self._ev is None:
+            from ..provision.evaluate import Cache, Evaluator, LocalBackend
+            from pathlib import Path
+            self._ev = Evaluator(LocalBackend(self.workers),
+                                 Cache(Path(self.cache_dir)) if self.cache_dir else None)
+        return self._ev
+
+    def close(self) -> None:
+        if self._ev is not None:
+            self._ev.close()
 
     def map(self, jobs: list[dict]) -> list[dict]:
         jobs = [{"model": MODEL, "seed": self.seed, "profile": self.profile, **j} for j in jobs]
@@ -146,3 +166,45 @@ def batch_job(runner: Runner, scale: Scale, clusters: dict[str, list[int]], work
         cost = s["cluster"]["cost_per_hour"]
         out[d] = {"throughput_rps": served, "cost": cost, "rps_per_a100_hour": served / (cost / a100)}
     return out
+
+
+# ---- provisioning searches: Fig. 12's optimum, Figs. 18-19 ------------------------------------
+DESIGNS = ("splitwise-aa", "splitwise-hh", "splitwise-ha", "splitwise-hhcap", "baseline-a100",
+           "baseline-h100")
+
+
+def _scenario(runner: Runner, scale: Scale, workload: str):
+    from ..provision.plan import Scenario
+
+    return Scenario(workload, scale.search_duration, runner.seed, MODEL, runner.profile)
+
+
+def fig12_search(runner: Runner, scale: Scale, rps: float = 70.0) -> dict:
+    """The exact cost-optimal Splitwise-HH split over 70 x 70 (the paper's 69 x 69 sweep)."""
+    from ..provision import plan
+
+    ev = runner.evaluator()
+    sc = plan.Scenario("coding", scale.duration, runner.seed, MODEL, runner.profile)
+    return plan.cheapest(ev, plan.design("splitwise-hh"), rps, "cost", sc, plan.Limits(70, 70))
+
+
+def throughput_optimised(runner: Runner, scale: Scale, workload: str, constraint: str) -> dict:
+    """Each design's split with the most throughput at SLO within 40 DGX-H100's power or cost."""
+    from ..provision import plan
+
+    ev = runner.evaluator()
+    sc = _scenario(runner, scale, workload)
+    budget = plan.budget_value(f"{scale.budget_machines}*dgx-h100", constraint)
+    rates = plan.RateRange(1.0, 1000.0, plan.RateLattice(scale.rate_tolerance))
+    return {d: plan.best_within_budget(ev, plan.design(d), constraint, budget, sc, plan.Limits(),
+                                       rates, stride=scale.stride) for d in DESIGNS}
+
+
+def iso_throughput(runner: Runner, scale: Scale, workload: str, rps: float, objective: str) -> dict:
+    """Each design's least-power or least-cost cluster that meets the SLOs at `rps`."""
+    from ..provision import plan
+
+    ev = runner.evaluator()
+    sc = _scenario(runner, scale, workload)
+    return {d: plan.cheapest(ev, plan.design(d), rps, objective, sc, plan.Limits())
+            for d in DESIGNS}

@@ -81,3 +81,24 @@ def bars(rows: list[tuple[str, dict[str, float]]], path: Path, title: str) -> No
     ax.set_title(title)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def summary_bars(rows: dict, baseline: str, metrics: list[tuple[str, str]], path: Path, title: str) -> None:
+    """Grouped bars of each design's metrics relative to the baseline's (the paper's Figs. 18-19)."""
+    names = [d for d, r in rows.items() if r.get("feasible")]
+    if baseline not in names:
+        return
+    fig, ax = plt.subplots(figsize=(10, 4), constrained_layout=True)
+    width = 0.8 / len(metrics)
+    x = np.arange(len(names))
+    for i, (key, label) in enumerate(metrics):
+        base = rows[baseline][key]
+        vals = [rows[d][key] / base if base else 0.0 for d in names]
+        ax.bar(x + (i - (len(metrics) - 1) / 2) * width, vals, width, label=label)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xticks(x, names, fontsize=8)
+    ax.set_ylabel(f"relative to {baseline}")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
