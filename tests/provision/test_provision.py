@@ -149,3 +149,15 @@ def test_machines_objective_picks_the_fewest(tmp_path):
     counts = [r["machine_count"] for r in res["designs"] if r["feasible"]]
     assert counts and res["best"]["machine_count"] == min(counts)
     assert res["best"]["objective_value"] == res["best"]["machine_count"]
+
+
+def test_batch_objective_picks_the_most_requests_per_dollar(ev):
+    d = plan.design("splitwise-hh")
+    budget = plan.budget_value("4*dgx-h100", "iso-cost")
+    got = plan.batch_within_budget(ev, d, "iso-cost", budget, SC, plan.Limits(), stress_rps=60.0)
+    per_dollar = {c: (o.throughput_rps / o.cost_per_hour)
+                  for c in [(1, 3), (2, 2), (3, 1)] for o in ev([SC.job(d.name, c, 60.0)])}
+    best = max(per_dollar, key=per_dollar.get)
+    assert (got["prompt_machines"], got["token_machines"]) == best
+    assert got["requests_per_dollar"] == pytest.approx(per_dollar[best] * 3600)
+    assert got["simulations"] == 3

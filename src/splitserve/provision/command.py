@@ -215,7 +215,9 @@ def print_result(res: dict) -> None:
         if obj == "batch":
             cells += [f"{r['throughput_rps']:.1f}" if ok else "-",
                       f"{r['requests_per_dollar']:.1f}" if ok else "-"]
-        if r.get("worst_check"):
+        if obj == "batch":
+            cells.append("no SLO" if ok else r.get("reason", "-"))
+        elif r.get("worst_check"):
             mark = "" if r.get("slo_met") else " [red]MISS[/]"
             cells.append(f"{r['worst_check']} {r['worst_ratio']:.2f}x{mark}")
         else:
@@ -226,9 +228,11 @@ def print_result(res: dict) -> None:
         tab.add_row(*cells)
     con.print(tab)
     s = res["search"]
+    how = ("every largest split within the budget simulated" if obj == "batch" else
+           f"exact under the assumption that {res['assumption'].split(';')[0]}")
     con.print(f"[dim]{s['simulated']} simulations ({s['cached']} answered from the cache) against "
               f"{s['brute_force']:,} for brute force; {s['wall_s']:.1f} s on {s['workers']} "
-              f"{s['backend']} workers. Exact under the assumption that {res['assumption'].split(';')[0]}.[/]")
+              f"{s['backend']} workers; {how}.[/]")
     if res["best"] is None:
         con.print(f"[red]{infeasible_message(res)}[/]")
     else:
