@@ -172,6 +172,7 @@ def reproduce_splitwise(
     typer.echo(f"wrote {path}")
 
 
+from .bench.cli import bench as _bench_cmd; app.command("bench")(_bench_cmd)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,61 @@
+"""The streaming completions wire format (OpenAI `/v1/completions`, `"stream": true`).
+
+The body is server-sent events: lines `data: {json chunk}`, blank lines between events, and a
+final `data: [DONE]`. A chunk carries `choices[i].text` (and, on some servers, `token_ids`);
+the last chunk may carry `usage` (vLLM with `stream_options.include_usage`, OpenAI), possibly
+with an empty `choices` list.
+"""
+
+from __future__ import annotations
+
+import json
+
+DONE = object()       # the `data: [DONE]` sentinel
+
+
+class StreamError(Exception):
+    """A malformed line or an `error` object in the stream; its message is the reason."""
+
+
+def parse_line(line: str):
+    """None for lines that carry no event (blank, comments, `event:`/`id:` fields), DONE for
+    the end marker, else the decoded chunk (a dict)."""
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if payload == "[DONE]":
+        return DONE
+    if not payload:
+        return None
+    try:
+        chunk = json.loads(payload)
+    except ValueError:
+        raise StreamError(f"bad_json: {payload[:80]!r}") from None
+    if not isinstance(chunk, dict):
+        raise StreamError(f"bad_json: {payload[:80]!r}")
+    if "error" in chunk and not chunk.get("choices"):
+        err = chunk["error"]
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        raise StreamError(f"stream_error: {str(msg)[:120]}")
+    return chunk
+
+
+def chunk_tokens(chunk: dict) -> int:
+    """Generated tokens one chunk carries: `len(token_ids)` when the server sends them, else one
+    per choice that has text or is not yet finished (a token can decode to empty text, e.g. half
+    of a UTF-8 character). A closing chunk with a finish reason and no text carries none."""
+    n = 0
+    for c in chunk.get("choices") or ():
+        ids = c.get("token_ids")
+        if isinstance(ids, list):
+            n += len(ids)
+        elif c.get("text") or c.get("finish_reason") is None:
+            n += 1
+    return n
+
+
+def usage_tokens(chunk: dict) -> int | None:
+    u = chunk.get("usage")
+    if isinstance(u, dict) and isinstance(u.get("completion_tokens"), int):
+        return u["completion_tokens"]
+    return None

@@ -1,0 +1,43 @@
+"""The terminal table of a live benchmark (the simulator's latency table, live fields below)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..report.table import _ms
+
+
+def print_bench_summary(s: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    b = s["bench"]
+    title = (f"live {b['url']} | {s['model'] or 'default model'} | {s['workload']['name']} "
+             f"@ {s['workload']['rps']:g} req/s for {s['workload']['duration_s']:g} s")
+    lat = Table(title=title, title_justify="left")
+    lat.add_column("latency (ms)")
+    for col in ("P50", "P90", "P99", "mean"):
+        lat.add_column(col, justify="right")
+    for name, key in (("TTFT", "ttft_s"), ("TBT", "tbt_s"), ("E2E", "e2e_s")):
+        d = s[key]
+        lat.add_row(name, _ms(d["p50"]), _ms(d["p90"]), _ms(d["p99"]), _ms(d["mean"]))
+    console.print(lat)
+    offered = f"{s['offered_rps']:.2f}" if s["offered_rps"] is not None else "-"
+    console.print(
+        f"requests {s['requests']:,}: {s['completed']:,} completed, {s['failed']:,} failed, "
+        f"{b['rejected']:,} rejected; throughput {s['throughput_rps']:.2f} req/s "
+        f"(offered {offered}); {s['tokens_generated']:,} tokens; wall {b['wall_s']:.1f} s")
+    if b["errors"]:
+        console.print("[red]errors:[/] " + ", ".join(f"{k} {v}" for k, v in sorted(b["errors"].items()))
+                      + (f"; first: {b['first_error']}" if b["first_error"] else ""))
+    if b["rejected_by_status"]:
+        console.print("rejected by status: " + ", ".join(f"{k} {v}" for k, v in sorted(b["rejected_by_status"].items())))
+    if b["short_outputs"]:
+        console.print(f"[yellow]{b['short_outputs']} completed request(s) got fewer tokens than "
+                      f"max_tokens (the server may not support ignore_eos)[/]")
+    lag = b["send_lag_s"]
+    if lag["p99"] is not None and lag["p99"] > 0.01:
+        console.print(f"[yellow]the client sent late: send lag P99 {_ms(lag['p99'])} ms, max "
+                      f"{_ms(lag['max'])} ms (latencies count from the scheduled time)[/]")
+    caps = [f"{k}={b[k]}" for k in ("max_prompt_tokens", "max_tokens_cap", "max_context") if b.get(k) is not None]
+    if caps:
+        console.print(f"[dim]sizes capped ({', '.join(caps)}): not the uncapped workload[/]")
