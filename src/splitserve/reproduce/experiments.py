@@ -40,7 +40,7 @@ QUICK = Scale("quick", 60.0, heat_prompt=(8, 12, 16, 20, 27, 35), heat_token=(1,
               loads=(40, 70, 100, 130), stress_duration=30.0, search_duration=30.0,
               rate_tolerance=0.10, budget_machines=10)
 FULL = Scale("full", 120.0, heat_prompt=tuple(range(6, 46, 3)), heat_token=tuple(range(1, 11)),
-             loads=(30, 50, 70, 90, 110, 130, 150))
+             loads=(30, 50, 70, 90, 110, 130, 150), search_duration=30.0)
 
 
 def _sim(kw: dict) -> dict:
