@@ -9,7 +9,7 @@ from splitserve.reproduce.report import reproduce_splitwise
 
 TINY = ex.Scale("tiny", 8.0, heat_prompt=(10, 30), heat_token=(1, 3), loads=(20, 60),
                 stress_rps=60.0, stress_duration=5.0, search_duration=8.0, rate_tolerance=0.25,
-                budget_machines=3)
+                budget_machines=3, max_pool=12)
 
 
 def test_report_has_every_section_plots_and_ratios(tmp_path, monkeypatch):

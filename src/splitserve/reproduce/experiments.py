@@ -34,11 +34,12 @@ class Scale:
     rate_tolerance: float = 0.05                     # relative step of throughput-at-SLO searches
     stride: int = 1                                  # >1: every stride-th split of a budget (coarse)
     budget_machines: int = POWER_BUDGET_MACHINES     # iso-power/cost budget in DGX-H100s
+    max_pool: int = 70                               # iso-throughput searches: up to N x N splits
 
 
 QUICK = Scale("quick", 60.0, heat_prompt=(8, 12, 16, 20, 27, 35), heat_token=(1, 2, 3, 4, 5, 6),
               loads=(40, 70, 100, 130), stress_duration=30.0, search_duration=30.0,
-              rate_tolerance=0.10, budget_machines=10)
+              rate_tolerance=0.10, budget_machines=10, max_pool=24)
 FULL = Scale("full", 120.0, heat_prompt=tuple(range(6, 46, 3)), heat_token=tuple(range(1, 11)),
              loads=(30, 50, 70, 90, 110, 130, 150), search_duration=30.0)
 
@@ -206,5 +207,5 @@ def iso_throughput(runner: Runner, scale: Scale, workload: str, rps: float, obje
 
     ev = runner.evaluator()
     sc = _scenario(runner, scale, workload)
-    return {d: plan.cheapest(ev, plan.design(d), rps, objective, sc, plan.Limits())
-            for d in DESIGNS}
+    lim = plan.Limits(scale.max_pool, scale.max_pool, 2 * scale.max_pool)
+    return {d: plan.cheapest(ev, plan.design(d), rps, objective, sc, lim) for d in DESIGNS}

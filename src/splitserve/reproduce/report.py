@@ -169,11 +169,13 @@ def throughput_optimised(rep: Report, data: dict, title: str, fig: str, png: str
                f"vs {baseline} ours", "paper", "ratio"], rows)
 
 
-def iso_throughput(rep: Report, power: dict, cost: dict, rps: float, pub: dict, png: str) -> None:
+def iso_throughput(rep: Report, power: dict, cost: dict, rps: float, pub: dict, png: str,
+                   max_pool: int) -> None:
     rep.add("## Iso-throughput power- and cost-optimised clusters (Fig. 19)", "",
             f"Each design's cluster with the least power (a) and the least cost (b) that meets all "
             f"nine SLOs at {rps:.1f} req/s of conversation, Baseline-H100's throughput at SLO "
-            "within the iso-power budget above.", "", f"![Fig. 19]({png})", "")
+            f"within the iso-power budget above; up to {max_pool} machines per pool "
+            f"({2 * max_pool} for baselines).", "", f"![Fig. 19]({png})", "")
     merged = {d: {**cost[d], "power_opt_kw": power[d].get("power_kw")} for d in cost}
     plots.summary_bars(merged, "baseline-h100", [("power_opt_kw", "power (power-optimised)"),
                                                  ("cost_per_hour", "cost (cost-optimised)"),
@@ -317,7 +319,8 @@ def reproduce_splitwise(out: Path, quick: bool = False, profile: str | None = No
                      lambda: ex.iso_throughput(runner, scale, "conversation", target, "power"))
         cost = step("Fig. 19b iso-throughput cost-optimised",
                     lambda: ex.iso_throughput(runner, scale, "conversation", target, "cost"))
-        iso_throughput(rep, power, cost, target, pub["iso_throughput"], "fig19_iso_throughput.png")
+        iso_throughput(rep, power, cost, target, pub["iso_throughput"], "fig19_iso_throughput.png",
+                       scale.max_pool)
     else:
         power = cost = None
         rep.add("## Iso-throughput clusters (Fig. 19)", "",
