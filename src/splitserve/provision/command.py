@@ -20,15 +20,19 @@ DEFAULT_DESIGNS = ("splitwise-aa", "splitwise-hh", "splitwise-ha", "splitwise-hh
 
 
 def _progress(enabled: bool):
-    """A rich progress line (simulations, cache hits, elapsed) on a terminal; nothing otherwise."""
+    """A rich progress bar over the designs (what is being searched, simulations, cache hits,
+    elapsed, ETA from the designs done so far) on a terminal; nothing otherwise."""
     if not (enabled and sys.stderr.isatty()):
         return None
     from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
 
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"),
+    return Progress(SpinnerColumn(), BarColumn(bar_width=20), MofNCompleteColumn(),
+                    TextColumn("{task.description}"),
                     TextColumn("[dim]{task.fields[sims]} simulated, {task.fields[hits]} cached[/]"),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    console=Console(stderr=True), transient=True)
 
 
 def run_provision(*, objective: str | None, rps: float | None, constraint: str | None,
@@ -112,7 +116,7 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
     try:
         if bar is not None:
             bar.start()
-            task = bar.add_task("provisioning", sims=0, hits=0)
+            task = bar.add_task("provisioning", total=len(names), sims=0, hits=0)
         for n in names:
             d = known[n]
             on_progress(f"{n}")
@@ -123,6 +127,8 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
             else:
                 rows.append(plan.batch_within_budget(ev, d, constraint, budget_x, sc, lim,
                                                      rps or stress_rps))
+            if bar is not None:
+                bar.advance(task)
     finally:
         if bar is not None:
             bar.stop()
