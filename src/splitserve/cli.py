@@ -173,6 +173,7 @@ def reproduce_splitwise(
 
 
 from .bench.cli import bench as _bench_cmd; app.command("bench")(_bench_cmd)
+from .serve.cli import serve as _serve_cmd; app.command("serve")(_serve_cmd)
 
 
 def main(argv: list[str] | None = None) -> int:

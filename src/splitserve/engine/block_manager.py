@@ -127,6 +127,13 @@ class BlockManager:
                 self._free.append(b)
         self._lengths.pop(seq_id, None)
 
+    def rename(self, old: Hashable, new: Hashable) -> None:
+        """Hand `old`'s blocks to `new` unchanged (a reservation becoming a sequence)."""
+        if new in self._tables:
+            raise ValueError(f"sequence {new!r} already has blocks")
+        self._tables[new] = self._tables.pop(old)
+        self._lengths[new] = self._lengths.pop(old)
+
     # ---- invariants (tests) -------------------------------------------------------------
     def check(self) -> None:
         refs = [0] * self.num_blocks

@@ -145,6 +145,8 @@ class LLMEngine:
         self._ids = itertools.count()
         self._arrivals = itertools.count()
         self._stashed: list[RequestOutput] = []
+        self.current_batch: list[tuple[Sequence, int]] = []  # the step being run (layer hooks read it)
+        self._reserved: dict[str, list[int]] = {}  # request id -> blocks awaiting a KV transfer
 
     # ---- setup -------------------------------------------------------------------------
     @staticmethod
@@ -239,6 +241,60 @@ class LLMEngine:
         self.scheduler.add_running(seq)
         return seq.request_id
 
+    # ---- KV received layer by layer (the token side of a streamed transfer) -----------------
+    def reserve_kv(self, request_id: str, num_tokens: int) -> list[int]:
+        """Allocate blocks for an incoming request's `num_tokens` prompt positions (and the first
+        generated token) before its KV arrives. UserError when they do not fit."""
+        if request_id in self._seqs or request_id in self._reserved:
+            raise UserError(f"request id {request_id!r} is already in use")
+        if not 0 < num_tokens < self.max_seq_len:
+            raise UserError(f"cannot reserve KV for {num_tokens} tokens (limit {self.max_seq_len - 1})")
+        try:
+            table = self.blocks.allocate(("reserved", request_id), num_tokens + 1)
+        except NoFreeBlocks:
+            raise UserError(f"no room in the KV cache for {num_tokens} tokens "
+                            f"({self.blocks.num_free} blocks free)") from None
+        self._reserved[request_id] = table
+        return table
+
+    def write_kv_layer(self, request_id: str, layer: int, data: torch.Tensor, start: int = 0) -> None:
+        """Write layer `layer`'s K/V (2, tokens, kv_heads, head_dim) of positions start.. into a
+        reservation."""
+        table = self._reserved[request_id]
+        slots = torch.tensor(self.kv.slots(table, start, start + data.shape[1]), dtype=torch.long,
+                             device=self.device)
+        flat = self.kv.data[layer].view(2, -1, self.cfg.num_kv_heads, self.cfg.head_dim)
+        flat[:, slots] = data.to(device=self.device, dtype=self.kv.data.dtype)
+
+    def release_kv(self, request_id: str) -> bool:
+        """Drop a reservation whose transfer failed; True if there was one."""
+        if self._reserved.pop(request_id, None) is None:
+            return False
+        self.blocks.free(("reserved", request_id))
+        return True
+
+    def start_reserved(self, prompt_ids: list[int], first_token: int, params: SamplingParams | None,
+                       request_id: str) -> str:
+        """Every layer of a reservation has been written: decode from `first_token` on."""
+        if request_id not in self._reserved:
+            raise UserError(f"request {request_id!r} has no KV reservation")
+        if self.blocks.num_tokens(("reserved", request_id)) != len(prompt_ids) + 1:
+            raise UserError(f"the reservation of {request_id!r} does not match a {len(prompt_ids)}-token prompt")
+        seq = self._new_sequence(prompt_ids, params, request_id)
+        if not 0 <= first_token < self.cfg.vocab_size:
+            del self._seqs[request_id]
+            raise UserError(f"first token {first_token} is outside the vocabulary")
+        seq.output_ids.append(first_token)
+        del self._reserved[request_id]
+        self.blocks.rename(("reserved", request_id), request_id)  # the sequence owns them now
+        seq.num_computed = len(seq.prompt_ids)
+        self.scheduler.add_running(seq)
+        return request_id
+
+    @property
+    def num_reserved(self) -> int:
+        return len(self._reserved)
+
     def export_kv(self, request_id: str) -> KVExport:
         """The K/V of every position of a live request that has been computed so far."""
         seq = self._seqs.get(request_id)
@@ -264,7 +320,11 @@ class LLMEngine:
             return outputs
         self.kv.copy_blocks(copies)
         batch.sort(key=lambda sn: sn[1] > 1)  # decodes (one token) first
-        logits, samplers = self._run(batch)
+        self.current_batch = batch
+        try:
+            logits, samplers = self._run(batch)
+        finally:
+            self.current_batch = []
         for seq, n in batch:
             seq.num_computed += n
         if samplers:

@@ -1,0 +1,105 @@
+"""`splitserve serve`: the front end, router and workers of one phase-split cluster.
+
+    splitserve serve --model tiny --prompt-workers 1 --token-workers 1
+    splitserve serve --model /models/llama3-8b --prompt-workers 2 --token-workers 2 --device cuda
+    splitserve serve --model tiny --design baseline --mixed-workers 2 --api-key secret
+
+Cheap to import (typer only): the server's modules are imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import UserError
+
+
+def serve(
+    model: Annotated[str, typer.Option(help="A Hugging Face-format directory or a preset (tiny, small, ...).")] = "tiny",
+    prompt_workers: Annotated[int, typer.Option("--prompt-workers", help="Workers in the prompt pool.")] = 1,
+    token_workers: Annotated[int, typer.Option("--token-workers", help="Workers in the token pool.")] = 1,
+    mixed_workers: Annotated[int, typer.Option("--mixed-workers", help="Workers in the mixed pool.")] = 0,
+    design: Annotated[str, typer.Option(help="splitwise (phase split) or baseline (every request whole on one mixed worker).")] = "splitwise",
+    host: Annotated[str, typer.Option(help="Address the HTTP server binds to.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port (0: any free port).")] = 8000,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="SPLITSERVE_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/*.")] = None,
+    backend: Annotated[str, typer.Option(help="local (worker processes here) or ray (one Ray actor per worker).")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address (default: start a local Ray).")] = None,
+    worker_host: Annotated[str, typer.Option("--worker-host", help="Address for the internal router/KV sockets (reachable by every worker).")] = "127.0.0.1",
+    device: Annotated[str, typer.Option(help="Worker device: cpu, cuda or auto.")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16 or auto.")] = "auto",
+    layerwise_threshold: Annotated[int, typer.Option(help="Prompt-batch tokens from which KV moves layer by layer (else in one shot).")] = 512,
+    transfer_timeout: Annotated[float, typer.Option(help="Seconds a KV transfer may take before its blocks are freed and the request restarts.")] = 5.0,
+    transport: Annotated[str, typer.Option(help="KV transport: tcp (cuda-ipc and nccl are not implemented).")] = "tcp",
+    max_queue: Annotated[int, typer.Option(help="Requests in flight at most; more get HTTP 429.")] = 256,
+    num_blocks: Annotated[Optional[int], typer.Option(help="KV cache blocks per worker (default: the engine's).")] = None,
+    max_num_seqs: Annotated[int, typer.Option(help="Sequences per worker batch at most.")] = 256,
+    seed: Annotated[int, typer.Option(help="Seed of the workers' samplers (requests without their own seed).")] = 0,
+    worker_threads: Annotated[int, typer.Option(help="Torch threads per worker.")] = 1,
+    no_restart_workers: Annotated[bool, typer.Option("--no-restart-workers", help="Mark dead workers down instead of replacing them.")] = False,
+    worker_mode: Annotated[str, typer.Option(hidden=True, help="BENCHMARK TOOL: 'echo' returns tokens without computing.")] = "engine",
+    echo_token_delay: Annotated[float, typer.Option(hidden=True, help="Echo mode only: one token per step, each step this many seconds.")] = 0.0,
+    debug_layer_delay: Annotated[float, typer.Option(hidden=True, help="Tests only: seconds of sleep after each prefill layer on prompt workers.")] = 0.0,
+) -> None:
+    """Serve a model over an OpenAI-compatible HTTP API with phase-split prompt/token workers."""
+    from .config import ServeConfig
+
+    cfg = ServeConfig(model=model, prompt_workers=prompt_workers, token_workers=token_workers,
+                      mixed_workers=mixed_workers, design=design, host=host, port=port, api_key=api_key,
+                      backend=backend, ray_address=ray_address, worker_host=worker_host, device=device,
+                      dtype=dtype, layerwise_threshold=layerwise_threshold, transfer_timeout_s=transfer_timeout,
+                      transport=transport, max_queue=max_queue, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
+                      seed=seed, worker_threads=worker_threads, restart_workers=not no_restart_workers,
+                      worker_mode=worker_mode, debug_layer_delay_s=debug_layer_delay,
+                      echo_token_delay_s=echo_token_delay)
+    if design == "baseline":
+        # baseline: every worker is mixed; --mixed-workers K of them, else prompt + token workers
+        cfg.mixed_workers = mixed_workers or prompt_workers + token_workers
+        cfg.prompt_workers = cfg.token_workers = 0
+    cfg.validate()
+    run_server(cfg)
+
+
+def run_server(cfg) -> None:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+        import zmq  # noqa: F401
+    except ImportError as e:
+        raise UserError(f"serving needs the serve extra ({e.name} is missing): pip install 'splitserve[serve]'") from None
+    from .api import create_app
+    from .transfer import TRANSPORTS
+
+    if cfg.transport not in TRANSPORTS:
+        raise UserError(f"unknown KV transport {cfg.transport!r}; use tcp")
+    if cfg.transport != "tcp":
+        TRANSPORTS[cfg.transport]()  # raises TransportUnavailable with its reason
+
+    def log(msg: str) -> None:
+        print(f"splitserve serve: {msg}", file=sys.stderr, flush=True)
+
+    if cfg.worker_mode == "echo":
+        log("WORKER MODE echo: a benchmark tool; workers return tokens WITHOUT computing them")
+    app = create_app(cfg, log=log)
+    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
+                            lifespan="on", timeout_graceful_shutdown=3)
+    server = uvicorn.Server(config)
+
+    orig_startup = server.startup
+
+    async def startup(sockets=None):
+        await orig_startup(sockets)
+        if server.started:
+            for s in server.servers:
+                for sock in s.sockets:
+                    h, p = sock.getsockname()[:2]
+                    log(f"listening on http://{h}:{p} (model {cfg.model}, design {cfg.design}); "
+                        f"try: curl http://{h}:{p}/v1/models")
+
+    server.startup = startup
+    server.run()
+    if not server.started:
+        raise UserError("the server did not start (see the messages above)")

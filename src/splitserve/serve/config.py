@@ -1,0 +1,70 @@
+"""Settings of one `splitserve serve` cluster (front end, router and workers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UserError
+
+
+@dataclass(slots=True)
+class ServeConfig:
+    model: str = "tiny"
+    prompt_workers: int = 1
+    token_workers: int = 1
+    mixed_workers: int = 0
+    design: str = "splitwise"            # splitwise | baseline
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    backend: str = "local"               # local | ray
+    ray_address: str | None = None
+    worker_host: str = "127.0.0.1"       # where the router's and workers' internal sockets bind
+    worker_mode: str = "engine"          # engine | echo (benchmark tool: no computation)
+    transport: str = "tcp"
+    layerwise_threshold: int = 512       # prompt-batch tokens from which KV moves layer by layer
+    transfer_timeout_s: float = 5.0
+    max_queue: int = 256                 # requests in flight (admitted, not finished) at most
+    retry_after_s: int = 1
+    device: str = "cpu"
+    dtype: str = "auto"
+    seed: int = 0
+    num_blocks: int | None = None        # KV blocks per worker (default: the engine's)
+    max_num_seqs: int = 256
+    worker_threads: int = 1
+    restart_workers: bool = True         # replace a worker that died
+    max_worker_restarts: int = 8
+    max_attempts: int = 3                # tries of one request across worker failures
+    heartbeat_timeout_s: float = 15.0
+    startup_timeout_s: float = 180.0
+    park_timeout_s: float = 30.0         # how long a request may wait for a live worker
+    debug_layer_delay_s: float = 0.0     # tests only: slow each prefill layer down
+    echo_token_delay_s: float = 0.0      # echo mode only: one token per step, steps this long
+
+    @property
+    def split(self) -> bool:
+        return self.design == "splitwise"
+
+    def homes(self) -> list[str]:
+        """The home pool of each worker, by worker id."""
+        return ["prompt"] * self.prompt_workers + ["token"] * self.token_workers + ["mixed"] * self.mixed_workers
+
+    def validate(self) -> None:
+        if self.design not in ("splitwise", "baseline"):
+            raise UserError(f"--design must be splitwise or baseline, got {self.design!r}")
+        for name in ("prompt_workers", "token_workers", "mixed_workers"):
+            if getattr(self, name) < 0:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 0")
+        if self.split and (self.prompt_workers < 1 or self.token_workers < 1):
+            raise UserError("--design splitwise needs at least one prompt and one token worker "
+                            "(or use --design baseline with --mixed-workers)")
+        if not self.homes():
+            raise UserError("no workers: give --mixed-workers N (or prompt/token workers)")
+        if self.backend not in ("local", "ray"):
+            raise UserError(f"--backend must be local or ray, got {self.backend!r}")
+        if self.worker_mode not in ("engine", "echo"):
+            raise UserError(f"--worker-mode must be engine or echo, got {self.worker_mode!r}")
+        if self.max_queue < 1:
+            raise UserError("--max-queue must be at least 1")
+        if not 0 <= self.port < 65536:
+            raise UserError(f"--port must be in 0..65535, got {self.port}")

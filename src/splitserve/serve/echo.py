@@ -1,0 +1,95 @@
+"""BENCHMARK TOOL, never the default: an engine stand-in that returns tokens without computing.
+
+`splitserve serve --worker-mode echo` runs workers on this instead of `LLMEngine`, so that a load
+test measures the front end, the router and the worker channel alone (benchmarks/serve/
+router_overhead.py). Token i of a request is `(last prompt id + 1 + i) % vocab`; all of them come
+out in the step after the request arrives. It has the slice of LLMEngine's interface the worker
+uses, with a KV cache of zero layers (a split request's "transfer" is just the closing message).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class EchoOutput:
+    request_id: str
+    token_ids: list[int]
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None
+    kv: object = None
+
+
+@dataclass
+class _Cfg:
+    num_layers: int = 0
+    vocab_size: int = 259
+
+
+@dataclass
+class _Blocks:
+    num_blocks: int = 1 << 20
+    block_size: int = 16
+    num_free: int = 1 << 20
+
+
+@dataclass
+class EchoEngine:
+    cfg: _Cfg = field(default_factory=_Cfg)
+    blocks: _Blocks = field(default_factory=_Blocks)
+    max_model_len: int = 1 << 20
+    model: object = None
+    token_delay_s: float = 0.0  # > 0: one token per request per step, and each step sleeps this long
+    current_batch: list = field(default_factory=list)
+    _queue: dict = field(default_factory=dict)   # rid -> (first token, count, prefill_only, done)
+    _reserved: dict = field(default_factory=dict)
+
+    def add_request(self, ids, params, request_id, prefill_only=False):
+        self._queue[request_id] = ((ids[-1] + 1) % self.cfg.vocab_size, params.max_tokens, prefill_only, 0)
+        return request_id
+
+    def reserve_kv(self, rid, num_tokens):
+        self._reserved[rid] = num_tokens
+
+    def write_kv_layer(self, rid, layer, data, start=0):
+        pass
+
+    def release_kv(self, rid):
+        return self._reserved.pop(rid, None) is not None
+
+    def start_reserved(self, prompt_ids, first_token, params, request_id):
+        del self._reserved[request_id]
+        self._queue[request_id] = (first_token, params.max_tokens, False, 1)
+
+    def abort(self, rid):
+        self._queue.pop(rid, None)
+
+    def has_unfinished(self):
+        return bool(self._queue)
+
+    @property
+    def num_reserved(self):
+        return len(self._reserved)
+
+    def step(self):
+        outs = []
+        v = self.cfg.vocab_size
+        if self.token_delay_s > 0:
+            time.sleep(self.token_delay_s)
+        for rid, (first, n, prefill_only, done) in list(self._queue.items()):
+            if prefill_only:
+                outs.append(EchoOutput(rid, [first], [first], True, "prefill" if n > 1 else "length"))
+                del self._queue[rid]
+                continue
+            stop = n if self.token_delay_s <= 0 else done + 1
+            toks = [(first + i) % v for i in range(done, stop)]
+            finished = stop >= n
+            outs.append(EchoOutput(rid, toks, toks, finished, "length" if finished else None))
+            if finished:
+                del self._queue[rid]
+            else:
+                self._queue[rid] = (first, n, False, stop)
+        return outs

@@ -1,0 +1,224 @@
+"""A worker: one OS process owning one engine, in the prompt, token or mixed pool.
+
+    python -m splitserve.serve.worker --id 0 --router tcp://127.0.0.1:5555 --model tiny
+    (started by `splitserve serve`; the cluster secret comes in SPLITSERVE_CLUSTER_SECRET)
+
+The pool is the router's business: any worker runs what it is sent. "gen" with kind "full" runs
+a request here from prompt to last token (mixed / baseline); kind "prefill" runs the prompt only
+and ships its KV to the token worker named in the message (see transfer.py); "expect" reserves
+blocks for KV that is about to arrive, after which the request decodes here. Batching and
+preemption within the worker are the engine's continuous-batching scheduler, with the per-step
+prompt-token cap of the machine-level policy (`policy.machine.BatchingConfig.prompt_token_cap`).
+
+Loop: wait for messages (not at all while the engine has work), handle them, run one engine step,
+send that step's tokens to the router in one message, expire late KV reservations, heartbeat.
+A worker whose router has gone quiet for `--orphan-timeout` seconds exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import zmq
+
+from ..errors import UserError
+from .protocol import BadMessage, Codec, secret_from_env
+from .transfer import KVReceiver, KVSender, make_transport
+
+HEARTBEAT_S = 0.2
+
+
+def build_engine(args):
+    if args.worker_mode == "echo":
+        from .echo import EchoEngine
+        return EchoEngine(token_delay_s=args.echo_token_delay_s)
+    from ..engine.engine import LLMEngine
+    from ..policy.machine import BatchingConfig
+
+    import torch
+    torch.set_num_threads(max(1, args.threads))
+    return LLMEngine(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
+                     num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
+                     max_num_batched_tokens=BatchingConfig().prompt_token_cap, tokenizer=None)
+
+
+def sampling_params(p: dict, echo: bool = False):
+    if echo:  # the echo stand-in reads max_tokens only; importing the sampler would import torch
+        from types import SimpleNamespace
+        return SimpleNamespace(max_tokens=p["max_tokens"])
+    from ..engine.sampler import SamplingParams
+    return SamplingParams(max_tokens=p["max_tokens"], temperature=p.get("temperature", 0.0),
+                          top_p=p.get("top_p", 1.0), top_k=p.get("top_k", 0), seed=p.get("seed"),
+                          stop_token_ids=tuple(p.get("stop_token_ids", ())),
+                          ignore_eos=p.get("ignore_eos", False))
+
+
+class Worker:
+    def __init__(self, args, engine, codec: Codec) -> None:
+        self.args, self.engine, self.codec = args, engine, codec
+        self.ctx = zmq.Context.instance()
+        self.ctl = self.ctx.socket(zmq.DEALER)
+        self.ctl.setsockopt(zmq.IDENTITY, (args.ident or f"w{args.id}.1").encode())
+        self.ctl.setsockopt(zmq.LINGER, 0)
+        self.ctl.connect(args.router)
+        self.transport = make_transport(args.transport, self.ctx, codec, args.host)
+        self.sender = KVSender(engine, self.transport, args.debug_layer_delay_s)
+        self.receiver = KVReceiver(engine, args.transfer_timeout_s)
+        self.kinds: dict[str, str] = {}  # rid -> "full" | "prefill" | "decode"
+        self.items: list = []  # tokens for the router, flushed once per loop
+        self.last_router = time.monotonic()
+        self.running = True
+        self.echo = args.worker_mode == "echo"
+
+    def send(self, header: dict) -> None:
+        self.ctl.send_multipart(self.codec.encode(header), copy=False)
+
+    def hello(self) -> None:
+        e = self.engine
+        self.send({"t": "hello", "id": self.args.id, "pid": os.getpid(), "kv": self.transport.address,
+                   "blocks": e.blocks.num_blocks, "block_size": e.blocks.block_size,
+                   "free": e.blocks.num_free, "max_len": e.max_model_len})
+
+    def heartbeat(self) -> None:
+        e = self.engine
+        self.send({"t": "hb", "id": self.args.id, "free": e.blocks.num_free, "blocks": e.blocks.num_blocks,
+                   "reserved": e.num_reserved, "running": len(self.kinds),
+                   "rejected": self.codec.rejected, "stray": self.receiver.stray})
+
+    # ---- messages from the router ----------------------------------------------------------
+    def on_ctl(self, h: dict) -> None:
+        t = h["t"]
+        rid = h.get("rid")
+        if t == "gen":
+            try:
+                params = sampling_params(h["p"], self.echo)
+                self.engine.add_request(h["ids"], params, rid, prefill_only=h["kind"] == "prefill")
+            except UserError as e:
+                self.send({"t": "err", "rid": rid, "msg": str(e)})
+                return
+            self.kinds[rid] = h["kind"]
+            if h["kind"] == "prefill":
+                self.sender.plan(rid, h["dest"], h["addr"], h["thr"])
+        elif t == "expect":
+            try:
+                self.receiver.expect(rid, h["ids"], sampling_params(h["p"], self.echo))
+                self.send({"t": "reserved", "rid": rid, "ok": True})
+            except UserError as e:
+                self.send({"t": "reserved", "rid": rid, "ok": False, "msg": str(e)})
+        elif t in ("abort", "cancel"):
+            self.engine.abort(rid)
+            self.receiver.release(rid)
+            self.sender.forget(rid)
+            self.kinds.pop(rid, None)
+        elif t == "peer_down":
+            self.transport.drop_peer(h["peer"])
+        elif t == "stop":
+            self.running = False
+
+    def on_kv(self, h: dict, data: list) -> None:
+        ev = self.receiver.handle(h, data)
+        if ev is not None:
+            if ev["t"] == "kv_in":
+                self.kinds[ev["rid"]] = "decode"
+            self.send(ev)
+
+    # ---- engine outputs ---------------------------------------------------------------------
+    def on_outputs(self, outs) -> None:
+        for o in outs:
+            rid = o.request_id
+            kind = self.kinds.get(rid)
+            if kind is None:
+                continue  # aborted meanwhile
+            if o.finish_reason == "prefill":
+                self.sender.prefill_done(rid, o.token_ids[0], o.kv)
+                del self.kinds[rid]
+                self.items.append([rid, o.new_token_ids, False, "prefill"])
+                continue
+            if o.finished:
+                self.sender.forget(rid)
+                del self.kinds[rid]
+            self.items.append([rid, o.new_token_ids, o.finished, o.finish_reason])
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.ctl, zmq.POLLIN)
+        poller.register(self.transport.inbound, zmq.POLLIN)
+        self.hello()
+        next_hb = time.monotonic() + HEARTBEAT_S
+        while self.running:
+            busy = self.engine.has_unfinished()
+            ready = dict(poller.poll(0 if busy else 20))
+            if self.ctl in ready:
+                while True:
+                    try:
+                        frames = self.ctl.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    try:
+                        h, _ = self.codec.decode(frames)
+                    except BadMessage:
+                        continue
+                    self.last_router = time.monotonic()
+                    self.on_ctl(h)
+            if self.transport.inbound in ready:
+                for h, data in self.transport.recv_all():
+                    self.on_kv(h, data)
+            for ev in self.receiver.expire():
+                self.send(ev)
+            if self.engine.has_unfinished():
+                self.on_outputs(self.engine.step())
+            if self.items:
+                self.send({"t": "out", "items": self.items})
+                self.items = []
+            now = time.monotonic()
+            if now >= next_hb:
+                self.heartbeat()
+                next_hb = now + HEARTBEAT_S
+                if now - self.last_router > self.args.orphan_timeout_s:
+                    print(f"worker {self.args.id}: no word from the router for "
+                          f"{self.args.orphan_timeout_s:g} s; exiting", file=sys.stderr)
+                    break
+        self.transport.close()
+        self.ctl.close(linger=0)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="splitserve-worker", description=__doc__.splitlines()[0])
+    ap.add_argument("--id", type=int, required=True)
+    ap.add_argument("--ident", default=None, help="identity on the router socket (w<id>.<generation>)")
+    ap.add_argument("--router", required=True, help="the router's control endpoint, tcp://host:port")
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--host", default="127.0.0.1", help="address to bind the inbound KV endpoint on")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--num-blocks", type=int, default=None)
+    ap.add_argument("--max-num-seqs", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--transport", default="tcp")
+    ap.add_argument("--transfer-timeout-s", type=float, default=5.0)
+    ap.add_argument("--orphan-timeout-s", type=float, default=10.0)
+    ap.add_argument("--worker-mode", choices=["engine", "echo"], default="engine")
+    ap.add_argument("--echo-token-delay-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--debug-layer-delay-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    codec = Codec(secret_from_env())
+    try:
+        engine = build_engine(args)
+        worker = Worker(args, engine, codec)
+    except UserError as e:
+        print(f"worker {args.id}: error: {e}", file=sys.stderr)
+        return 2
+    worker.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
