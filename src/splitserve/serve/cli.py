@@ -26,7 +26,7 @@ def serve(
     host: Annotated[str, typer.Option(help="Address the HTTP server binds to.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="HTTP port (0: any free port).")] = 8000,
     api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="SPLITSERVE_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/*.")] = None,
-    backend: Annotated[str, typer.Option(help="local (worker processes here) or ray (experimental and not yet tested: one Ray actor per worker).")] = "local",
+    backend: Annotated[str, typer.Option(help="local (worker processes here) or ray (one Ray actor per worker; tested on a local Ray instance only).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address (default: start a local Ray).")] = None,
     worker_host: Annotated[str, typer.Option("--worker-host", help="Address for the internal router/KV sockets (reachable by every worker).")] = "127.0.0.1",
     device: Annotated[str, typer.Option(help="Worker device: cpu, cuda or auto.")] = "cpu",
