@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
-from ..report.table import _ms
+from ..report.table import _ms, latency_table
 
 
 def print_bench_summary(s: dict, console: Console | None = None) -> None:
@@ -13,14 +12,7 @@ def print_bench_summary(s: dict, console: Console | None = None) -> None:
     b = s["bench"]
     title = (f"live {b['url']} | {s['model'] or 'default model'} | {s['workload']['name']} "
              f"@ {s['workload']['rps']:g} req/s for {s['workload']['duration_s']:g} s")
-    lat = Table(title=title, title_justify="left")
-    lat.add_column("latency (ms)")
-    for col in ("P50", "P90", "P99", "mean"):
-        lat.add_column(col, justify="right")
-    for name, key in (("TTFT", "ttft_s"), ("TBT", "tbt_s"), ("E2E", "e2e_s")):
-        d = s[key]
-        lat.add_row(name, _ms(d["p50"]), _ms(d["p90"]), _ms(d["p99"]), _ms(d["mean"]))
-    console.print(lat)
+    console.print(latency_table(s, title, (("TTFT", "ttft_s"), ("TBT", "tbt_s"), ("E2E", "e2e_s"))))
     offered = f"{s['offered_rps']:.2f}" if s["offered_rps"] is not None else "-"
     console.print(
         f"requests {s['requests']:,}: {s['completed']:,} completed, {s['failed']:,} failed, "

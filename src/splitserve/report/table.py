@@ -10,18 +10,24 @@ def _ms(x) -> str:
     return "-" if x is None else f"{x * 1000:,.1f}"
 
 
-def print_summary(s: dict, console: Console | None = None) -> None:
-    console = console or Console()
-    title = (f"{s['cluster_label']} | {s['model']} | {s['workload']['name']} "
-             f"@ {s['workload']['rps']:g} req/s")
+def latency_table(s: dict, title: str, rows) -> Table:
+    """P50/P90/P99/mean in ms of the summary's latency entries `rows`: (label, key) pairs."""
     lat = Table(title=title, title_justify="left")
     lat.add_column("latency (ms)")
     for col in ("P50", "P90", "P99", "mean"):
         lat.add_column(col, justify="right")
-    for name, key in (("TTFT", "ttft_s"), ("TBT", "tbt_s"), ("E2E", "e2e_s"), ("queueing", "queue_s")):
+    for name, key in rows:
         d = s[key]
         lat.add_row(name, _ms(d["p50"]), _ms(d["p90"]), _ms(d["p99"]), _ms(d["mean"]))
-    console.print(lat)
+    return lat
+
+
+def print_summary(s: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    title = (f"{s['cluster_label']} | {s['model']} | {s['workload']['name']} "
+             f"@ {s['workload']['rps']:g} req/s")
+    console.print(latency_table(s, title, (("TTFT", "ttft_s"), ("TBT", "tbt_s"), ("E2E", "e2e_s"),
+                                           ("queueing", "queue_s"))))
 
     slo = Table(title="SLO: slowdown vs uncontended DGX-A100 (limit)", title_justify="left")
     slo.add_column("metric")

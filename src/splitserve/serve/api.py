@@ -170,7 +170,7 @@ def create_app(cfg: ServeConfig, log=None) -> FastAPI:
         except BaseException:
             router.cancel(req)
             raise
-        text = detok_text(detok)
+        text = detok.text()[0]
         usage = {"prompt_tokens": len(ids), "completion_tokens": len(tokens),
                  "total_tokens": len(ids) + len(tokens)}
         if chat:
@@ -181,16 +181,6 @@ def create_app(cfg: ServeConfig, log=None) -> FastAPI:
         choice = {"index": 0, "text": text, "token_ids": tokens, "logprobs": None, "finish_reason": reason}
         return _json({"id": rid, "object": "text_completion", "created": created, "model": info.name,
                       "choices": [choice], "usage": usage})
-
-    def detok_text(detok: Detokenizer) -> str:
-        if detok.tok is None:
-            return ""
-        text = detok.tok.decode(detok.ids)
-        if detok.stop:
-            cut = [i for i in (text.find(s) for s in detok.stop) if i >= 0]
-            if cut:
-                text = text[: min(cut)]
-        return text
 
     async def _stream(req, first, rid, created, chat, n_prompt, detok, opts):
         obj = "chat.completion.chunk" if chat else "text_completion"

@@ -264,15 +264,21 @@ class Detokenizer:
         self.sent = 0
         self.stopped = False
 
+    def text(self) -> tuple[str, bool]:
+        """The whole text so far, cut before the first stop string; and whether one was found."""
+        if self.tok is None:
+            return "", False
+        text = self.tok.decode(self.ids)
+        cut = [i for i in (text.find(s) for s in self.stop) if i >= 0]
+        return (text[: min(cut)], True) if cut else (text, False)
+
     def push(self, ids: list[int], final: bool = False) -> str:
         self.ids.extend(ids)
         if self.tok is None:
             return ""
-        text = self.tok.decode(self.ids)
-        if self.stop:
-            cut = [i for i in (text.find(s) for s in self.stop) if i >= 0]
-            if cut:
-                text, final, self.stopped = text[: min(cut)], True, True
+        text, stopped = self.text()
+        if stopped:
+            final = self.stopped = True
         if not final:
             if text.endswith("\ufffd"):
                 return ""
