@@ -21,15 +21,6 @@ def workload(n: int = 36, seed: int = 7):
     return prompts, max_tokens
 
 
-async def serve_all(url: str, prompts, max_tokens) -> list[list[int]]:
-    async with httpx.AsyncClient(timeout=60) as client:
-        res = await asyncio.gather(*(complete(client, url, p, m, stream=i % 2 == 0, ignore_eos=True)
-                                     for i, (p, m) in enumerate(zip(prompts, max_tokens))))
-    for status, toks, body in res:
-        assert status == 200, body
-    return [toks for _, toks, _ in res]
-
-
 async def serve_all(url: str, prompts, max_tokens, headers=None) -> list[list[int]]:
     async with httpx.AsyncClient(timeout=60) as client:
         res = await asyncio.gather(*(complete(client, url, p, m, stream=i % 2 == 0, headers=headers, ignore_eos=True)
@@ -84,3 +75,20 @@ def test_server_matches_generate_cli(split_server, capsys):
     assert body["choices"][0]["text"] == want["text"]
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": len(want["token_ids"]),
                              "total_tokens": 3 + len(want["token_ids"])}
+
+
+def test_mixed_worker_preempts_decodes_for_prompts_without_changing_tokens(server_factory, reference_engine):
+    """One mixed worker whose cache (24 blocks of 16 tokens) holds a few requests at a time: the
+    machine-level policy admits prompts first and preempts running decodes to make room, and the
+    preempted requests are recomputed to the same tokens."""
+    srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--num-blocks", "24")
+    prompts, max_tokens = workload(n=30, seed=11)
+    max_tokens = [m + 20 for m in max_tokens]            # long decodes, so prompts meet them
+    want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
+    got = asyncio.run(serve_all(srv.url, prompts, max_tokens, srv.headers))
+    assert got == want
+    st = srv.wait_settled()
+    (w,) = st["workers"]
+    assert w["free"] == w["start_free"] == 24 and w["reserved"] == 0
+    assert w["preempted"] > 0, "with 24 blocks for 30 requests, prompts must have preempted decodes"
+    assert st["policy_idle"]

@@ -130,7 +130,7 @@ class Scheduler:
         self.blocks.free(seq.request_id)
         self.running.remove(seq)
         seq.num_computed = 0
-        seq.num_preemptions += 1
+        seq.preemptions += 1
         self.num_preemptions += 1
         seq.status = Status.WAITING
         self.waiting.appendleft(seq)

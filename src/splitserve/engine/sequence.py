@@ -28,7 +28,7 @@ class Sequence:
     prefill_only: bool = False  # prompt worker: stop after the first token and export the KV
     text: str | None = None
     logits: list = field(default_factory=list)
-    num_preemptions: int = 0
+    preemptions: int = 0  # times preempted (KV dropped, recomputed later)
 
     @property
     def num_tokens(self) -> int:

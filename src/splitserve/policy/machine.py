@@ -19,8 +19,11 @@ iteration done. Nothing here reads a clock.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol, TypeVar
 
 from .state import Machine, Phase, Request
+
+R = TypeVar("R", bound="Preemptible")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +51,16 @@ class IterationResult:
     finished: list[Request]         # produced their last token; their KV is released
 
 
+def decode_reservation(m: Machine, r: Request) -> int:
+    """KV tokens `r` holds on the machine `m` that decodes it: the prompt and every token it will
+    generate, reserved up front (whole blocks) so a running decode batch never outgrows memory."""
+    return m.kv_round(r.kv_need)
+
+
 def prefill_reservation(m: Machine, r: Request) -> int:
     """KV tokens a prefill of `r` holds on `m`: everything if `m` will decode it too, else only the
     prompt's KV until it has been sent to the token machine."""
-    return r.kv_need if r.token_machine == m.id else r.prompt_tokens
+    return decode_reservation(m, r) if r.token_machine == m.id else m.kv_round(r.prompt_tokens)
 
 
 def enqueue_prompt(m: Machine, r: Request) -> None:
@@ -67,17 +76,63 @@ def join_decode(m: Machine, r: Request) -> None:
     m.ready.append(r)
 
 
-def _preempt_for(m: Machine, need: int, limit: int, batch: Batch) -> bool:
-    """Free at least `need` KV tokens on `m` by preempting running decodes, youngest first."""
-    victims = [r for r in m.running if r.preemptions < limit]
-    if sum(r.kv_need for r in victims) < need - m.kv_free:
-        return False
-    victims.sort(key=lambda r: r.arrival, reverse=True)       # youngest first
-    for v in victims:
-        if m.kv_free >= need:
+# ---- the rules, stated once -------------------------------------------------------------------
+# form_batch below applies them to the policy's token-level state (simulator); the live engine
+# applies the same functions to its paged cache (engine/policy_batching.py).
+
+def prompt_budget(cfg: BatchingConfig, decodes: int) -> int:
+    """Prefill tokens one iteration may compute: the cap, or with chunked prefill what is left of
+    the chunk after one token for each of the `decodes` running decodes."""
+    if cfg.chunk_size > 0:
+        return max(cfg.chunk_size - decodes, 0)
+    return cfg.prompt_token_cap
+
+
+def prompt_take(cfg: BatchingConfig, remaining: int, budget: int, first: bool) -> int:
+    """Tokens of the queue head's prefill to run this iteration; 0: it waits (and so does everyone
+    behind it: FCFS). Whole prompts run whole, and only if they fit what is left of the budget,
+    except the iteration's first prompt, which runs alone however long it is; chunked prefill takes
+    what the budget leaves."""
+    if budget <= 0:
+        return 0
+    if cfg.chunk_size > 0:
+        return min(remaining, budget)
+    return remaining if first or remaining <= budget else 0
+
+
+class Preemptible(Protocol):
+    arrival: float
+    preemptions: int
+
+
+def preemption_victims(running: Iterable[R], shortfall: int, held: Callable[[R], int],
+                       limit: int) -> list[R] | None:
+    """Running decodes to preempt so that a prompt gets `shortfall` more KV: the youngest first, none
+    preempted more than `limit` times; `held(r)` is what preempting `r` frees. None when all that
+    may be preempted together free too little (the prompt waits and nobody is preempted)."""
+    if shortfall <= 0:
+        return []
+    eligible = [r for r in running if r.preemptions < limit]
+    if sum(map(held, eligible)) < shortfall:
+        return None
+    eligible.sort(key=lambda r: r.arrival, reverse=True)
+    out: list[R] = []
+    for r in eligible:
+        if shortfall <= 0:
             break
+        out.append(r)
+        shortfall -= held(r)
+    return out
+
+
+def _preempt_for(m: Machine, need: int, limit: int, batch: Batch) -> bool:
+    """Free at least `need` KV tokens on `m` by preempting running decodes (preemption_victims)."""
+    victims = preemption_victims(m.running, need - m.kv_free, lambda r: decode_reservation(m, r), limit)
+    if victims is None:
+        return False
+    for v in victims:
         m.running.remove(v)
-        m.kv_used -= v.kv_need
+        m.kv_used -= decode_reservation(m, v)
         m.context_tokens -= v.prompt_tokens + v.generated
         m.decode_tokens_left -= v.output_tokens - v.generated
         m.pending -= v.output_tokens - v.generated
@@ -101,15 +156,13 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
         m.running.extend(m.ready)
         m.ready = []
     queue = m.prompt_queue
-    if cfg.chunk_size > 0:                    # decodes first, prompt chunks in what is left
-        budget = max(cfg.chunk_size - len(m.running), 0)
-    else:
-        budget = cfg.prompt_token_cap
+    budget = prompt_budget(cfg, len(m.running))
     requeue: list[Request] = []
-    while queue and budget > 0:
+    while queue:
         head = queue[0]
         remaining = head.prefill_len - head.prefilled
-        if cfg.chunk_size <= 0 and batch.prompts and remaining > budget:
+        n = prompt_take(cfg, remaining, budget, first=not batch.prompts)
+        if n == 0:
             break
         if head.prefilled == 0:               # first chunk: reserve its KV
             need = prefill_reservation(m, head)
@@ -118,7 +171,6 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
             m.kv_used += need
             head.phase = Phase.PREFILL
         queue.popleft()
-        n = min(remaining, budget) if cfg.chunk_size > 0 else remaining
         batch.prompts.append(head)
         batch.chunks.append(n)
         batch.prompt_tokens += n
@@ -162,7 +214,7 @@ def finish_iteration(m: Machine, batch: Batch) -> IterationResult:
         if finished:
             for r in finished:
                 r.phase = Phase.DONE
-                m.kv_used -= r.kv_need
+                m.kv_used -= decode_reservation(m, r)
                 m.context_tokens -= r.prompt_tokens + r.generated
             m.running = keep
     first: list[Request] = []
@@ -191,7 +243,7 @@ def finish_iteration(m: Machine, batch: Batch) -> IterationResult:
 
 def release_prompt_kv(m: Machine, r: Request) -> None:
     """The prompt machine's copy of `r`'s KV has been sent: free it."""
-    m.kv_used -= r.prompt_tokens
+    m.kv_used -= prefill_reservation(m, r)
 
 
 def reserve_decode(m: Machine, r: Request) -> bool:
@@ -199,7 +251,7 @@ def reserve_decode(m: Machine, r: Request) -> bool:
     behind earlier waiters). False: `r` waits in `m.admit_queue`, holding no memory anywhere,
     until `admit_waiting` admits it. Reserving first means a prompt machine never holds KV that
     has nowhere to go, so no two machines can wait on each other's memory."""
-    if not m.admit_queue and r.kv_need <= m.kv_free:
+    if not m.admit_queue and decode_reservation(m, r) <= m.kv_free:
         _reserve(m, r)
         return True
     m.admit_queue.append(r)
@@ -209,7 +261,7 @@ def reserve_decode(m: Machine, r: Request) -> bool:
 
 
 def _reserve(m: Machine, r: Request) -> None:
-    m.kv_used += r.kv_need
+    m.kv_used += decode_reservation(m, r)
     m.inbound_tokens += r.output_tokens - 1      # all but the first token, made by the prompt side
     m.pending += r.output_tokens - 1
     r.kv_on_token_machine = True
@@ -220,7 +272,7 @@ def admit_waiting(m: Machine) -> list[Request]:
     (their prompts may be queued now)."""
     admitted: list[Request] = []
     q = m.admit_queue
-    while q and q[0].kv_need <= m.kv_free:
+    while q and decode_reservation(m, q[0]) <= m.kv_free:
         r = q.popleft()
         m.queued_decode_tokens -= r.output_tokens - r.generated
         m.pending -= r.output_tokens - r.generated

@@ -65,6 +65,8 @@ class Machine:
     hardware: str
     home: Pool                          # the pool it was provisioned for
     kv_capacity: int                    # tokens of KV cache it can hold
+    kv_block: int = 1                   # tokens per KV block: reservations are whole blocks (a
+                                        # paged cache); 1 models an unpaged cache
     pool: Pool = Pool.PROMPT            # the pool it is in now (MIXED while borrowed or overflowing)
     kv_used: int = 0                    # tokens reserved
     prompt_queue: deque[Request] = field(default_factory=deque)
@@ -98,6 +100,10 @@ class Machine:
     @property
     def kv_free(self) -> int:
         return self.kv_capacity - self.kv_used
+
+    def kv_round(self, tokens: int) -> int:
+        """KV tokens that holding `tokens` positions takes: whole blocks."""
+        return -(-tokens // self.kv_block) * self.kv_block
 
     def has_work(self) -> bool:
         return bool(self.prompt_queue or self.running or self.ready)

@@ -20,8 +20,8 @@ does I/O; the router carries the decisions out.
 from __future__ import annotations
 
 from ..policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler
-from ..policy.machine import admit_waiting, enqueue_prompt, join_decode, prefill_reservation, \
-    release_prompt_kv, reserve_decode
+from ..policy.machine import admit_waiting, decode_reservation, enqueue_prompt, join_decode, \
+    prefill_reservation, release_prompt_kv, reserve_decode
 from ..policy.state import Machine, Phase, Pool, Request
 
 
@@ -31,11 +31,15 @@ class NoWorkers(RuntimeError):
 
 class LiveCluster:
     def __init__(self, homes: list[Pool], kv_tokens: list[int], split: bool,
-                 routing: RoutingConfig = RoutingConfig()) -> None:
+                 routing: RoutingConfig = RoutingConfig(), kv_block: int = 1) -> None:
+        """kv_tokens: each worker's KV cache in tokens; kv_block: tokens per block (reservations
+        are whole blocks, as the workers' paged caches allocate them)."""
         self.split = split
         self.homes = list(homes)
         self.kv_tokens = list(kv_tokens)
-        self.machines = [Machine(i, "live", home=h, kv_capacity=c) for i, (h, c) in enumerate(zip(homes, kv_tokens))]
+        self.kv_block = kv_block
+        self.machines = [Machine(i, "live", home=h, kv_capacity=c, kv_block=kv_block)
+                         for i, (h, c) in enumerate(zip(homes, kv_tokens))]
         self.cls = SplitwiseScheduler(self.machines, routing) if split else JSQScheduler(self.machines)
         self.alive = [True] * len(self.machines)
 
@@ -48,7 +52,7 @@ class LiveCluster:
         except (ValueError, IndexError):
             raise NoWorkers("no live worker of the needed kind") from None
         for m in (p, t):
-            if r.kv_need > m.kv_capacity:
+            if decode_reservation(m, r) > m.kv_capacity:
                 raise NoWorkers(f"request needs {r.kv_need} KV tokens; a worker holds {m.kv_capacity}")
         r.prompt_machine, r.token_machine = p.id, t.id
         if p is t or r.output_tokens == 1 or reserve_decode(t, r):
@@ -143,7 +147,7 @@ class LiveCluster:
                 pass  # the prompt side was released by the caller
             if t is not p and r.kv_on_token_machine:
                 left = r.output_tokens - 1
-                t.kv_used -= r.kv_need
+                t.kv_used -= decode_reservation(t, r)
                 t.inbound_tokens -= left
                 t.pending -= left
         else:
@@ -153,7 +157,7 @@ class LiveCluster:
             t.decode_tokens_left -= left
             t.pending -= left
             t.context_tokens -= r.prompt_tokens + r.generated
-            t.kv_used -= r.kv_need
+            t.kv_used -= decode_reservation(t, r)
         r.phase = Phase.DONE
         admitted = []
         for m in {p, t}:
@@ -200,7 +204,7 @@ class LiveCluster:
         if self.alive[i]:
             return
         cap = kv_tokens if kv_tokens is not None else self.kv_tokens[i]
-        m = Machine(i, "live", home=self.homes[i], kv_capacity=cap)
+        m = Machine(i, "live", home=self.homes[i], kv_capacity=cap, kv_block=self.kv_block)
         self.machines[i] = m
         self.alive[i] = True
         if isinstance(self.cls, SplitwiseScheduler):

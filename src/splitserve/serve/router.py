@@ -62,6 +62,7 @@ class WorkerInfo:
     reserved: int = 0
     running: int = 0
     rejected: int = 0
+    preempted: int = 0         # decodes its engine preempted (machine-level policy), this process
     max_len: int = 0
     last_seen: float = 0.0
     restarts: int = 0
@@ -144,14 +145,13 @@ class Router:
         if not cfg.split:
             homes = [Pool.MIXED] * len(homes)
         caps = [self._kv_tokens(w) for w in self.workers]
-        self.cluster = LiveCluster(homes, caps, cfg.split, RoutingConfig())
+        self.cluster = LiveCluster(homes, caps, cfg.split, RoutingConfig(), kv_block=self.workers[0].block_size)
         self._tasks.append(asyncio.create_task(self._monitor_loop()))
         self.ready = True
 
     @staticmethod
     def _kv_tokens(w: WorkerInfo) -> int:
-        # tokens of KV the policy may reserve; a block per sequence is lost to rounding at most
-        return max(w.blocks * w.block_size - 64 * w.block_size, w.block_size)
+        return w.blocks * w.block_size  # the policy reserves whole blocks (Machine.kv_block)
 
     def _launch(self, w: WorkerInfo) -> None:
         cfg = self.cfg
@@ -244,7 +244,7 @@ class Router:
                     self._on_tokens(req, w.id, toks, finished, reason)
         elif t == "hb":
             w.free, w.blocks, w.reserved = h["free"], h["blocks"], h["reserved"]
-            w.running, w.rejected = h["running"], h["rejected"]
+            w.running, w.rejected, w.preempted = h["running"], h["rejected"], h["preempted"]
         elif t == "reserved":
             req = self.by_wire.get(h["rid"])
             if req is not None and req.stage == "reserving":
@@ -520,8 +520,8 @@ class Router:
         return {
             "workers": [{"id": w.id, "home": w.home, "up": w.up, "pid": w.pid, "blocks": w.blocks,
                          "free": w.free, "start_free": w.start_free, "reserved": w.reserved,
-                         "running": w.running, "rejected_messages": w.rejected, "restarts": w.restarts,
-                         "kv_addr": w.kv_addr} for w in self.workers],
+                         "running": w.running, "preempted": w.preempted, "rejected_messages": w.rejected,
+                         "restarts": w.restarts, "kv_addr": w.kv_addr} for w in self.workers],
             "machines": self.cluster_snapshot(),
             "policy_idle": self.cluster.idle() if self.cluster is not None else True,
             "in_flight": len(self.active),

@@ -7,8 +7,10 @@ The pool is the router's business: any worker runs what it is sent. "gen" with k
 a request here from prompt to last token (mixed / baseline); kind "prefill" runs the prompt only
 and ships its KV to the token worker named in the message (see transfer.py); "expect" reserves
 blocks for KV that is about to arrive, after which the request decodes here. Batching and
-preemption within the worker are the engine's continuous-batching scheduler, with the per-step
-prompt-token cap of the machine-level policy (`policy.machine.BatchingConfig.prompt_token_cap`).
+preemption within the worker are the simulator's machine-level policy (policy/machine.py, applied
+to the engine by engine/policy_batching.py): FCFS prompts under the prompt-token cap, every decode
+in every batch, KV reserved for a request's whole length, and on a mixed worker prompts that
+preempt the youngest decodes (each at most --preemption-limit times).
 
 Loop: wait for messages (not at all while the engine has work), handle them, run one engine step,
 send that step's tokens to the router in one message, expire late KV reservations, heartbeat.
@@ -25,6 +27,7 @@ import time
 import zmq
 
 from ..errors import UserError
+from ..policy.machine import BatchingConfig
 from .protocol import BadMessage, Codec, secret_from_env
 from .transfer import KVReceiver, KVSender, make_transport
 
@@ -36,13 +39,15 @@ def build_engine(args):
         from .echo import EchoEngine
         return EchoEngine(token_delay_s=args.echo_token_delay_s)
     from ..engine.engine import LLMEngine
-    from ..policy.machine import BatchingConfig
+    from ..engine.policy_batching import PolicySelect
 
     import torch
     torch.set_num_threads(max(1, args.threads))
+    policy = BatchingConfig(prompt_token_cap=args.prompt_token_cap, chunk_size=args.chunk_size,
+                            preemption_limit=args.preemption_limit)
     return LLMEngine(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                      num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-                     max_num_batched_tokens=BatchingConfig().prompt_token_cap, tokenizer=None)
+                     select=PolicySelect(policy), tokenizer=None)
 
 
 def sampling_params(p: dict, echo: bool = False):
@@ -86,7 +91,8 @@ class Worker:
         e = self.engine
         self.send({"t": "hb", "id": self.args.id, "free": e.blocks.num_free, "blocks": e.blocks.num_blocks,
                    "reserved": e.num_reserved, "running": len(self.kinds),
-                   "rejected": self.codec.rejected, "stray": self.receiver.stray})
+                   "rejected": self.codec.rejected, "stray": self.receiver.stray,
+                   "preempted": getattr(getattr(e, "scheduler", None), "num_preemptions", 0)})
 
     # ---- messages from the router ----------------------------------------------------------
     def on_ctl(self, h: dict) -> None:
@@ -198,6 +204,9 @@ def parse_args(argv=None):
     ap.add_argument("--num-blocks", type=int, default=None)
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--prompt-token-cap", type=int, default=BatchingConfig().prompt_token_cap)
+    ap.add_argument("--chunk-size", type=int, default=BatchingConfig().chunk_size)
+    ap.add_argument("--preemption-limit", type=int, default=BatchingConfig().preemption_limit)
     ap.add_argument("--transport", default="tcp")
     ap.add_argument("--transfer-timeout-s", type=float, default=5.0)
     ap.add_argument("--orphan-timeout-s", type=float, default=10.0)
