@@ -26,7 +26,7 @@ from ..errors import UserError
 from .attention import AttentionMetadata, PrefillSegment
 from .block_manager import BlockManager, NoFreeBlocks
 from .config import ModelConfig
-from .kv_cache import KVCache, KVExport
+from .kv_cache import KVAllocator, KVCache, KVExport
 from .loader import load_model
 from .model import build_model, init_random
 from .presets import get_preset
@@ -95,7 +95,7 @@ class LLMEngine:
                  max_model_len: int | None = None, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 2048, chunk_size: int | None = None,
                  cuda_graphs: bool = False, tokenizer: Tokenizer | None | str = "auto",
-                 select: Select = select_batch) -> None:
+                 select: Select = select_batch, kv_alloc: KVAllocator | None = None) -> None:
         """model: a Hugging Face checkpoint directory, a preset name (random weights from
         `weight_seed`; see presets.py) or a ModelConfig. device: cpu, cuda[:N] or auto. dtype:
         float32, bfloat16, float16 or auto (float32 on CPU; the checkpoint's dtype, else
@@ -107,7 +107,8 @@ class LLMEngine:
         tokens per step; `chunk_size` turns on chunked prefill. cuda_graphs: replay decode
         steps from CUDA graphs (CUDA only). tokenizer: a Tokenizer, None, or "auto" (the
         checkpoint's tokenizer.json; the byte-level one for `tiny`). select: the batch
-        selection policy (scheduler.select_batch)."""
+        selection policy (scheduler.select_batch). kv_alloc: where the KV cache tensor is
+        allocated (default torch.zeros; serve/shm.py puts it in memory a peer can map)."""
         self.device = resolve_device(device)
         cfg, path = self._resolve_model(model)
         self.cfg = cfg
@@ -129,7 +130,7 @@ class LLMEngine:
 
         num_blocks = num_blocks or self._default_num_blocks(block_size, max_num_seqs, kv_cache_bytes)
         self.kv = KVCache(cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim,
-                          self.dtype, self.device)
+                          self.dtype, self.device, alloc=kv_alloc)
         self.model.bind_kv_cache(self.kv.layers())
         self.blocks = BlockManager(num_blocks, block_size)
         self.max_seq_len = min(self.max_model_len, num_blocks * block_size)

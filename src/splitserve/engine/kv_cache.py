@@ -8,12 +8,15 @@ batch rows (CUDA graphs) point at it, and it is never handed out by the block ma
 `data` is (layers, 2, num_tokens, kv_heads, head_dim): `data[i]` is layer i's K and V as one
 contiguous buffer, which is what a layer-by-layer transport sends. `import_request` allocates
 blocks for a new sequence, then scatters an export into them.
+
+The cache tensor is `torch.zeros` by default; a `KVAllocator` puts it elsewhere, e.g. in memory a
+peer process can map (serve/shm.py, for `splitserve serve --transport local`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable
 
 import torch
 
@@ -21,6 +24,9 @@ from .block_manager import BlockManager
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
            "float64": torch.float64}
+
+# (shape, dtype, device) -> a zero-filled tensor of exactly that shape, dtype and device
+KVAllocator = Callable[[tuple[int, ...], torch.dtype, torch.device], torch.Tensor]
 
 
 @dataclass
@@ -58,11 +64,19 @@ class KVExport:
 
 class KVCache:
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
-                 head_dim: int, dtype: torch.dtype, device: str | torch.device) -> None:
+                 head_dim: int, dtype: torch.dtype, device: str | torch.device,
+                 alloc: KVAllocator | None = None) -> None:
         self.num_layers, self.num_blocks, self.block_size = num_layers, num_blocks, block_size
         self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
-        self.data = torch.zeros(num_layers, 2, num_blocks + 1, block_size, num_kv_heads, head_dim,
-                                dtype=dtype, device=device)
+        shape = (num_layers, 2, num_blocks + 1, block_size, num_kv_heads, head_dim)
+        if alloc is None:
+            self.data = torch.zeros(shape, dtype=dtype, device=device)
+        else:
+            device = torch.device(device)
+            self.data = alloc(shape, dtype, device)
+            got = (tuple(self.data.shape), self.data.dtype, self.data.device.type)
+            if got != (shape, dtype, device.type) or not self.data.is_contiguous():
+                raise ValueError(f"KV allocator returned {got}, expected a contiguous {(shape, dtype, device.type)}")
         self.null_block = num_blocks
 
     @property

@@ -33,7 +33,7 @@ def serve(
     dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16 or auto.")] = "auto",
     layerwise_threshold: Annotated[int, typer.Option(help="Prompt-batch tokens from which KV moves layer by layer (else in one shot).")] = 512,
     transfer_timeout: Annotated[float, typer.Option(help="Seconds a KV transfer may take before its blocks are freed and the request restarts.")] = 5.0,
-    transport: Annotated[str, typer.Option(help="KV transport: tcp (cuda-ipc and nccl are not implemented).")] = "tcp",
+    transport: Annotated[str, typer.Option(help="KV transport: tcp (works across hosts) or local (workers on this host: the prompt worker writes KV straight into the token worker's shared-memory / CUDA IPC cache). NCCL is not implemented.")] = "tcp",
     max_queue: Annotated[int, typer.Option(help="Requests in flight at most; more get HTTP 429.")] = 256,
     num_blocks: Annotated[Optional[int], typer.Option(help="KV cache blocks per worker (default: the engine's).")] = None,
     max_num_seqs: Annotated[int, typer.Option(help="Sequences per worker batch at most.")] = 256,
@@ -43,6 +43,8 @@ def serve(
     worker_mode: Annotated[str, typer.Option(hidden=True, help="BENCHMARK TOOL: 'echo' returns tokens without computing.")] = "engine",
     echo_token_delay: Annotated[float, typer.Option(hidden=True, help="Echo mode only: one token per step, each step this many seconds.")] = 0.0,
     debug_layer_delay: Annotated[float, typer.Option(hidden=True, help="Tests only: seconds of sleep after each prefill layer on prompt workers.")] = 0.0,
+    http_impl: Annotated[str, typer.Option("--http-impl", hidden=True, help="Benchmarks: uvicorn's HTTP parser (auto, h11, httptools).")] = "auto",
+    loop_impl: Annotated[str, typer.Option("--loop-impl", hidden=True, help="Benchmarks: uvicorn's event loop (auto, asyncio, uvloop).")] = "auto",
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API with phase-split prompt/token workers."""
     from .config import ServeConfig
@@ -60,10 +62,12 @@ def serve(
         cfg.mixed_workers = mixed_workers or prompt_workers + token_workers
         cfg.prompt_workers = cfg.token_workers = 0
     cfg.validate()
-    run_server(cfg)
+    run_server(cfg, http=http_impl, loop=loop_impl)
 
 
-def run_server(cfg) -> None:
+def run_server(cfg, http: str = "auto", loop: str = "auto") -> None:
+    """Run the server under uvicorn. `auto` takes httptools and uvloop when they are installed
+    (the serve extra installs both), else h11 and asyncio."""
     try:
         import fastapi  # noqa: F401
         import uvicorn
@@ -71,21 +75,17 @@ def run_server(cfg) -> None:
     except ImportError as e:
         raise UserError(f"serving needs the serve extra ({e.name} is missing): pip install 'splitserve[serve]'") from None
     from .api import create_app
-    from .transfer import TRANSPORTS
-
-    if cfg.transport not in TRANSPORTS:
-        raise UserError(f"unknown KV transport {cfg.transport!r}; use tcp")
-    if cfg.transport != "tcp":
-        TRANSPORTS[cfg.transport]()  # raises TransportUnavailable with its reason
 
     def log(msg: str) -> None:
         print(f"splitserve serve: {msg}", file=sys.stderr, flush=True)
 
+    if http not in ("auto", "h11", "httptools") or loop not in ("auto", "asyncio", "uvloop"):
+        raise UserError("--http-impl is auto, h11 or httptools; --loop-impl is auto, asyncio or uvloop")
     if cfg.worker_mode == "echo":
         log("WORKER MODE echo: a benchmark tool; workers return tokens WITHOUT computing them")
     app = create_app(cfg, log=log)
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
-                            lifespan="on", timeout_graceful_shutdown=3)
+                            lifespan="on", timeout_graceful_shutdown=3, http=http, loop=loop)
     server = uvicorn.Server(config)
 
     orig_startup = server.startup

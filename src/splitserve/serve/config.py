@@ -21,7 +21,7 @@ class ServeConfig:
     ray_address: str | None = None
     worker_host: str = "127.0.0.1"       # where the router's and workers' internal sockets bind
     worker_mode: str = "engine"          # engine | echo (benchmark tool: no computation)
-    transport: str = "tcp"
+    transport: str = "tcp"               # tcp | local (workers on this host; see serve/transfer.py)
     layerwise_threshold: int = 512       # prompt-batch tokens from which KV moves layer by layer
     transfer_timeout_s: float = 5.0
     max_queue: int = 256                 # requests in flight (admitted, not finished) at most
@@ -64,6 +64,17 @@ class ServeConfig:
             raise UserError(f"--backend must be local or ray, got {self.backend!r}")
         if self.worker_mode not in ("engine", "echo"):
             raise UserError(f"--worker-mode must be engine or echo, got {self.worker_mode!r}")
+        if self.transport not in ("tcp", "local"):
+            raise UserError(f"--transport must be tcp or local, got {self.transport!r} "
+                            f"(NCCL is not implemented)")
+        if self.transport == "local":
+            if self.backend == "ray" and self.ray_address:
+                raise UserError("--transport local needs every worker on this host, but --ray-address may "
+                                "place them on other hosts: use --transport tcp (or drop --ray-address to run "
+                                "a local Ray instance)")
+            if self.worker_mode == "echo":
+                raise UserError("--transport local writes into the workers' KV caches; echo workers have "
+                                "none: use --transport tcp")
         if self.max_queue < 1:
             raise UserError("--max-queue must be at least 1")
         if not 0 <= self.port < 65536:

@@ -6,8 +6,10 @@ simulator's policy code) for its prompt and token workers, and sends the work:
 
     unsplit (mixed worker, baseline, or one output token):  gen(kind=full) -> worker
     split:  expect -> token worker (reserve KV blocks) ... reserved -> gen(kind=prefill, dest) ->
-            prompt worker; its first token streams to the client at once; kv_in from the token
-            worker when the KV landed; then decode tokens
+            prompt worker (--transport local: with the token worker's KV region, from its hello,
+            and the reserved block ids, which the prompt worker writes into); its first token
+            streams to the client at once; kv_in from the token worker when the KV landed; then
+            decode tokens
 
 Each attempt at a request has its own wire id (`<id>.<attempt>`), so anything a dead or aborted
 attempt still says is ignored. Worker liveness: a local worker's process exit is seen within
@@ -54,6 +56,7 @@ class WorkerInfo:
     handle: object = None
     up: bool = False
     kv_addr: str = ""
+    kv_region: dict | None = None  # --transport local: its KV cache as a same-host peer maps it
     pid: int | None = None
     blocks: int = 0
     block_size: int = 16
@@ -249,7 +252,7 @@ class Router:
             req = self.by_wire.get(h["rid"])
             if req is not None and req.stage == "reserving":
                 if h["ok"]:
-                    self._send_prefill(req)
+                    self._send_prefill(req, h.get("blocks"))
                 else:
                     self._restart(req, f"token worker could not reserve KV: {h.get('msg')}")
         elif t == "kv_in":
@@ -282,6 +285,7 @@ class Router:
         if w.pid is not None and h["pid"] != w.pid:
             return  # a stale process
         w.kv_addr, w.blocks, w.block_size = h["kv"], h["blocks"], h["block_size"]
+        w.kv_region = h.get("region")
         w.free = w.start_free = h["free"]
         w.max_len = h["max_len"]
         w.up = True
@@ -338,18 +342,20 @@ class Router:
         req.split = p != t and r.output_tokens > 1
         if req.split:
             req.stage = "reserving"
-            self._send(t, {"t": "expect", "rid": req.wire, "ids": req.prompt_ids, "p": req.params})
+            self._send(t, {"t": "expect", "rid": req.wire, "ids": req.prompt_ids, "p": req.params, "src": p})
         else:
             req.stage = "prefill"
             self._send(p, {"t": "gen", "rid": req.wire, "ids": req.prompt_ids, "p": req.params, "kind": "full"})
 
-    def _send_prefill(self, req: LiveRequest) -> None:
+    def _send_prefill(self, req: LiveRequest, blocks: list[int] | None = None) -> None:
         r = req.pr
         t = self.workers[r.token_machine]
         req.stage = "prefill"
-        self._send(r.prompt_machine, {"t": "gen", "rid": req.wire, "ids": req.prompt_ids, "p": req.params,
-                                      "kind": "prefill", "dest": t.id, "addr": t.kv_addr,
-                                      "thr": self.cfg.layerwise_threshold})
+        msg = {"t": "gen", "rid": req.wire, "ids": req.prompt_ids, "p": req.params, "kind": "prefill",
+               "dest": t.id, "addr": t.kv_addr, "thr": self.cfg.layerwise_threshold}
+        if t.kv_region is not None:  # one-sided transport: the prompt worker writes into these blocks
+            msg.update(region=t.kv_region, blocks=blocks)
+        self._send(r.prompt_machine, msg)
 
     def _dispatch_all(self, admitted: list[Request]) -> None:
         for r in admitted:
@@ -438,7 +444,9 @@ class Router:
         admitted = self.cluster.forget(r)
         for wid in {r.prompt_machine, r.token_machine}:
             if 0 <= wid < len(self.workers) and self.workers[wid].up:
-                self._send(wid, {"t": "abort", "rid": req.wire})
+                # prefill_sent: the prompt worker may have written (one-sided) into the token worker's blocks
+                self._send(wid, {"t": "abort", "rid": req.wire,
+                                 "prefill_sent": req.stage in ("prefill", "handoff", "decode")})
         self.by_wire.pop(req.wire, None)
         self.by_policy.pop(r.id, None)
         self._dispatch_all(admitted)

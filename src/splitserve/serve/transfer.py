@@ -1,25 +1,44 @@
 """Moving a request's KV cache from its prompt worker to its token worker (paper §IV-C).
 
 Transports share one small interface (`KVTransport`): a worker binds an inbound endpoint
-(`address`), sends signed messages to a peer by id, polls its inbound messages, and drops a peer
-that went down. `TcpTransport` (the default; ZeroMQ over TCP, works across hosts) is the only
-implemented one. `CudaIpcTransport` and `NcclTransport` are STUBS: constructing one raises
-`TransportUnavailable`; they are not implemented.
+(`address`) for signed messages from its peers, `send`s messages to a peer by id, `put`s K/V
+where a peer can read it, polls its inbound messages, and drops a peer that went down.
+
+- `tcp` (`TcpTransport`, the default; works across hosts): the K/V bytes travel inside the
+  messages (ZeroMQ over TCP) and the receiver writes them into the blocks it reserved.
+- `local` (`LocalTransport`, workers on one host): every worker's KV cache lives in memory its
+  peers can map (shm.py: POSIX shared memory on CPU, CUDA IPC on GPU). The prompt worker WRITES
+  each layer's K/V straight into the token worker's reserved blocks (a one-sided write, like
+  NVLink/RDMA in the paper) and then sends only a small control message over the same ZeroMQ
+  channel ("layer i written", the closing `kvd`). The receiver copies nothing. The token worker's
+  region handle travels once, in its `hello` (the router keeps it); its block ids for a request
+  travel `reserved` -> router -> `gen` (prefill), which also carries the handle, so a writer maps
+  a peer's region on first use and maps it again if the peer was restarted. A mapping is dropped
+  when the router says `peer_down` for its owner. The CUDA branch has not been run on a GPU yet.
+- NCCL is not implemented.
 
 The two ends:
 - `KVSender` (prompt worker) hooks every decoder layer. When a prompt batch starts, the policy's
   `choose_mode` picks layer-wise or serialized from the batch's prompt tokens (threshold 512 by
   default, as in the paper). Layer-wise: right after layer i has run, layer i's K/V of every
-  prompt finishing in the batch is gathered and sent (ZeroMQ's I/O thread ships it while the
-  next layers compute). Serialized: the whole cache goes out after the step. Then `kvd` closes
-  the transfer, stamped with the time the prefill ended.
+  prompt finishing in the batch is put (tcp: gathered and sent, ZeroMQ's I/O thread ships it
+  while the next layers compute; local: written into the peer's blocks). Serialized: the whole
+  cache goes out after the step. Then `kvd` closes the transfer, stamped with the time the
+  prefill ended. A plan dropped before its `kvd` (abort, or the request ended at its first
+  token) sends `kvx` ("I will not write this request's blocks again") on a one-sided transport.
 - `KVReceiver` (token worker) reserves the blocks when the router announces the request
-  (`expect`), before any byte is sent, writes each layer into them as it lands, and starts
-  decoding once every layer is in. A reservation not completed by its deadline is freed and
-  reported (`kv_fail`), so a peer that dies mid-transfer leaks nothing on either side (the
-  prompt worker's engine freed its blocks when the prefill ended).
+  (`expect`), before any byte is sent, takes each layer as it lands, and starts decoding once
+  every layer is in. A reservation not completed by its deadline is reported (`kv_fail`), so a
+  peer that dies mid-transfer leaks nothing on either side (the prompt worker's engine freed its
+  blocks when the prefill ended). On tcp its blocks are freed at once. On a one-sided transport a
+  writer (the prompt worker the router named in `expect`'s `src`) might still be writing into them
+  (stalled, not dead), so they are held until it cannot write any more: its `kvd`/`kvx` for the
+  request, the router's word that the prefill was never sent (`abort` with `prefill_sent`
+  false) or that the writer is down (`peer_down`); after `hold_s` (default max(30 s, 6 x the
+  timeout)) they are freed regardless, and counted (`forced`): a writer stalled that long could
+  still write into reused blocks, a risk bounded only by that time.
 
-Per transfer: bytes, seconds (first byte sent -> last byte in) and the non-overlapped part
+Per transfer: bytes, seconds (first byte put -> last byte in) and the non-overlapped part
 (prefill end -> last byte in), reported to the router in `kv_in`. Times are wall-clock
 (`time.time()`) stamps from both hosts: across hosts they include the clock offset.
 """
@@ -28,6 +47,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -35,16 +55,49 @@ from ..errors import UserError
 from ..policy.kv_transfer import TransferMode, choose_mode
 from .protocol import BadMessage, Codec
 
+if TYPE_CHECKING:  # torch is imported where K/V is touched: echo workers and the router never do
+    import torch
+
+    from .shm import MappedRegion, SharedKVRegion
+
 
 class TransportUnavailable(UserError):
     """The requested KV transport cannot run here."""
 
 
+class TransportError(Exception):
+    """One transfer cannot proceed (its plan fails; the receiver hears it in `kvd`)."""
+
+
+@dataclass(slots=True)
+class Target:
+    """Where one request's KV goes: the peer, its inbound address, and for a one-sided transport
+    its KV region (a RegionHandle on the wire) and the blocks it reserved there."""
+
+    peer: int
+    address: str
+    region: dict | None = None
+    blocks: list[int] | None = None
+    slots: torch.Tensor | None = None  # cached destination slot ids (one-sided)
+
+
 class KVTransport:
+    """The one interface of every KV transport (see the module docstring)."""
+
     name = "abstract"
     address: str
+    inbound: zmq.Socket
+    region: dict | None = None  # this worker's KV cache as a same-host peer maps it (hello)
+    one_sided = False            # peers write K/V into our blocks; messages carry no K/V bytes
 
     def send(self, peer: int, address: str, header: dict, *data) -> bool:
+        raise NotImplementedError
+
+    def put(self, target: Target, layer: int | None, kv: torch.Tensor) -> tuple[dict, list]:
+        """Make `kv` available to `target`: layer `layer`'s K/V (2, tokens, kv_heads, head_dim),
+        or every layer's (layers, 2, tokens, kv_heads, head_dim) when `layer` is None. Returns the
+        header fields and data frames of the message that announces it. TransportError when it
+        cannot."""
         raise NotImplementedError
 
     def recv_all(self) -> list[tuple[dict, list]]:
@@ -60,7 +113,7 @@ class KVTransport:
 class TcpTransport(KVTransport):
     """A ROUTER socket bound on `host` receives; one DEALER per peer sends. Sends never block: a
     peer that cannot take more (down, or its queue full) loses the message and its transfer
-    times out on the receiving side."""
+    times out on the receiving side. K/V bytes travel in the messages."""
 
     name = "tcp"
 
@@ -94,6 +147,17 @@ class TcpTransport(KVTransport):
             self.dropped += 1
             return False
 
+    def put(self, target: Target, layer: int | None, kv: torch.Tensor) -> tuple[dict, list]:
+        import torch
+
+        buf = kv.detach().contiguous().cpu()
+        fields = {}
+        if layer is None:
+            layers, _, tokens, kvh, hd = buf.shape
+            fields["meta"] = {"num_layers": layers, "num_tokens": tokens, "num_kv_heads": kvh, "head_dim": hd,
+                              "dtype": str(buf.dtype).removeprefix("torch.")}
+        return fields, [buf.view(torch.uint8).numpy()]  # raw bytes: numpy has no bfloat16
+
     def recv_all(self) -> list[tuple[dict, list]]:
         out = []
         while True:
@@ -117,44 +181,106 @@ class TcpTransport(KVTransport):
         self.inbound.close(linger=0)
 
 
-class CudaIpcTransport(KVTransport):
-    """STUB. Workers on one host would share GPU buffers through CUDA IPC handles. Not implemented."""
+class LocalTransport(TcpTransport):
+    """Workers on one host: `put` writes into the target's KV cache, mapped from its region handle
+    (shm.MappedRegion), and the ZeroMQ messages carry only control (`inplace`: bytes written).
+    This worker's own cache must have been allocated by `region` (a SharedKVRegion)."""
 
-    name = "cuda-ipc"
+    name = "local"
+    one_sided = True
 
-    def __init__(self, *args, **kwargs) -> None:
-        raise TransportUnavailable("the CUDA IPC KV transport is not available on this machine "
-                                   "(not implemented in this build; use --transport tcp)")
+    def __init__(self, ctx: zmq.Context, codec: Codec, host: str = "127.0.0.1",
+                 region: SharedKVRegion | None = None) -> None:
+        if region is None or region.handle is None:
+            raise TransportUnavailable("--transport local needs the worker's KV cache in shared memory "
+                                       "(a SharedKVRegion); echo workers have none: use --transport tcp")
+        super().__init__(ctx, codec, host)
+        self.region = region.handle.to_wire()
+        self.mapped: dict[int, MappedRegion] = {}
+
+    def _mapped(self, target: Target) -> MappedRegion:
+        from .shm import MappedRegion, RegionHandle, RegionUnavailable
+
+        if target.region is None or target.blocks is None:
+            raise TransportError("the token worker sent no KV region or block ids (is it on --transport local?)")
+        try:
+            handle = RegionHandle.from_wire(target.region)
+            m = self.mapped.get(target.peer)
+            if m is not None and m.key != handle.key:  # the peer was restarted: a new region
+                self.mapped.pop(target.peer).close()
+                m = None
+            if m is None:
+                m = self.mapped[target.peer] = MappedRegion(handle)
+        except RegionUnavailable as e:
+            raise TransportError(str(e)) from None
+        return m
+
+    def _slots(self, target: Target, dst: torch.Tensor, tokens: int) -> torch.Tensor:
+        import torch
+
+        if target.slots is None or target.slots.numel() != tokens:
+            nb, bs = dst.shape[2] - 1, dst.shape[3]  # the last block is the peer's null block
+            blocks = target.blocks
+            if len(blocks) * bs < tokens or any(not 0 <= b < nb for b in blocks):
+                raise TransportError(f"the token worker's blocks {blocks[:8]}... do not hold {tokens} tokens "
+                                     f"in its {nb} blocks")
+            target.slots = torch.tensor([blocks[p // bs] * bs + p % bs for p in range(tokens)],
+                                        dtype=torch.long, device=dst.device)
+        return target.slots
+
+    def put(self, target: Target, layer: int | None, kv: torch.Tensor) -> tuple[dict, list]:
+        import torch
+
+        dst = self._mapped(target).tensor
+        lead = (dst.shape[0], 2) if layer is None else (2,)
+        if (kv.dtype != dst.dtype or tuple(kv.shape[:len(lead)]) != lead
+                or tuple(kv.shape[-2:]) != tuple(dst.shape[-2:]) or (layer is not None and layer >= dst.shape[0])):
+            raise TransportError(f"KV {tuple(kv.shape)} {kv.dtype} does not fit the token worker's cache "
+                                 f"{tuple(dst.shape)} {dst.dtype}")
+        tokens = kv.shape[-3]
+        slots = self._slots(target, dst, tokens)
+        src = kv.to(dst.device)
+        if layer is None:
+            dst.view(dst.shape[0], 2, -1, *dst.shape[-2:])[:, :, slots] = src
+        else:
+            dst[layer].view(2, -1, *dst.shape[-2:])[:, slots] = src
+        if dst.is_cuda:  # the bytes are in the peer's memory before the message says so
+            torch.cuda.current_stream(dst.device).synchronize()
+        return {"inplace": kv.numel() * kv.element_size()}, []
+
+    def drop_peer(self, peer: int) -> None:
+        super().drop_peer(peer)
+        m = self.mapped.pop(peer, None)
+        if m is not None:
+            m.close()
+
+    def close(self) -> None:
+        super().close()
+        for p in list(self.mapped):
+            self.mapped.pop(p).close()
 
 
-class NcclTransport(KVTransport):
-    """STUB. GPU-to-GPU sends over NCCL. Not implemented."""
-
-    name = "nccl"
-
-    def __init__(self, *args, **kwargs) -> None:
-        raise TransportUnavailable("the NCCL KV transport is not available on this machine "
-                                   "(not implemented in this build; use --transport tcp)")
+TRANSPORTS = {"tcp": TcpTransport, "local": LocalTransport}
 
 
-TRANSPORTS = {"tcp": TcpTransport, "cuda-ipc": CudaIpcTransport, "nccl": NcclTransport}
-
-
-def make_transport(name: str, ctx: zmq.Context, codec: Codec, host: str) -> KVTransport:
-    if name not in TRANSPORTS:
-        raise UserError(f"unknown KV transport {name!r}; use {', '.join(TRANSPORTS)}")
-    return TRANSPORTS[name](ctx, codec, host)
+def make_transport(name: str, ctx: zmq.Context, codec: Codec, host: str,
+                   region: SharedKVRegion | None = None) -> KVTransport:
+    if name == "tcp":
+        return TcpTransport(ctx, codec, host)
+    if name == "local":
+        return LocalTransport(ctx, codec, host, region)
+    raise UserError(f"unknown KV transport {name!r}; use {' or '.join(TRANSPORTS)}")
 
 
 # ---- prompt side ---------------------------------------------------------------------------
 @dataclass(slots=True)
 class Outbound:
-    dest: int
-    address: str
+    target: Target
     threshold: int
     layerwise: bool = False
     sent_at: float = 0.0
     ok: bool = True
+    error: str = ""
 
 
 class KVSender:
@@ -168,11 +294,17 @@ class KVSender:
             for i, layer in enumerate(model.layers):
                 layer.register_forward_hook(self._hook(i))
 
-    def plan(self, rid: str, dest: int, address: str, threshold: int) -> None:
-        self.plans[rid] = Outbound(dest, address, threshold)
+    def plan(self, rid: str, dest: int, address: str, threshold: int, region: dict | None = None,
+             blocks: list[int] | None = None) -> None:
+        self.plans[rid] = Outbound(Target(dest, address, region, blocks), threshold)
 
     def forget(self, rid: str) -> None:
-        self.plans.pop(rid, None)
+        """Drop a plan before its `kvd` (abort; the request ended at its first token). On a
+        one-sided transport, tell the token worker that its blocks will not be written again."""
+        plan = self.plans.pop(rid, None)
+        if plan is not None and plan.target.blocks is not None:
+            t = plan.target
+            self.transport.send(t.peer, t.address, {"t": "kvx", "rid": rid})
 
     def _hook(self, i: int):
         def hook(module, args, output):
@@ -196,22 +328,35 @@ class KVSender:
             if plan.layerwise:
                 self._batch.append((seq, plan))
 
+    def _put(self, plan: Outbound, layer: int | None, kv: torch.Tensor, header: dict) -> list:
+        """Put `kv` for `plan`; the message's data frames ([] and plan.error set on failure)."""
+        try:
+            fields, frames = self.transport.put(plan.target, layer, kv)
+        except TransportError as e:
+            plan.error = str(e)
+            return []
+        header.update(fields)
+        return frames
+
     def _send_layer(self, i: int) -> None:
         eng = self.engine
         kv = eng.kv
         for seq, plan in self._batch:
+            if plan.error:
+                continue
             n = len(seq.prompt_ids)
             slots = kv.slots(eng.blocks.block_table(seq.request_id), 0, n)
             flat = kv.data[i].view(2, -1, kv.num_kv_heads, kv.head_dim)
-            buf = flat[:, slots].contiguous().cpu().numpy()
             if i == 0:
                 plan.sent_at = time.time()
-            plan.ok &= self.transport.send(plan.dest, plan.address,
-                                           {"t": "kvl", "rid": seq.request_id, "layer": i,
-                                            "sent": plan.sent_at}, buf)
+            header = {"t": "kvl", "rid": seq.request_id, "layer": i, "sent": plan.sent_at}
+            frames = self._put(plan, i, flat[:, slots], header)
+            if not plan.error:
+                t = plan.target
+                plan.ok &= self.transport.send(t.peer, t.address, header, *frames)
 
     def prefill_done(self, rid: str, first_token: int, kv) -> dict | None:
-        """After the step that finished `rid`'s prompt: the serialized send (if it was not
+        """After the step that finished `rid`'s prompt: the serialized put (if it was not
         streamed) and the closing message. Returns the transfer's figures as the sender sees them."""
         self._batch = []
         plan = self.plans.pop(rid, None)
@@ -221,13 +366,16 @@ class KVSender:
         header = {"t": "kvd", "rid": rid, "first": first_token, "end": end,
                   "mode": "layerwise" if plan.layerwise else "serialized"}
         data = []
-        if not plan.layerwise and kv is not None:
+        if not plan.layerwise and kv is not None and not plan.error:
             plan.sent_at = end
-            header["meta"] = kv.metadata()
-            data = [kv.data.cpu().contiguous().numpy()]
+            data = self._put(plan, None, kv.data, header)
+        if plan.error:
+            header["fail"] = plan.error
+            data = []
         header["sent"] = plan.sent_at or end
-        plan.ok &= self.transport.send(plan.dest, plan.address, header, *data)
-        return {"ok": plan.ok, "mode": header["mode"]}
+        t = plan.target
+        plan.ok &= self.transport.send(t.peer, t.address, header, *data)
+        return {"ok": plan.ok and not plan.error, "mode": header["mode"], "error": plan.error}
 
 
 # ---- token side ----------------------------------------------------------------------------
@@ -238,83 +386,146 @@ class Inbound:
     params: object
     layers: int
     deadline: float
+    writer: int | None = None  # the prompt worker the router named (one-sided: it writes the blocks)
     got: set = field(default_factory=set)
     nbytes: int = 0
     sent_at: float = 0.0
 
 
+@dataclass(slots=True)
+class Held:
+    """Blocks of a dropped one-sided transfer whose writer may still write into them."""
+
+    writer: int | None
+    until: float  # monotonic: freed then whatever happens
+
+
 class KVReceiver:
-    def __init__(self, engine, timeout_s: float) -> None:
-        self.engine, self.timeout_s = engine, timeout_s
+    def __init__(self, engine, timeout_s: float, one_sided: bool = False, hold_s: float | None = None) -> None:
+        self.engine, self.timeout_s, self.one_sided = engine, timeout_s, one_sided
+        self.hold_s = hold_s if hold_s is not None else max(30.0, 6 * timeout_s)
         self.inbound: dict[str, Inbound] = {}
-        self.stray = 0  # KV messages for no live reservation (late, after a timeout or abort)
+        self.held: dict[str, Held] = {}
+        self.stray = 0   # KV messages for no live reservation (late, after a timeout or abort)
+        self.forced = 0  # held blocks freed at hold_s without the writer's word
 
-    def expect(self, rid: str, prompt_ids: list[int], params) -> None:
-        """Reserve blocks now; raises UserError when they do not fit."""
-        self.engine.reserve_kv(rid, len(prompt_ids))
+    def expect(self, rid: str, prompt_ids: list[int], params, writer: int | None = None) -> list[int] | None:
+        """Reserve blocks now and return their ids; raises UserError when they do not fit."""
+        table = self.engine.reserve_kv(rid, len(prompt_ids))
         self.inbound[rid] = Inbound(rid, prompt_ids, params, self.engine.cfg.num_layers,
-                                    time.monotonic() + self.timeout_s)
+                                    time.monotonic() + self.timeout_s, writer)
+        return table
 
-    def release(self, rid: str) -> bool:
+    def _free(self, rid: str) -> bool:
         self.inbound.pop(rid, None)
+        self.held.pop(rid, None)
         return self.engine.release_kv(rid)
+
+    def _drop(self, inb: Inbound, may_write: bool) -> None:
+        """Stop waiting for `inb`: free its blocks, or hold them while a one-sided writer may still
+        write into them."""
+        del self.inbound[inb.rid]
+        if self.one_sided and may_write:
+            self.held[inb.rid] = Held(inb.writer, time.monotonic() + self.hold_s)
+        else:
+            self.engine.release_kv(inb.rid)
+
+    def release(self, rid: str, prefill_sent: bool = True) -> bool:
+        """The router dropped the request (abort, cancel). `prefill_sent`: its prompt worker was
+        given the blocks (so, one-sided, it may still write into them until it says so)."""
+        inb = self.inbound.get(rid)
+        if inb is not None:
+            self._drop(inb, prefill_sent)
+            return True
+        if rid in self.held and not prefill_sent:
+            return self._free(rid)
+        return False
+
+    def peer_down(self, peer: int) -> None:
+        """`peer` is dead: it writes nothing any more. Free what waited on it (the router restarts
+        its requests)."""
+        for rid in [r for r, h in self.held.items() if h.writer == peer]:
+            self._free(rid)
+        for rid in [r for r, i in self.inbound.items() if i.writer == peer and self.one_sided]:
+            self._free(rid)
 
     def handle(self, header: dict, data: list) -> dict | None:
         """One KV message; returns a `kv_in` or `kv_fail` event for the router when the transfer
         ends."""
         import torch
 
-        inb = self.inbound.get(header.get("rid"))
+        rid = header.get("rid")
+        kind = header.get("t")
+        inb = self.inbound.get(rid)
         if inb is None:
             self.stray += 1
+            if rid in self.held and kind in ("kvd", "kvx"):
+                self._free(rid)  # its writer is done with the blocks
             return None
         eng = self.engine
-        kind = header["t"]
+        if kind == "kvx":  # the writer stopped for good (the router aborts or cancels the request)
+            self._free(rid)
+            return None
         if kind == "kvl":
             layer = int(header["layer"])
-            buf = data[0]
-            t = torch.frombuffer(bytearray(buf), dtype=eng.kv.data.dtype).view(
-                2, len(inb.prompt_ids), eng.kv.num_kv_heads, eng.kv.head_dim)
-            eng.write_kv_layer(inb.rid, layer, t)
+            if data:
+                buf = data[0]
+                t = torch.frombuffer(bytearray(buf), dtype=eng.kv.data.dtype).view(
+                    2, len(inb.prompt_ids), eng.kv.num_kv_heads, eng.kv.head_dim)
+                eng.write_kv_layer(inb.rid, layer, t)
+                inb.nbytes += len(buf)
+            elif self.one_sided and "inplace" in header:
+                inb.nbytes += int(header["inplace"])  # already in our blocks
+            else:
+                self.stray += 1
+                return None
             inb.got.add(layer)
-            inb.nbytes += len(buf)
             inb.sent_at = inb.sent_at or float(header["sent"])
             return None
         if kind != "kvd":
             return None
+        if "fail" in header:
+            self._free(rid)
+            return {"t": "kv_fail", "rid": rid, "reason": f"the prompt worker could not put the KV: {header['fail']}"}
         if data:
             from ..engine.kv_cache import KVExport
 
             kv = KVExport.from_bytes(header["meta"], data[0])
             if kv.num_tokens != len(inb.prompt_ids) or kv.num_layers != inb.layers:
-                self.release(inb.rid)
-                return {"t": "kv_fail", "rid": inb.rid, "reason": "KV shape does not match the request"}
+                self._free(rid)
+                return {"t": "kv_fail", "rid": rid, "reason": "KV shape does not match the request"}
             for i in range(kv.num_layers):
                 eng.write_kv_layer(inb.rid, i, kv.layer(i))
                 inb.got.add(i)
             inb.nbytes += len(data[0])
+        elif self.one_sided and "inplace" in header:
+            inb.got.update(range(inb.layers))  # every layer written in place
+            inb.nbytes += int(header["inplace"])
         inb.sent_at = inb.sent_at or float(header["sent"])
         if len(inb.got) != inb.layers:
-            self.release(inb.rid)
-            return {"t": "kv_fail", "rid": inb.rid,
+            self._free(rid)
+            return {"t": "kv_fail", "rid": rid,
                     "reason": f"transfer incomplete: {len(inb.got)} of {inb.layers} layers arrived"}
-        del self.inbound[inb.rid]
+        del self.inbound[rid]
         try:
             eng.start_reserved(inb.prompt_ids, int(header["first"]), inb.params, inb.rid)
         except UserError as e:
             eng.release_kv(inb.rid)
-            return {"t": "kv_fail", "rid": inb.rid, "reason": str(e)}
+            return {"t": "kv_fail", "rid": rid, "reason": str(e)}
         now = time.time()
-        return {"t": "kv_in", "rid": inb.rid, "first": int(header["first"]), "bytes": inb.nbytes, "mode": header["mode"],
+        return {"t": "kv_in", "rid": rid, "first": int(header["first"]), "bytes": inb.nbytes, "mode": header["mode"],
                 "seconds": max(now - inb.sent_at, 0.0), "exposed": max(now - float(header["end"]), 0.0)}
 
     def expire(self) -> list[dict]:
-        """Free every reservation past its deadline (the sender died or the link failed)."""
+        """Report every reservation past its deadline (the sender died or the link failed), and
+        free it (tcp) or hold it until its writer is done (one-sided); free holds past hold_s."""
         now = time.monotonic()
-        late = [rid for rid, inb in self.inbound.items() if inb.deadline < now]
         out = []
-        for rid in late:
-            self.release(rid)
-            out.append({"t": "kv_fail", "rid": rid,
+        for inb in [i for i in self.inbound.values() if i.deadline < now]:
+            self._drop(inb, may_write=True)
+            out.append({"t": "kv_fail", "rid": inb.rid,
                         "reason": f"KV transfer timed out after {self.timeout_s:g} s"})
+        for rid in [r for r, h in self.held.items() if h.until < now]:
+            self._free(rid)
+            self.forced += 1
         return out

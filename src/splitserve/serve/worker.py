@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -34,7 +35,7 @@ from .transfer import KVReceiver, KVSender, make_transport
 HEARTBEAT_S = 0.2
 
 
-def build_engine(args):
+def build_engine(args, kv_alloc=None):
     if args.worker_mode == "echo":
         from .echo import EchoEngine
         return EchoEngine(token_delay_s=args.echo_token_delay_s)
@@ -47,7 +48,7 @@ def build_engine(args):
                             preemption_limit=args.preemption_limit)
     return LLMEngine(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                      num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-                     select=PolicySelect(policy), tokenizer=None)
+                     select=PolicySelect(policy), tokenizer=None, kv_alloc=kv_alloc)
 
 
 def sampling_params(p: dict, echo: bool = False):
@@ -62,16 +63,16 @@ def sampling_params(p: dict, echo: bool = False):
 
 
 class Worker:
-    def __init__(self, args, engine, codec: Codec) -> None:
+    def __init__(self, args, engine, codec: Codec, region=None) -> None:
         self.args, self.engine, self.codec = args, engine, codec
         self.ctx = zmq.Context.instance()
         self.ctl = self.ctx.socket(zmq.DEALER)
         self.ctl.setsockopt(zmq.IDENTITY, (args.ident or f"w{args.id}.1").encode())
         self.ctl.setsockopt(zmq.LINGER, 0)
         self.ctl.connect(args.router)
-        self.transport = make_transport(args.transport, self.ctx, codec, args.host)
+        self.transport = make_transport(args.transport, self.ctx, codec, args.host, region)
         self.sender = KVSender(engine, self.transport, args.debug_layer_delay_s)
-        self.receiver = KVReceiver(engine, args.transfer_timeout_s)
+        self.receiver = KVReceiver(engine, args.transfer_timeout_s, one_sided=self.transport.one_sided)
         self.kinds: dict[str, str] = {}  # rid -> "full" | "prefill" | "decode"
         self.items: list = []  # tokens for the router, flushed once per loop
         self.last_router = time.monotonic()
@@ -85,7 +86,7 @@ class Worker:
         e = self.engine
         self.send({"t": "hello", "id": self.args.id, "pid": os.getpid(), "kv": self.transport.address,
                    "blocks": e.blocks.num_blocks, "block_size": e.blocks.block_size,
-                   "free": e.blocks.num_free, "max_len": e.max_model_len})
+                   "free": e.blocks.num_free, "max_len": e.max_model_len, "region": self.transport.region})
 
     def heartbeat(self) -> None:
         e = self.engine
@@ -107,20 +108,24 @@ class Worker:
                 return
             self.kinds[rid] = h["kind"]
             if h["kind"] == "prefill":
-                self.sender.plan(rid, h["dest"], h["addr"], h["thr"])
+                self.sender.plan(rid, h["dest"], h["addr"], h["thr"], h.get("region"), h.get("blocks"))
         elif t == "expect":
             try:
-                self.receiver.expect(rid, h["ids"], sampling_params(h["p"], self.echo))
-                self.send({"t": "reserved", "rid": rid, "ok": True})
+                blocks = self.receiver.expect(rid, h["ids"], sampling_params(h["p"], self.echo), h.get("src"))
+                ok = {"t": "reserved", "rid": rid, "ok": True}
+                if self.transport.one_sided:  # the prompt worker writes into these blocks
+                    ok["blocks"] = blocks
+                self.send(ok)
             except UserError as e:
                 self.send({"t": "reserved", "rid": rid, "ok": False, "msg": str(e)})
         elif t in ("abort", "cancel"):
             self.engine.abort(rid)
-            self.receiver.release(rid)
+            self.receiver.release(rid, h.get("prefill_sent", True))
             self.sender.forget(rid)
             self.kinds.pop(rid, None)
         elif t == "peer_down":
             self.transport.drop_peer(h["peer"])
+            self.receiver.peer_down(h["peer"])
         elif t == "stop":
             self.running = False
 
@@ -216,17 +221,42 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+def _unlink_on_sigterm(region) -> None:
+    """SIGTERM unlinks the shared KV segment, then does what it did before (terminate, or the
+    host's handler)."""
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum, frame):
+            region.close()
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_term)
+    except ValueError:
+        pass  # not the main thread (a Ray actor): the resource tracker unlinks it (shm.py)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     codec = Codec(secret_from_env())
+    region = None
+    if args.transport == "local" and args.worker_mode == "engine":
+        from .shm import SharedKVRegion
+        region = SharedKVRegion()  # the KV cache, in memory same-host peers can map
+        _unlink_on_sigterm(region)
     try:
-        engine = build_engine(args)
-        worker = Worker(args, engine, codec)
-    except UserError as e:
-        print(f"worker {args.id}: error: {e}", file=sys.stderr)
-        return 2
-    worker.run()
-    return 0
+        try:
+            engine = build_engine(args, kv_alloc=region)
+            worker = Worker(args, engine, codec, region)
+        except UserError as e:
+            print(f"worker {args.id}: error: {e}", file=sys.stderr)
+            return 2
+        worker.run()
+        return 0
+    finally:
+        if region is not None:
+            region.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,307 @@
+"""A worker's KV cache in memory that other processes on the same host can map (`--transport local`).
+
+The token worker allocates its KV cache with a `SharedKVRegion` (the `kv_alloc` of `LLMEngine`);
+its `handle` (a small `RegionHandle`, sent once in the worker's `hello`) lets a prompt worker on
+the same host map that cache with `MappedRegion` and write K/V straight into the token worker's
+reserved blocks: a one-sided write, as over NVLink or RDMA in the paper. transfer.LocalTransport
+does those writes; this module only allocates, describes, maps and unmaps the memory.
+
+- CPU: the cache is a named POSIX shared-memory segment (`multiprocessing.shared_memory`, mode
+  0600, so only the same user can map it), viewed as a tensor with `torch.frombuffer`. Its space
+  in /dev/shm is reserved at allocation (`posix_fallocate`), so a full /dev/shm is a clear error at
+  start rather than a SIGBUS mid-run.
+- CUDA: the cache is an ordinary CUDA tensor shared with torch's own CUDA IPC mechanism
+  (`torch.multiprocessing.reductions.reduce_tensor` on the owner's side, `rebuild_cuda_tensor` on
+  the mapping side). THIS BRANCH HAS NOT BEEN RUN ON A GPU YET (no GPU where it was written); its
+  tests skip without CUDA. Known limits: a process cannot map its own handle (CUDA IPC refuses;
+  a worker never writes to itself); the handle names the owner's device by index, so workers
+  must see the same devices (same CUDA_VISIBLE_DEVICES); the owner's memory must outlive every
+  mapping (the writer drops its mapping on `peer_down`); and torch's IPC reference counter is
+  shared by every mapper of the one handle, which only matters when the owner frees the cache,
+  i.e. when it exits.
+
+Segment lifetime (CPU). A segment is named `splitserve-kv-<owner pid>-<random>` and unlinked by
+its owner: `SharedKVRegion.close()` at the worker's normal exit (the router's `stop`) and on
+SIGTERM (the worker's handler unlinks, then terminates as before). Unlinking right after the peer mapped
+it is not possible: a prompt worker that is restarted (or a second one) must map it again later.
+When the owner is killed with SIGKILL:
+  1. Python's resource tracker (a helper process each worker starts with its first segment, which
+     outlives a SIGKILL of the worker) unlinks it within moments, with a "leaked shared_memory
+     objects" warning on stderr. Mapping processes unregister their attachments from their own
+     tracker, so a dying writer never unlinks its peer's segment.
+  2. If the tracker is killed too (the worker's whole process group got SIGKILL; or
+     `--backend ray`, whose shutdown kills the actors' processes, trackers included: seen on a
+     local Ray instance), the segment stays in /dev/shm until the next `SharedKVRegion` on this
+     host is created (a restarted worker, or the next cluster): it sweeps every
+     `splitserve-kv-<pid>-*` whose pid is no longer alive. So at most one segment per killed
+     worker leaks, until then. This assumes one PID namespace per /dev/shm (a recycled pid keeps
+     its dead owner's segment until swept later).
+The memory itself is freed once the last mapping closes: the owner's, and each writer's, which
+writers drop when the router reports the owner down.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import UserError
+
+SEGMENT_PREFIX = "splitserve-kv-"
+SHM_DIR = Path("/dev/shm")
+_DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float32, torch.bfloat16, torch.float16,
+                                                       torch.float64)}
+
+
+class RegionUnavailable(Exception):
+    """A peer's KV region cannot be mapped here (other host, gone, or an incompatible layout)."""
+
+
+def host_id() -> str:
+    """This host, as far as shared memory goes: hostname and kernel boot id."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
+@dataclass(frozen=True, slots=True)
+class RegionHandle:
+    """What a peer needs to map a KV cache: where it is (`kind`, `host`, and the segment `name` or
+    the CUDA IPC fields in `cuda`) and its layout (`shape`, `dtype`)."""
+
+    kind: str                       # "shm" | "cuda"
+    host: str
+    shape: tuple[int, ...]          # (layers, 2, blocks + 1, block_size, kv_heads, head_dim)
+    dtype: str
+    name: str = ""                  # shm: the segment's name
+    cuda: dict | None = None        # cuda: torch's IPC fields (see _cuda_fields)
+
+    @property
+    def key(self) -> str:
+        """Identifies the allocation: a restarted peer has a new one."""
+        if self.kind == "shm":
+            return self.name
+        return bytes(self.cuda["handle"]).hex() + f"+{self.cuda['storage_offset_bytes']}"
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * _DTYPES[self.dtype].itemsize
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": self.kind, "host": self.host, "shape": list(self.shape), "dtype": self.dtype,
+                "name": self.name, "cuda": self.cuda}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> "RegionHandle":
+        try:
+            h = cls(str(d["kind"]), str(d["host"]), tuple(int(s) for s in d["shape"]), str(d["dtype"]),
+                    str(d.get("name") or ""), d.get("cuda"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise RegionUnavailable(f"malformed KV region handle: {e!r}") from None
+        if h.kind not in ("shm", "cuda") or h.dtype not in _DTYPES or len(h.shape) != 6:
+            raise RegionUnavailable(f"unsupported KV region handle ({h.kind}, {h.dtype}, shape {h.shape})")
+        return h
+
+
+# ---- the owner's side ----------------------------------------------------------------------
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for our purpose
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2] not in "ZX"
+    except (OSError, ValueError, IndexError):
+        return True
+
+
+def sweep_stale(shm_dir: Path = SHM_DIR, prefix: str = SEGMENT_PREFIX) -> list[str]:
+    """Unlink every segment `<prefix><pid>-*` in `shm_dir` whose owner pid is not alive; returns
+    their names. (Segments of a SIGKILLed worker whose resource tracker died with it.)"""
+    gone = []
+    try:
+        entries = list(shm_dir.iterdir())
+    except OSError:
+        return gone
+    for p in entries:
+        if not p.name.startswith(prefix):
+            continue
+        pid = p.name[len(prefix):].partition("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+            continue
+        try:
+            p.unlink()
+            gone.append(p.name)
+        except OSError:
+            pass  # another sweeper got there first, or not ours to remove
+    return gone
+
+
+def _cuda_fields(t: torch.Tensor) -> dict[str, Any]:
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    _, args = reduce_tensor(t)
+    (_tcls, size, stride, offset, _scls, _dtype, device, handle, size_bytes, offset_bytes, _grad,
+     rc_handle, rc_offset, ev_handle, ev_sync) = args
+    return {"size": list(size), "stride": list(stride), "offset": int(offset), "device": int(device),
+            "handle": bytes(handle), "storage_size_bytes": int(size_bytes),
+            "storage_offset_bytes": int(offset_bytes), "ref_counter_handle": bytes(rc_handle),
+            "ref_counter_offset": int(rc_offset),
+            "event_handle": bytes(ev_handle) if ev_handle is not None else None,
+            "event_sync_required": bool(ev_sync)}
+
+
+class SharedKVRegion:
+    """Allocates one worker's KV cache where same-host peers can map it (call it as KVCache's
+    allocator: `(shape, dtype, device) -> zeroed tensor`), describes it (`handle`) and unlinks it
+    (`close`). One allocation per region."""
+
+    def __init__(self, shm_dir: Path = SHM_DIR, prefix: str = SEGMENT_PREFIX) -> None:
+        self.shm_dir, self.prefix = shm_dir, prefix
+        self.handle: RegionHandle | None = None
+        self.swept: list[str] = []
+        self._shm = None
+
+    def __call__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        if self.handle is not None:
+            raise RuntimeError("a SharedKVRegion holds one KV cache")
+        device = torch.device(device)
+        dname = str(dtype).removeprefix("torch.")
+        if dname not in _DTYPES:
+            raise UserError(f"--transport local does not support KV dtype {dname}")
+        shape = tuple(int(s) for s in shape)
+        if device.type == "cpu":
+            t = self._alloc_shm(shape, dtype)
+            self.handle = RegionHandle("shm", host_id(), shape, dname, name=self._shm.name)
+        elif device.type == "cuda":
+            t = torch.zeros(shape, dtype=dtype, device=device)
+            self.handle = RegionHandle("cuda", host_id(), shape, dname, cuda=_cuda_fields(t))
+        else:
+            raise UserError(f"--transport local needs a cpu or cuda device, not {device.type}")
+        return t
+
+    def _alloc_shm(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        from multiprocessing.shared_memory import SharedMemory
+
+        self.swept = sweep_stale(self.shm_dir, self.prefix)
+        numel = 1
+        for s in shape:
+            numel *= s
+        nbytes = numel * dtype.itemsize
+        name = f"{self.prefix}{os.getpid()}-{secrets.token_hex(4)}"
+        shm = SharedMemory(name=name, create=True, size=nbytes)  # zero-filled by the kernel
+        try:
+            fd = getattr(shm, "_fd", -1)
+            if fd >= 0 and hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, nbytes)
+        except OSError as e:
+            shm.close()
+            shm.unlink()
+            if e.errno in (errno.ENOSPC, errno.ENOMEM):
+                raise UserError(f"no room in shared memory for a {nbytes / 2**20:.0f} MiB KV cache "
+                                f"({self.shm_dir} is full): enlarge it (docker --shm-size), lower "
+                                f"--num-blocks, or use --transport tcp") from None
+            raise
+        self._shm = shm
+        return torch.frombuffer(shm.buf, dtype=dtype, count=numel).view(shape)
+
+    def close(self) -> None:
+        """Unlink the segment (its name); the memory lives on until every mapping is closed.
+        Idempotent. CUDA: nothing to do (the memory goes with the process)."""
+        shm, self._shm = self._shm, None
+        if shm is not None:
+            try:
+                shm.unlink()  # also unregisters it from the resource tracker
+            except FileNotFoundError:
+                pass  # swept or unlinked already
+
+
+# ---- the writer's side ---------------------------------------------------------------------
+class MappedRegion:
+    """A peer's KV cache mapped into this process; `tensor` is that cache (writes land in the
+    peer's memory). Raises RegionUnavailable when it cannot be mapped here."""
+
+    def __init__(self, handle: RegionHandle) -> None:
+        self.handle = handle
+        self._shm = None
+        if handle.host != host_id():
+            raise RegionUnavailable(f"the peer's KV cache is on another host ({handle.host.split('/')[0]}); "
+                                    f"--transport local needs every worker on one host: use --transport tcp")
+        dtype = _DTYPES[handle.dtype]
+        if handle.kind == "shm":
+            self.tensor = self._map_shm(handle, dtype)
+        else:
+            self.tensor = self._map_cuda(handle, dtype)
+
+    @property
+    def key(self) -> str:
+        return self.handle.key
+
+    def _map_shm(self, h: RegionHandle, dtype: torch.dtype) -> torch.Tensor:
+        from multiprocessing.shared_memory import SharedMemory
+
+        try:
+            try:
+                shm = SharedMemory(name=h.name, track=False)  # Python 3.13+
+            except TypeError:
+                shm = SharedMemory(name=h.name)
+                if h.name.rsplit("-", 2)[-2:-1] != [str(os.getpid())]:  # <prefix><owner pid>-<hex>
+                    from multiprocessing import resource_tracker
+                    # 3.12 and older register an attachment like a creation: were this process to
+                    # die, its tracker would unlink the peer's segment
+                    resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+        except FileNotFoundError:
+            raise RegionUnavailable(f"shared-memory segment {h.name} not found: its worker exited, or "
+                                    f"this worker does not share /dev/shm with it (another container): "
+                                    f"use --transport tcp") from None
+        if shm.size < h.nbytes:
+            shm.close()
+            raise RegionUnavailable(f"segment {h.name} holds {shm.size} bytes, its handle says {h.nbytes}")
+        self._shm = shm
+        numel = h.nbytes // dtype.itemsize
+        return torch.frombuffer(shm.buf, dtype=dtype, count=numel).view(h.shape)
+
+    @staticmethod
+    def _map_cuda(h: RegionHandle, dtype: torch.dtype) -> torch.Tensor:
+        if not torch.cuda.is_available():
+            raise RegionUnavailable("the peer's KV cache is in CUDA memory but CUDA is not available here")
+        from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+        c = h.cuda or {}
+        try:
+            t = rebuild_cuda_tensor(torch.Tensor, torch.Size(c["size"]), tuple(c["stride"]), c["offset"],
+                                    torch.storage.TypedStorage, dtype, c["device"], bytes(c["handle"]),
+                                    c["storage_size_bytes"], c["storage_offset_bytes"], False,
+                                    bytes(c["ref_counter_handle"]), c["ref_counter_offset"],
+                                    bytes(c["event_handle"]) if c.get("event_handle") is not None else None,
+                                    c["event_sync_required"])
+        except (KeyError, RuntimeError) as e:
+            raise RegionUnavailable(f"cannot open the peer's CUDA IPC handle: {e}") from None
+        if tuple(t.shape) != h.shape:
+            raise RegionUnavailable(f"CUDA region shape {tuple(t.shape)} != handle shape {h.shape}")
+        return t
+
+    def close(self) -> None:
+        """Unmap (idempotent). Nothing else may still hold a view of `tensor`."""
+        self.tensor = None
+        shm, self._shm = self._shm, None
+        if shm is not None:
+            try:
+                shm.close()
+            except BufferError:
+                self._shm = shm  # a view is still alive somewhere; unmapped when this object goes
