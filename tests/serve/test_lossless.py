@@ -77,11 +77,14 @@ def test_server_matches_generate_cli(split_server, capsys):
                              "total_tokens": 3 + len(want["token_ids"])}
 
 
-def test_mixed_worker_preempts_decodes_for_prompts_without_changing_tokens(server_factory, reference_engine):
+@pytest.mark.parametrize("limit", [3, 0])
+def test_mixed_worker_preempts_decodes_for_prompts_without_changing_tokens(limit, server_factory, reference_engine):
     """One mixed worker whose cache (24 blocks of 16 tokens) holds a few requests at a time: the
     machine-level policy admits prompts first and preempts running decodes to make room, and the
-    preempted requests are recomputed to the same tokens."""
-    srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--num-blocks", "24")
+    preempted requests are recomputed to the same tokens. With --preemption-limit 0, prompts wait
+    instead, and nothing is preempted."""
+    srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--num-blocks", "24",
+                         "--preemption-limit", str(limit))
     prompts, max_tokens = workload(n=30, seed=11)
     max_tokens = [m + 20 for m in max_tokens]            # long decodes, so prompts meet them
     want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
@@ -90,5 +93,8 @@ def test_mixed_worker_preempts_decodes_for_prompts_without_changing_tokens(serve
     st = srv.wait_settled()
     (w,) = st["workers"]
     assert w["free"] == w["start_free"] == 24 and w["reserved"] == 0
-    assert w["preempted"] > 0, "with 24 blocks for 30 requests, prompts must have preempted decodes"
+    if limit:
+        assert w["preempted"] > 0, "with 24 blocks for 30 requests, prompts must have preempted decodes"
+    else:
+        assert w["preempted"] == 0
     assert st["policy_idle"]

@@ -37,6 +37,9 @@ def serve(
     max_queue: Annotated[int, typer.Option(help="Requests in flight at most; more get HTTP 429.")] = 256,
     num_blocks: Annotated[Optional[int], typer.Option(help="KV cache blocks per worker (default: the engine's).")] = None,
     max_num_seqs: Annotated[int, typer.Option(help="Sequences per worker batch at most.")] = 256,
+    prompt_cap: Annotated[int, typer.Option(help="Prompt tokens per worker batch at most (a longer prompt runs alone); as in simulate.")] = 2048,
+    chunk_size: Annotated[int, typer.Option(help="Chunked prefill: tokens per worker batch, decodes first (0: whole prompts); as in simulate.")] = 0,
+    preemption_limit: Annotated[int, typer.Option(help="Times one request may be preempted on a mixed worker; as in simulate.")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the workers' samplers (requests without their own seed).")] = 0,
     worker_threads: Annotated[int, typer.Option(help="Torch threads per worker.")] = 1,
     no_restart_workers: Annotated[bool, typer.Option("--no-restart-workers", help="Mark dead workers down instead of replacing them.")] = False,
@@ -54,6 +57,7 @@ def serve(
                       backend=backend, ray_address=ray_address, worker_host=worker_host, device=device,
                       dtype=dtype, layerwise_threshold=layerwise_threshold, transfer_timeout_s=transfer_timeout,
                       transport=transport, max_queue=max_queue, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
+                      prompt_cap=prompt_cap, chunk_size=chunk_size, preemption_limit=preemption_limit,
                       seed=seed, worker_threads=worker_threads, restart_workers=not no_restart_workers,
                       worker_mode=worker_mode, debug_layer_delay_s=debug_layer_delay,
                       echo_token_delay_s=echo_token_delay)

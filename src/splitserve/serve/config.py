@@ -31,6 +31,9 @@ class ServeConfig:
     seed: int = 0
     num_blocks: int | None = None        # KV blocks per worker (default: the engine's)
     max_num_seqs: int = 256
+    prompt_cap: int = 2048               # machine-level policy in each worker (policy/machine.py)
+    chunk_size: int = 0
+    preemption_limit: int = 3
     worker_threads: int = 1
     restart_workers: bool = True         # replace a worker that died
     max_worker_restarts: int = 8
@@ -75,6 +78,8 @@ class ServeConfig:
             if self.worker_mode == "echo":
                 raise UserError("--transport local writes into the workers' KV caches; echo workers have "
                                 "none: use --transport tcp")
+        if self.prompt_cap < 1 or self.chunk_size < 0 or self.preemption_limit < 0:
+            raise UserError("--prompt-cap must be >= 1, --chunk-size and --preemption-limit >= 0")
         if self.max_queue < 1:
             raise UserError("--max-queue must be at least 1")
         if not 0 <= self.port < 65536:
