@@ -37,6 +37,18 @@ def segments(pids) -> list[str]:
     return sorted(n for n in os.listdir(SHM) if n.startswith(prefixes))
 
 
+async def poll_state(client, url, pred, timeout: float, what: str) -> dict:
+    """The first /debug/state that `pred` holds for, polled every 20 ms; fails with `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    s = None
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        s = (await client.get(url + "/debug/state")).json()
+        if pred(s):
+            return s
+    raise AssertionError(f"{what} within {timeout} s: {s}")
+
+
 def ready_settled(srv) -> dict:
     wait_for(lambda: all(w["up"] for w in srv.state()["workers"]), timeout=30)  # replacements too
     st = srv.wait_settled()
@@ -83,30 +95,33 @@ def test_local_transport_is_lossless_and_leaks_nothing(mode, threshold, server_f
     wait_for(lambda: not segments(pids), timeout=10)
 
 
+def slow_local_pair(server_factory, layer_delay: float, transfer_timeout: float):
+    """A 1P + 1T server on the local transport, every prompt layer-wise and each prefill layer slowed
+    by `layer_delay` s; returns it with its prompt and token workers' states."""
+    srv = server_factory("--prompt-workers", "1", "--token-workers", "1", "--transport", "local",
+                         "--layerwise-threshold", "0", "--debug-layer-delay", str(layer_delay),
+                         "--transfer-timeout", str(transfer_timeout))
+    workers = srv.state()["workers"]
+    return (srv, next(w for w in workers if w["home"] == "prompt"),
+            next(w for w in workers if w["home"] == "token"))
+
+
 def test_local_transport_prompt_worker_killed_mid_transfer(server_factory, reference_engine):
     # 0.5 s per prefill layer: layer 0 is in the token worker's blocks while layer 1 "computes"
-    srv = server_factory("--prompt-workers", "1", "--token-workers", "1", "--transport", "local",
-                         "--layerwise-threshold", "0", "--debug-layer-delay", "0.5", "--transfer-timeout", "2")
+    srv, prompt_w, token = slow_local_pair(server_factory, layer_delay=0.5, transfer_timeout=2)
     prompt = list(range(10, 50))
     want = reference(reference_engine, [prompt], [8], ignore_eos=True)[0]
-    st = srv.state()
-    token = next(w for w in st["workers"] if w["home"] == "token")
-    prompt_w = next(w for w in st["workers"] if w["home"] == "prompt")
     restarts0 = srv.metric("splitserve_request_restarts_total")
 
     async def run():
         async with httpx.AsyncClient(timeout=60) as client:
             task = asyncio.create_task(complete(client, srv.url, prompt, 8, stream=True, ignore_eos=True))
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-                s = (await client.get(srv.url + "/debug/state")).json()
+            def started(s):
                 t = s["workers"][token["id"]]
                 busy = [m for m in s["machines"] if m["home"] == "prompt" and m["prompt_queue"]]
-                if t["reserved"] == 1 and t["free"] < t["start_free"] and busy:
-                    break
-            else:
-                raise AssertionError("the transfer never started")
+                return t["reserved"] == 1 and t["free"] < t["start_free"] and busy
+
+            await poll_state(client, srv.url, started, 20, "the transfer never started")
             await asyncio.sleep(0.2)  # inside the layer-0 delay: mid-transfer
             os.kill(prompt_w["pid"], signal.SIGKILL)
             return await task
@@ -133,37 +148,24 @@ def test_local_transport_stalled_writer_keeps_its_blocks_until_done(server_facto
     writer could still write into them) until the writer, resumed, says it is done."""
     # 0.4 s per prefill layer; the timeout leaves the restarted attempt room for the resumed
     # writer to finish the old step and run the new one (4 layer delays)
-    srv = server_factory("--prompt-workers", "1", "--token-workers", "1", "--transport", "local",
-                         "--layerwise-threshold", "0", "--debug-layer-delay", "0.4", "--transfer-timeout", "3.5")
+    srv, writer, token = slow_local_pair(server_factory, layer_delay=0.4, transfer_timeout=3.5)
     prompt = list(range(60, 90))
     want = reference(reference_engine, [prompt], [6], ignore_eos=True)[0]
-    st = srv.state()
-    token = next(w for w in st["workers"] if w["home"] == "token")
-    writer = next(w for w in st["workers"] if w["home"] == "prompt")
     fails0 = srv.metric("splitserve_kv_transfer_failures_total")
     per_request = -(-(len(prompt) + 1) // 16)  # blocks of one reservation
 
     async def run():
         async with httpx.AsyncClient(timeout=60) as client:
             task = asyncio.create_task(complete(client, srv.url, prompt, 6, stream=True, ignore_eos=True))
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-                t = (await client.get(srv.url + "/debug/state")).json()["workers"][token["id"]]
-                if t["reserved"] == 1:
-                    break
+            await poll_state(client, srv.url, lambda s: s["workers"][token["id"]]["reserved"] == 1, 20,
+                             "no reservation on the token worker")
             await asyncio.sleep(0.1)  # inside the 0.8 s prefill step: mid-transfer
             os.kill(writer["pid"], signal.SIGSTOP)
             try:
                 # timed out, restarted: the held blocks and the new attempt's reservation
-                t0 = time.monotonic()
-                while time.monotonic() - t0 < 10:
-                    await asyncio.sleep(0.05)
-                    t = (await client.get(srv.url + "/debug/state")).json()["workers"][token["id"]]
-                    if srv.metric("splitserve_kv_transfer_failures_total") > fails0 and t["reserved"] == 2:
-                        break
-                else:
-                    raise AssertionError(f"no timeout with held blocks: {t}")
+                await poll_state(client, srv.url, lambda s: s["workers"][token["id"]]["reserved"] == 2
+                                 and srv.metric("splitserve_kv_transfer_failures_total") > fails0, 10,
+                                 "no timeout with held blocks")
                 await asyncio.sleep(0.3)  # still held while the writer is frozen
                 t = (await client.get(srv.url + "/debug/state")).json()["workers"][token["id"]]
                 assert t["reserved"] == 2 and t["start_free"] - t["free"] == 2 * per_request, t
