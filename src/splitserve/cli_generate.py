@@ -22,8 +22,9 @@ def generate_command(model: str, prompt: str | None, prompt_ids: str | None, max
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise UserError("the engine needs torch, safetensors and tokenizers: "
-                        "pip install 'splitserve[engine]'") from None
+        raise UserError("the engine needs torch, safetensors and tokenizers: in the splitserve checkout run "
+                        "pip install torch==2.13.0 '.[engine]' (CPU PyTorch; with a GPU, install your "
+                        "CUDA build of torch first and leave out the pin)") from None
     from .engine.engine import LLMEngine
     from .engine.sampler import SamplingParams
     from .engine.tokenizer import parse_token_ids

@@ -77,7 +77,9 @@ def run_server(cfg, http: str = "auto", loop: str = "auto") -> None:
         import uvicorn
         import zmq  # noqa: F401
     except ImportError as e:
-        raise UserError(f"serving needs the serve extra ({e.name} is missing): pip install 'splitserve[serve]'") from None
+        raise UserError(f"serving needs the serve extra ({e.name} is missing): in the splitserve checkout run "
+                        "pip install torch==2.13.0 '.[serve]' (CPU PyTorch; with a GPU, install your CUDA "
+                        "build of torch first and leave out the pin)") from None
     from .api import create_app
 
     def log(msg: str) -> None:
