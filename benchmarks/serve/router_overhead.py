@@ -36,12 +36,9 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import re
 import resource
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +47,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from live import TICK, children, free_port, machine, machine_busy, start, stop, versions  # this folder
 
 BODY = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 2, "temperature": 0}
 STACKS = {"auto": ("auto", "auto"), "h11-asyncio": ("h11", "asyncio")}  # name -> (http, loop)
@@ -87,45 +86,12 @@ WRK_LUA = textwrap.dedent('''
 ''')
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(cmd: list[str], port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    stop(proc)
-    raise RuntimeError(f"{cmd} did not come up")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 # ---- CPU accounting (Linux /proc; empty elsewhere) ---------------------------------------------
-TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
 def _proc_ticks(pid: int) -> int:
     """User + system clock ticks of every thread of `pid` so far (0 if it is gone)."""
     try:
@@ -133,27 +99,6 @@ def _proc_ticks(pid: int) -> int:
         return int(fields[11]) + int(fields[12])  # utime, stime (all threads)
     except (OSError, IndexError, ValueError):
         return 0
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rpartition(")")[2].split()[1]) == pid:
-                    out.append(int(d.name))
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
-
-
-def _machine_busy() -> int | None:
-    """Busy clock ticks of all cores so far (user, nice, system, irq, softirq, steal)."""
-    try:
-        f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        return f[0] + f[1] + f[2] + f[5] + f[6] + f[7]
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _self_ticks() -> tuple[float, float]:
@@ -167,14 +112,14 @@ class CpuMeter:
 
     def __init__(self, server: subprocess.Popen) -> None:
         self.server = server.pid
-        self.workers = _children(server.pid)
+        self.workers = children(server.pid)
 
     def begin(self) -> None:
         self.t0 = time.perf_counter()
         self.s0 = _proc_ticks(self.server)
         self.w0 = sum(_proc_ticks(p) for p in self.workers)
         self.c0 = _self_ticks()
-        self.m0 = _machine_busy()
+        self.m0 = machine_busy()
 
     def end(self) -> dict:
         wall = time.perf_counter() - self.t0
@@ -182,7 +127,7 @@ class CpuMeter:
         w = sum(_proc_ticks(p) for p in self.workers) - self.w0
         me, kids = _self_ticks()
         c = (me - self.c0[0]) + (kids - self.c0[1])
-        m = _machine_busy()
+        m = machine_busy()
         if self.m0 is None or m is None or wall <= 0:
             return {}
         f = 100.0 / (TICK * wall)
@@ -195,9 +140,9 @@ def wait_quiet(max_wait: float = 120.0, busy_pct: float = 15.0) -> bool:
     """Wait until the whole machine is under `busy_pct` percent of one core for 2 s."""
     deadline = time.monotonic() + max_wait
     while True:
-        m0 = _machine_busy()
+        m0 = machine_busy()
         time.sleep(2)
-        m1 = _machine_busy()
+        m1 = machine_busy()
         if m0 is None or m1 is None:
             return True
         if (m1 - m0) * 100.0 / (TICK * 2) <= busy_pct:
@@ -261,31 +206,6 @@ def wrk_load(wrk: str, lua: str, url: str, concurrency: int, duration: float, th
     return {"concurrency": concurrency, "duration_s": wall, "ok": ok, "errors": errors, "rps": ok / wall,
             "p50_ms": w["p50_us"] / 1e3, "p90_ms": w["p90_us"] / 1e3, "p99_ms": w["p99_us"] / 1e3,
             "wrk_errors": {k: w[k] for k in ("connect", "read", "write", "status", "timeout")}}
-
-
-def machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": None, "python": platform.python_version(),
-            "platform": platform.platform()}
-
-
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for p in ("uvicorn", "fastapi", "starlette", "httptools", "uvloop", "orjson", "pyzmq", "httpx"):
-        try:
-            out[p] = version(p)
-        except PackageNotFoundError:
-            out[p] = None
-    return out
 
 
 def main() -> int:
