@@ -303,11 +303,21 @@ def test_one_sided_receiver_holds_blocks_until_the_writer_is_done():
                     "fail": "boom"}, [])
     assert ev["t"] == "kv_fail" and "boom" in ev["reason"] and eng.blocks.num_free == free0
 
-    # tcp (not one-sided): freed at the timeout, as before
-    tcp = KVReceiver(eng, timeout_s=0.01)
+    # tcp (not one-sided): the clock runs from the latest progress, and the blocks are freed at once
+    tcp = KVReceiver(eng, timeout_s=0.05, start_s=0.3)
     tcp.expect("g", prompt, params, writer=3)
-    time.sleep(0.02)
+    time.sleep(0.1)
+    assert tcp.expire() == []                    # waiting for the prompt worker to begin: start_s
+    tcp.handle({"t": "kvs", "rid": "g"}, [])     # a step of its prompt starts
+    time.sleep(0.03)
+    tcp.handle({"t": "kvs", "rid": "g"}, [])     # the next chunk: 0.06 s in, never 0.05 s idle
+    time.sleep(0.03)
+    assert tcp.expire() == [] and eng.num_reserved == 1
+    time.sleep(0.03)
     assert len(tcp.expire()) == 1 and eng.blocks.num_free == free0 and eng.num_reserved == 0
+    tcp.expect("h", prompt, params, writer=3)    # a prompt worker that never begins
+    time.sleep(0.31)
+    assert len(tcp.expire()) == 1 and eng.blocks.num_free == free0
 
 
 def test_local_transport_refuses_what_it_cannot_write(zmq_pair):

@@ -28,8 +28,10 @@ The two ends:
   token) sends `kvx` ("I will not write this request's blocks again") on a one-sided transport.
 - `KVReceiver` (token worker) reserves the blocks when the router announces the request
   (`expect`), before any byte is sent, takes each layer as it lands, and starts decoding once
-  every layer is in. A reservation not completed by its deadline is reported (`kv_fail`), so a
-  peer that dies mid-transfer leaks nothing on either side (the prompt worker's engine freed its
+  every layer is in. The deadline is progress-based: `start_s` (default max(30 s, 6 x the
+  timeout)) for the prompt worker to begin, then the timeout from the latest sign of progress (a
+  `kvs` that the sender puts out as each step of the prompt starts, a layer). A reservation past
+  its deadline is reported (`kv_fail`), so a peer that dies mid-transfer leaks nothing on either side (the prompt worker's engine freed its
   blocks when the prefill ended). On tcp its blocks are freed at once. On a one-sided transport a
   writer (the prompt worker the router named in `expect`'s `src`) might still be writing into them
   (stalled, not dead), so they are held until it cannot write any more: its `kvd`/`kvx` for the
@@ -322,7 +324,11 @@ class KVSender:
         self._batch = []
         for seq, n in batch:
             plan = self.plans.get(seq.request_id)
-            if plan is None or seq.num_computed + n != len(seq.prompt_ids):
+            if plan is None:
+                continue
+            t = plan.target  # "a step of your prompt starts": the token worker's clock restarts
+            self.transport.send(t.peer, t.address, {"t": "kvs", "rid": seq.request_id})
+            if seq.num_computed + n != len(seq.prompt_ids):
                 continue
             plan.layerwise = choose_mode(prompt_tokens, plan.threshold) is TransferMode.LAYERWISE
             if plan.layerwise:
@@ -401,8 +407,11 @@ class Held:
 
 
 class KVReceiver:
-    def __init__(self, engine, timeout_s: float, one_sided: bool = False, hold_s: float | None = None) -> None:
+    def __init__(self, engine, timeout_s: float, one_sided: bool = False, hold_s: float | None = None,
+                 start_s: float | None = None) -> None:
         self.engine, self.timeout_s, self.one_sided = engine, timeout_s, one_sided
+        # how long a reservation waits for its prompt worker's first step (queueing included)
+        self.start_s = start_s if start_s is not None else max(30.0, 6 * timeout_s)
         self.hold_s = hold_s if hold_s is not None else max(30.0, 6 * timeout_s)
         self.inbound: dict[str, Inbound] = {}
         self.held: dict[str, Held] = {}
@@ -413,7 +422,7 @@ class KVReceiver:
         """Reserve blocks now and return their ids; raises UserError when they do not fit."""
         table = self.engine.reserve_kv(rid, len(prompt_ids))
         self.inbound[rid] = Inbound(rid, prompt_ids, params, self.engine.cfg.num_layers,
-                                    time.monotonic() + self.timeout_s, writer)
+                                    time.monotonic() + max(self.start_s, self.timeout_s), writer)
         return table
 
     def _free(self, rid: str) -> bool:
@@ -465,6 +474,9 @@ class KVReceiver:
         eng = self.engine
         if kind == "kvx":  # the writer stopped for good (the router aborts or cancels the request)
             self._free(rid)
+            return None
+        inb.deadline = time.monotonic() + self.timeout_s  # progress: a prompt step began, a layer came
+        if kind == "kvs":
             return None
         if kind == "kvl":
             layer = int(header["layer"])
