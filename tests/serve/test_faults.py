@@ -143,7 +143,9 @@ def test_transfer_timeout_frees_blocks_on_both_sides(reference_engine):
     assert 99 not in tx.peers
 
     # the token side got layer 0 only, then nothing: the reservation expires and is freed
-    layer0 = first.kv.layer(0).contiguous().numpy()
+    assert first.kv is None                       # streamed layer by layer: no whole-cache copy
+    kv = LLMEngine("tiny", num_blocks=64, tokenizer=None).prefill_only(prompt, params).kv
+    layer0 = kv.layer(0).contiguous().numpy()
     assert rx.handle({"t": "kvl", "rid": "r1", "layer": 0, "sent": time.time()}, [memoryview(layer0).cast("B")]) is None
     assert rx.expire() == []
     time.sleep(0.25)

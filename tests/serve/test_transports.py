@@ -224,7 +224,9 @@ def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, 
         # the K/V is in B's blocks already, before B has read a single message
         slots = b_eng.kv.slots(blocks, 0, len(prompt))
         flat = b_eng.kv.data.view(2, 2, -1, 2, 16)
-        assert torch.equal(flat[:, :, slots], first.kv.data)
+        assert (first.kv is None) == (mode == "layerwise")  # streamed: no whole-cache copy made
+        whole = LLMEngine("tiny", num_blocks=64, tokenizer=None).prefill_only(prompt, params).kv
+        assert torch.equal(flat[:, :, slots], whole.data)
         ev, frames = None, 0
         deadline = time.monotonic() + 5
         while ev is None and time.monotonic() < deadline:

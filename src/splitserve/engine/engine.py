@@ -414,7 +414,8 @@ class LLMEngine:
         reason = self._stop_reason(seq, tok)
         kv = None
         if seq.prefill_only:
-            kv = self.kv.export_request(self.blocks.block_table(seq.request_id), len(seq.prompt_ids))
+            if seq.export_kv:
+                kv = self.kv.export_request(self.blocks.block_table(seq.request_id), len(seq.prompt_ids))
             reason = reason or "prefill"
         if reason is not None:
             seq.finish_reason = reason

@@ -26,6 +26,7 @@ class Sequence:
     status: Status = Status.WAITING
     finish_reason: str | None = None
     prefill_only: bool = False  # prompt worker: stop after the first token and export the KV
+    export_kv: bool = True      # prefill_only: copy the prompt's KV out at the end (False: it was streamed)
     text: str | None = None
     logits: list = field(default_factory=list)
     preemptions: int = 0  # times preempted (KV dropped, recomputed later)

@@ -332,6 +332,7 @@ class KVSender:
                 continue
             plan.layerwise = choose_mode(prompt_tokens, plan.threshold) is TransferMode.LAYERWISE
             if plan.layerwise:
+                seq.export_kv = False  # streamed layer by layer: no whole-cache copy at the step's end
                 self._batch.append((seq, plan))
 
     def _put(self, plan: Outbound, layer: int | None, kv: torch.Tensor, header: dict) -> list:
