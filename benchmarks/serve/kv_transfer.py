@@ -1,8 +1,8 @@
 """KV transfer of one long prompt from a prompt worker to a token worker of a live `splitserve serve`.
 
 On this CPU machine (the defaults: random weights of the llama3-8b shape with 2 of its 32 layers,
-float32, 1 torch thread per worker, the prompt prefilled in chunks of 512 tokens; on 2 cores
-7 min 50 s with --requests 3, so about 10 minutes with the default 5):
+float32, 1 torch thread per worker, the whole prompt in one engine step, as on a GPU; on 2 cores
+about 8 minutes with --requests 3, 10 with the default 5):
 
     python benchmarks/serve/kv_transfer.py
 
@@ -11,13 +11,12 @@ On one NVIDIA GPU (the issue's target: a 1,500-token llama3-8b prompt, non-overl
 each KV cache small):
 
     python benchmarks/serve/kv_transfer.py --model llama3-8b --device cuda --dtype bfloat16 \\
-        --chunk-size 0 --out benchmarks/serve/kv_transfer_gpu.json
+        --out benchmarks/serve/kv_transfer_gpu.json
 
-Why chunks on CPU: a worker reads the router's messages only between engine steps, and one that
-has heard nothing for 10 s after a step exits (the router kills one silent for 15 s). A 1,500-token
-prefill of the 2-layer shape is one 20 s step with 1 thread (12 s with 2), so here the prompt runs
-in three steps of about 7 s. Layer-wise transfer then happens in the last chunk's step: right
-after layer i of that chunk, layer i's K/V of the whole prompt is put. Why 1 thread: with 2 torch
+Why long timeouts: a 1,500-token prefill of the 2-layer shape is one 20 s step on this CPU with 1
+thread. Workers report to the router between steps, and a transfer's clock runs from its latest
+progress (a prompt step starting, a layer arriving), so the servers get --heartbeat-timeout and
+--transfer-timeout well above that. Why 1 thread: with 2 torch
 threads in each of the two workers on 2 cores, OpenMP threads spinning between operations delay
 the tcp receiver, and the exposed time of even a 51 KB transfer spreads over 4-17 ms instead of
 about 1 ms (OMP_WAIT_POLICY=PASSIVE removes that). bfloat16 on this CPU is about 7x slower than
@@ -48,8 +47,8 @@ take.
 
 Reading the CPU figures: in layer-wise mode the last layer's K/V is put right after that layer,
 and the prefill's end is stamped only after the rest of the step: the LM head (on CPU in float32,
-2.1 GB of weights read for the one sampled row), sampling and a copy of the whole prompt's KV that
-the engine makes for every prefill-only request. With 2 layers that tail took 150-180 ms here,
+2.1 GB of weights read for the one sampled row) and sampling. With 2 layers that tail took
+150-180 ms here (when it also held a whole-cache KV copy, since dropped for streamed prompts),
 longer than the last layer's transfer, so the exposed time left is about one control message.
 With 32 layers on a GPU the tail is far shorter and the last layer's transfer shows.
 """
@@ -156,6 +155,7 @@ def run_one(args, transport: str, mode: str, shape: dict, log: Path) -> dict:
                     "--transport", transport, "--layerwise-threshold", str(THRESHOLD[mode]),
                     "--device", args.device, "--dtype", args.dtype, "--num-blocks", str(args.num_blocks),
                     "--chunk-size", str(args.chunk_size), "--transfer-timeout", str(args.transfer_timeout),
+                    "--heartbeat-timeout", str(args.heartbeat_timeout),
                     "--worker-threads", str(args.worker_threads), "--port", str(port))
     res: dict = {"transport": transport, "mode": mode, "command": shell(cmd)}
     print(f"== {transport} / {mode}: {shell(cmd)}", flush=True)
@@ -218,11 +218,13 @@ def main() -> int:
     ap.add_argument("--num-blocks", type=int, default=256,
                     help="KV blocks (16 tokens) per worker; small, so two workers share one GPU "
                          "(default: %(default)s)")
-    ap.add_argument("--transfer-timeout", type=float, default=600.0,
-                    help="serve --transfer-timeout: its clock starts when the token worker reserves the blocks, "
-                         "before the prefill, so a slow CPU prefill needs a long one (default: %(default)s)")
+    ap.add_argument("--transfer-timeout", type=float, default=120.0,
+                    help="serve --transfer-timeout: seconds a transfer may go without progress; longer than "
+                         "one prompt step (default: %(default)s)")
+    ap.add_argument("--heartbeat-timeout", type=float, default=120.0,
+                    help="serve --heartbeat-timeout: longer than one engine step (default: %(default)s)")
     ap.add_argument("--worker-threads", type=int, default=1, help="torch threads per worker (default: %(default)s)")
-    ap.add_argument("--chunk-size", type=int, default=512,
+    ap.add_argument("--chunk-size", type=int, default=0,
                     help="serve --chunk-size: prefill tokens per engine step, 0: the whole prompt in one step "
                          "(default: %(default)s)")
     ap.add_argument("--startup-timeout", type=float, default=240.0,
@@ -253,6 +255,7 @@ def main() -> int:
         **header("kv_transfer"), "model": args.model, "shape": shape,
         "device": args.device, "dtype": args.dtype, "prompt_tokens": args.prompt_tokens,
         "chunk_size": args.chunk_size, "worker_threads": args.worker_threads,
+        "transfer_timeout_s": args.transfer_timeout, "heartbeat_timeout_s": args.heartbeat_timeout,
         "requests_per_server": args.requests, "warmup_requests": 1, "max_tokens": 2,
         "expected_kv_bytes": expected, "target": {"exposed_ms_layerwise_below": TARGET_EXPOSED_MS,
                                                   "for": "llama3-8b, 1,500 tokens, H100"},
