@@ -199,3 +199,28 @@ def test_complete_transfer_in_process_matches_engine(reference_engine):
         a.close()
         b.close()
     ctx.destroy(linger=0)
+
+
+def test_prompt_steps_longer_than_the_timeouts_are_served(server_factory, reference_engine):
+    """A prompt step of 2.4 s (two layers, 1.2 s each) outlasts both the worker's 1.5 s orphan
+    timeout and the 2 s transfer timeout, yet nothing fails: the worker reads the router's queued
+    pings before judging it lost, and the transfer's clock runs from its latest progress (the
+    step's start, each layer), never idle for 2 s."""
+    srv = server_factory("--prompt-workers", "1", "--token-workers", "1", "--layerwise-threshold", "0",
+                         "--debug-layer-delay", "1.2", "--transfer-timeout", "2", "--orphan-timeout", "1.5")
+    prompt = list(range(40, 70))
+    want = reference(reference_engine, [prompt], [5], ignore_eos=True)[0]
+    pids = {w["id"]: w["pid"] for w in srv.state()["workers"]}
+    t0 = time.monotonic()
+    status, toks, _ = asyncio.run(_one(srv.url, prompt, 5))
+    assert time.monotonic() - t0 > 2.4
+    assert status == 200 and toks == want
+    assert srv.metric("splitserve_kv_transfer_failures_total") == 0
+    assert srv.metric("splitserve_request_restarts_total") == 0
+    assert srv.metric("splitserve_kv_transfers_total", mode="layerwise") == 1
+    time.sleep(2)  # a worker that took its router for lost would exit right after the step
+    status, toks, _ = asyncio.run(_one(srv.url, prompt, 5))
+    assert status == 200 and toks == want
+    assert srv.metric("splitserve_worker_restarts_total") == 0
+    st = srv.wait_settled()
+    assert {w["id"]: w["pid"] for w in st["workers"]} == pids and all(w["up"] for w in st["workers"])

@@ -47,6 +47,7 @@ def serve(
     worker_mode: Annotated[str, typer.Option(hidden=True, help="BENCHMARK TOOL: 'echo' returns tokens without computing.")] = "engine",
     echo_token_delay: Annotated[float, typer.Option(hidden=True, help="Echo mode only: one token per step, each step this many seconds.")] = 0.0,
     debug_layer_delay: Annotated[float, typer.Option(hidden=True, help="Tests only: seconds of sleep after each prefill layer on prompt workers.")] = 0.0,
+    orphan_timeout: Annotated[float, typer.Option(hidden=True, help="Seconds without word from the router (it pings every second) after which a worker exits.")] = 10.0,
     http_impl: Annotated[str, typer.Option("--http-impl", hidden=True, help="Benchmarks: uvicorn's HTTP parser (auto, h11, httptools).")] = "auto",
     loop_impl: Annotated[str, typer.Option("--loop-impl", hidden=True, help="Benchmarks: uvicorn's event loop (auto, asyncio, uvloop).")] = "auto",
 ) -> None:
@@ -60,7 +61,7 @@ def serve(
                       transport=transport, max_queue=max_queue, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
                       prompt_cap=prompt_cap, chunk_size=chunk_size, preemption_limit=preemption_limit,
                       seed=seed, worker_threads=worker_threads, restart_workers=not no_restart_workers,
-                      worker_mode=worker_mode, debug_layer_delay_s=debug_layer_delay,
+                      worker_mode=worker_mode, debug_layer_delay_s=debug_layer_delay, orphan_timeout_s=orphan_timeout,
                       echo_token_delay_s=echo_token_delay)
     if design == "baseline":
         # baseline: every worker is mixed; --mixed-workers K of them, else prompt + token workers

@@ -39,6 +39,7 @@ class ServeConfig:
     max_worker_restarts: int = 8
     max_attempts: int = 3                # tries of one request across worker failures
     heartbeat_timeout_s: float = 15.0
+    orphan_timeout_s: float = 10.0       # a worker without word from the router this long exits
     startup_timeout_s: float = 180.0
     park_timeout_s: float = 30.0         # how long a request may wait for a live worker
     debug_layer_delay_s: float = 0.0     # tests only: slow each prefill layer down
@@ -80,7 +81,7 @@ class ServeConfig:
                                 "none: use --transport tcp")
         if self.prompt_cap < 1 or self.chunk_size < 0 or self.preemption_limit < 0:
             raise UserError("--prompt-cap must be >= 1, --chunk-size and --preemption-limit >= 0")
-        if self.transfer_timeout_s <= 0 or self.heartbeat_timeout_s <= 0:
+        if min(self.transfer_timeout_s, self.heartbeat_timeout_s, self.orphan_timeout_s) <= 0:
             raise UserError("--transfer-timeout and --heartbeat-timeout must be > 0 seconds")
         if self.max_queue < 1:
             raise UserError("--max-queue must be at least 1")

@@ -164,7 +164,7 @@ class Router:
                 "--seed", str(cfg.seed), "--max-num-seqs", str(cfg.max_num_seqs),
                 "--threads", str(cfg.worker_threads), "--transport", cfg.transport,
                 "--transfer-timeout-s", str(cfg.transfer_timeout_s), "--worker-mode", cfg.worker_mode,
-                "--orphan-timeout-s", "10", "--prompt-token-cap", str(cfg.prompt_cap),
+                "--orphan-timeout-s", str(cfg.orphan_timeout_s), "--prompt-token-cap", str(cfg.prompt_cap),
                 "--chunk-size", str(cfg.chunk_size), "--preemption-limit", str(cfg.preemption_limit)]
         if cfg.echo_token_delay_s:
             argv += ["--echo-token-delay-s", str(cfg.echo_token_delay_s)]
