@@ -82,7 +82,7 @@ class ServeConfig:
         if self.prompt_cap < 1 or self.chunk_size < 0 or self.preemption_limit < 0:
             raise UserError("--prompt-cap must be >= 1, --chunk-size and --preemption-limit >= 0")
         if min(self.transfer_timeout_s, self.heartbeat_timeout_s, self.orphan_timeout_s) <= 0:
-            raise UserError("--transfer-timeout and --heartbeat-timeout must be > 0 seconds")
+            raise UserError("--transfer-timeout, --heartbeat-timeout and --orphan-timeout must be > 0 seconds")
         if self.max_queue < 1:
             raise UserError("--max-queue must be at least 1")
         if not 0 <= self.port < 65536:
