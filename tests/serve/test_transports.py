@@ -492,3 +492,39 @@ def test_cuda_local_transport_is_lossless(server_factory):
     assert got == want
     assert srv.metric("splitserve_kv_transfer_failures_total") == 0
     ready_settled(srv)
+
+
+def test_a_serialized_write_after_a_layerwise_one_reuses_the_mapping(zmq_pair, reference_engine):
+    """The peer's region is mapped during the first (layer-wise) write, inside the engine step's
+    torch.inference_mode; a later serialized write happens outside it and must still land (it
+    used to fail: "Inplace update to inference tensor outside InferenceMode")."""
+    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.sampler import SamplingParams
+    from splitserve.serve.shm import SharedKVRegion
+    from splitserve.serve.transfer import KVReceiver, KVSender, LocalTransport
+
+    ctx, codec = zmq_pair
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    prompts = {"long": list(range(30, 90)), "short": list(range(40, 50))}
+    ra, rb = SharedKVRegion(), SharedKVRegion()
+    a_eng = LLMEngine("tiny", num_blocks=64, tokenizer=None, kv_alloc=ra)
+    b_eng = LLMEngine("tiny", num_blocks=64, tokenizer=None, kv_alloc=rb)
+    a, b = LocalTransport(ctx, codec, region=ra), LocalTransport(ctx, codec, region=rb)
+    try:
+        rx = KVReceiver(b_eng, timeout_s=5, one_sided=True)
+        sender = KVSender(a_eng, a)
+        for rid, prompt in prompts.items():  # threshold 20: the long prompt streams, the short one not
+            blocks = rx.expect(rid, prompt, params, writer=0)
+            sender.plan(rid, 1, b.address, 20, b.region, blocks)
+            first = a_eng.prefill_only(prompt, params, request_id=rid)
+            done = sender.prefill_done(rid, first.token, first.kv)
+            assert done["ok"], done
+            assert done["mode"] == ("layerwise" if rid == "long" else "serialized")
+            whole = LLMEngine("tiny", num_blocks=64, tokenizer=None).prefill_only(prompt, params).kv
+            slots = b_eng.kv.slots(blocks, 0, len(prompt))
+            assert torch.equal(b_eng.kv.data.view(2, 2, -1, 2, 16)[:, :, slots], whole.data)
+    finally:
+        a.close()
+        b.close()
+        ra.close()
+        rb.close()

@@ -243,10 +243,14 @@ class MappedRegion:
             raise RegionUnavailable(f"the peer's KV cache is on another host ({handle.host.split('/')[0]}); "
                                     f"--transport local needs every worker on one host: use --transport tcp")
         dtype = _DTYPES[handle.dtype]
-        if handle.kind == "shm":
-            self.tensor = self._map_shm(handle, dtype)
-        else:
-            self.tensor = self._map_cuda(handle, dtype)
+        # a plain tensor wherever it is mapped: one first mapped inside torch.inference_mode (a
+        # layer hook of the prompt step) would be an inference tensor, which refuses the in-place
+        # writes of a later put made outside that mode (a serialized transfer after the step)
+        with torch.inference_mode(False):
+            if handle.kind == "shm":
+                self.tensor = self._map_shm(handle, dtype)
+            else:
+                self.tensor = self._map_cuda(handle, dtype)
 
     @property
     def key(self) -> str:

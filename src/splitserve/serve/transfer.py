@@ -226,8 +226,9 @@ class LocalTransport(TcpTransport):
             if len(blocks) * bs < tokens or any(not 0 <= b < nb for b in blocks):
                 raise TransportError(f"the token worker's blocks {blocks[:8]}... do not hold {tokens} tokens "
                                      f"in its {nb} blocks")
-            target.slots = torch.tensor([blocks[p // bs] * bs + p % bs for p in range(tokens)],
-                                        dtype=torch.long, device=dst.device)
+            with torch.inference_mode(False):  # cached across steps, in and out of inference mode
+                target.slots = torch.tensor([blocks[p // bs] * bs + p % bs for p in range(tokens)],
+                                            dtype=torch.long, device=dst.device)
         return target.slots
 
     def put(self, target: Target, layer: int | None, kv: torch.Tensor) -> tuple[dict, list]:
