@@ -11,7 +11,12 @@ The prompt/token split (Splitwise) is two calls on two engines:
     rid = engine_b.add_request_with_kv(prompt_ids, first.token, first.kv, params)
 
 and engine B continues exactly where engine A would have (same greedy tokens; same sampled
-tokens for seeded requests).
+tokens for seeded requests; penalties see the same prompt and output tokens).
+
+A step that raises after its batch was scheduled (model, sampler, ...) drops the batch's requests
+and raises StepFailed naming them; every other request carries on, and the engine stays usable.
+A request added with `isolated=True` never shares a step with another one (scheduler.py), so a
+suspect request cannot take others down with it.
 """
 
 from __future__ import annotations
@@ -39,6 +44,17 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
           "float64": torch.float64}
 CPU_KV_BYTES = 1 << 30  # default KV cache size on CPU
+
+
+class StepFailed(Exception):
+    """A step raised after its batch was scheduled: its requests were aborted (blocks freed), every
+    other request is untouched."""
+
+    def __init__(self, request_ids: list[str], cause: BaseException) -> None:
+        super().__init__(f"step failed, requests {', '.join(request_ids)} aborted: "
+                         f"{type(cause).__name__}: {cause}")
+        self.request_ids = request_ids
+        self.cause = cause
 
 
 @dataclass
@@ -183,7 +199,7 @@ class LLMEngine:
         return list(prompt)
 
     def _new_sequence(self, prompt_ids: list[int] | str, params: SamplingParams | None,
-                      request_id: str | None) -> Sequence:
+                      request_id: str | None, isolated: bool) -> Sequence:
         ids = self.encode(prompt_ids)
         params = params or SamplingParams()
         if not ids:
@@ -191,6 +207,10 @@ class LLMEngine:
         bad = [t for t in ids if not 0 <= t < self.cfg.vocab_size]
         if bad:
             raise UserError(f"token id {bad[0]} is outside the vocabulary (0..{self.cfg.vocab_size - 1})")
+        bad = [t for t, _ in params.logit_bias if t >= self.cfg.vocab_size]
+        if bad:
+            raise UserError(f"logit_bias token id {bad[0]} is outside the vocabulary "
+                            f"(0..{self.cfg.vocab_size - 1})")
         if len(ids) >= self.max_model_len:
             raise UserError(f"prompt has {len(ids)} tokens but the model context is {self.max_model_len} "
                             f"tokens (the prompt must leave room for at least one generated token)")
@@ -202,24 +222,27 @@ class LLMEngine:
         rid = request_id if request_id is not None else str(next(self._ids))
         if rid in self._seqs:
             raise UserError(f"request id {rid!r} is already in use")
-        seq = Sequence(rid, ids, params, next(self._arrivals), self.max_seq_len)
+        seq = Sequence(rid, ids, params, next(self._arrivals), self.max_seq_len, isolated=isolated)
         self._seqs[rid] = seq
         return seq
 
     def add_request(self, prompt_ids: list[int] | str, params: SamplingParams | None = None,
-                    request_id: str | None = None, prefill_only: bool = False) -> str:
+                    request_id: str | None = None, prefill_only: bool = False, isolated: bool = False) -> str:
         """Queue a request; returns its id. With prefill_only, the request stops after its first
-        token and its output carries the prompt's KV (`finish_reason == "prefill"`)."""
-        seq = self._new_sequence(prompt_ids, params, request_id)
+        token and its output carries the prompt's KV (`finish_reason == "prefill"`). An isolated
+        request runs in steps of its own (a suspect one: if it breaks a step, it breaks only its own)."""
+        seq = self._new_sequence(prompt_ids, params, request_id, isolated)
         seq.prefill_only = prefill_only
         self.scheduler.add(seq)
         return seq.request_id
 
     def add_request_with_kv(self, prompt_ids: list[int], first_token: int, kv: KVExport,
-                            params: SamplingParams | None = None, request_id: str | None = None) -> str:
+                            params: SamplingParams | None = None, request_id: str | None = None,
+                            isolated: bool = False) -> str:
         """Continue a request prefilled elsewhere: import the prompt's KV (blocks are allocated
-        now; UserError if they do not fit), then decode from `first_token` on."""
-        seq = self._new_sequence(prompt_ids, params, request_id)
+        now; UserError if they do not fit), then decode from `first_token` on. isolated: as in
+        `add_request`."""
+        seq = self._new_sequence(prompt_ids, params, request_id, isolated)
         try:
             if kv.num_tokens != len(seq.prompt_ids):
                 raise UserError(f"KV covers {kv.num_tokens} tokens but the prompt has {len(seq.prompt_ids)}")
@@ -275,13 +298,14 @@ class LLMEngine:
         return True
 
     def start_reserved(self, prompt_ids: list[int], first_token: int, params: SamplingParams | None,
-                       request_id: str) -> str:
-        """Every layer of a reservation has been written: decode from `first_token` on."""
+                       request_id: str, isolated: bool = False) -> str:
+        """Every layer of a reservation has been written: decode from `first_token` on. isolated:
+        as in `add_request`."""
         if request_id not in self._reserved:
             raise UserError(f"request {request_id!r} has no KV reservation")
         if self.blocks.num_tokens(("reserved", request_id)) != len(prompt_ids) + 1:
             raise UserError(f"the reservation of {request_id!r} does not match a {len(prompt_ids)}-token prompt")
-        seq = self._new_sequence(prompt_ids, params, request_id)
+        seq = self._new_sequence(prompt_ids, params, request_id, isolated)
         if not 0 <= first_token < self.cfg.vocab_size:
             del self._seqs[request_id]
             raise UserError(f"first token {first_token} is outside the vocabulary")
@@ -314,11 +338,22 @@ class LLMEngine:
     # ---- one step ----------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
-        """Run one batch; outputs for every request that got a token (or finished)."""
-        outputs, self._stashed = self._stashed, []
+        """Run one batch; outputs for every request that got a token (or finished). StepFailed
+        if the batch failed: its requests are aborted, outputs of others wait for the next step."""
         batch, copies = self.scheduler.schedule()
-        if not batch:
-            return outputs
+        new: list[RequestOutput] = []
+        if batch:
+            try:
+                new = self._step(batch, copies)
+            except Exception as e:
+                for seq, _ in batch:
+                    self.abort(seq.request_id)
+                raise StepFailed([seq.request_id for seq, _ in batch], e) from e
+        outputs, self._stashed = self._stashed + new, []
+        return outputs
+
+    def _step(self, batch: list[tuple[Sequence, int]], copies: list[tuple[int, int]]) -> list[RequestOutput]:
+        """Run a scheduled batch: the model, then a token for each sequence at its last position."""
         self.kv.copy_blocks(copies)
         batch.sort(key=lambda sn: sn[1] > 1)  # decodes (one token) first
         self.current_batch = batch
@@ -328,16 +363,15 @@ class LLMEngine:
             self.current_batch = []
         for seq, n in batch:
             seq.num_computed += n
-        if samplers:
-            if any(s.params.return_logits for s in samplers):
-                rows = logits.float().cpu()
-                for i, s in enumerate(samplers):
-                    if s.params.return_logits:
-                        s.logits.append(rows[i])
-            tokens = self.sampler(logits, [s.params for s in samplers], [len(s.output_ids) for s in samplers])
-            for seq, tok in zip(samplers, tokens):
-                outputs.append(self._append_token(seq, tok))
-        return outputs
+        if not samplers:
+            return []
+        if any(s.params.return_logits for s in samplers):
+            rows = logits.float().cpu()
+            for i, s in enumerate(samplers):
+                if s.params.return_logits:
+                    s.logits.append(rows[i])
+        tokens = self.sampler(logits, samplers)
+        return [self._append_token(seq, tok) for seq, tok in zip(samplers, tokens)]
 
     def _run(self, batch: list[tuple[Sequence, int]]) -> tuple[torch.Tensor | None, list[Sequence]]:
         ids: list[int] = []
@@ -450,13 +484,20 @@ class LLMEngine:
                      request_id: str | None = None) -> PrefillResult:
         """Prefill one prompt now (prompt worker): its first token and the prompt's KV.
 
-        Other requests in this engine advance too; their outputs come with the next `step()`."""
+        Other requests in this engine advance too; their outputs come with the next `step()`. If a
+        step fails (StepFailed), this request is dropped too and the error propagates."""
         rid = self.add_request(prompt_ids, params, request_id, prefill_only=True)
+        mine: list[RequestOutput] = []  # its one output: it finishes at its first token
         others: list[RequestOutput] = []
-        while True:
-            for out in self.step():
-                if out.request_id == rid and out.finished:
-                    self._stashed = others + self._stashed
-                    return PrefillResult(rid, out.token_ids[0], out.kv, out.finish_reason != "prefill",
-                                         out.finish_reason, out.logits)
-                others.append(out)
+        try:
+            while not mine:
+                for out in self.step():
+                    (mine if out.request_id == rid else others).append(out)
+        except StepFailed:
+            self.abort(rid)
+            raise
+        finally:
+            self._stashed = others + self._stashed
+        out = mine[0]
+        return PrefillResult(rid, out.token_ids[0], out.kv, out.finish_reason != "prefill", out.finish_reason,
+                             out.logits)

@@ -11,6 +11,12 @@ prefill); when their new tokens do not fit in the free blocks, the newest runnin
 preempted (their blocks freed, to be recomputed later). Then waiting sequences in FIFO order while
 the budget, `max_num_seqs` and the free blocks allow. Without chunked prefill a prompt runs whole;
 one larger than the remaining budget still runs if it is the step's only prefill.
+
+Isolated sequences (suspect requests) never share a step: when a selection holds one and any
+other sequence, the Scheduler runs, on alternate such steps, the oldest isolated sequence alone,
+then the rest of the selection without the isolated ones. What is left out of a step stays as it
+was (a waiting sequence is not admitted, no blocks are appended); the selection's preemptions
+are carried out, as they only free room.
 """
 
 from __future__ import annotations
@@ -99,6 +105,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in arrival order
         self.num_preemptions = 0
+        self._isolated_turn = True  # the next mixed selection runs its oldest isolated sequence
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -117,13 +124,27 @@ class Scheduler:
         sel = self.select(self.running, list(self.waiting), self.limits, self.blocks)
         for seq in sel.preempt:
             self.preempt(seq)
+        scheduled = self._isolate(sel.scheduled)
         copies: list[tuple[int, int]] = []
-        for seq, n in sel.scheduled:
+        for seq, n in scheduled:
             if seq.status is Status.WAITING:
                 self.waiting.remove(seq)
                 self.add_running(seq)
             copies += self.blocks.append(seq.request_id, seq.num_computed + n)
-        return sel.scheduled, copies
+        return scheduled, copies
+
+    def _isolate(self, scheduled: list[tuple[Sequence, int]]) -> list[tuple[Sequence, int]]:
+        """The part of a selection to run now: all of it, unless it mixes an isolated sequence
+        with others; then alternately the oldest isolated one alone and the non-isolated ones."""
+        isolated = [sn for sn in scheduled if sn[0].isolated]
+        if not isolated or len(scheduled) == 1:
+            return scheduled
+        others = [sn for sn in scheduled if not sn[0].isolated]
+        if others and not self._isolated_turn:
+            self._isolated_turn = True
+            return others
+        self._isolated_turn = False
+        return [min(isolated, key=lambda sn: sn[0].arrival)]
 
     def preempt(self, seq: Sequence) -> None:
         """Free the sequence's blocks; it is recomputed from scratch when readmitted."""

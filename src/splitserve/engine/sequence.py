@@ -30,6 +30,7 @@ class Sequence:
     text: str | None = None
     logits: list = field(default_factory=list)
     preemptions: int = 0  # times preempted (KV dropped, recomputed later)
+    isolated: bool = False  # suspect: never shares a step with another request (see Scheduler)
 
     @property
     def num_tokens(self) -> int:
