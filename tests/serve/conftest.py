@@ -78,10 +78,11 @@ def _die_with_parent() -> None:
         pass
 
 
-def start_server(*args: str, api_key: str | None = None, timeout: float = 60.0) -> Server:
+def start_server(*args: str, api_key: str | None = None, timeout: float = 60.0, key_arg: bool = True) -> Server:
+    """key_arg False: `api_key` is what the server expects, given to it in `args` some other way."""
     port = free_port()
     cmd = [sys.executable, "-m", "splitserve.cli", "serve", "--model", "tiny", "--port", str(port), *args]
-    if api_key:
+    if api_key and key_arg:
         cmd += ["--api-key", api_key]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
     srv = Server(proc, f"http://127.0.0.1:{port}", api_key)

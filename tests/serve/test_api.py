@@ -162,25 +162,26 @@ def test_internal_channels_reject_peers_without_the_secret(split_server):
 
     st = split_server.state()
     assert st["rejected_messages"] == 0
-    forged = Codec(b"not-the-cluster-secret-at-all!!!")
+    forged = Codec(b"not-the-cluster-secret-at-all!!!", "router")
     ctx = zmq.Context()
     try:
-        # pose as worker 1 to the router, with its live identity (refused by the socket) and
-        # without (dropped for the MAC): a fake hello and garbage
+        # pose as worker 1 to the router: with the identity scheme of old (w<id>.<generation>) and
+        # with the right name but the wrong secret: a fake hello and garbage, all dropped
         for ident in (b"w1.1", b"w1.2"):
             router = ctx.socket(zmq.DEALER)
             router.setsockopt(zmq.IDENTITY, ident)
             router.setsockopt(zmq.LINGER, 0)
             router.connect(st["router_address"])
             router.send_multipart(forged.encode({"t": "hello", "id": 1, "pid": 1, "kv": "tcp://1.2.3.4:1",
-                                                 "blocks": 1, "block_size": 1, "free": 1, "max_len": 1}))
+                                                 "blocks": 1, "block_size": 1, "free": 1, "max_len": 1},
+                                                to="router"))
             router.send_multipart([b"\0" * 16, b"garbage"])
         # inject KV into the token worker
         kv = ctx.socket(zmq.DEALER)
         kv.setsockopt(zmq.LINGER, 0)
         kv.connect(st["workers"][1]["kv_addr"])
         kv.send_multipart(forged.encode({"t": "kvd", "rid": "0.0", "first": 5, "end": 0, "sent": 0,
-                                         "mode": "serialized"}))
+                                         "mode": "serialized"}, to="w1.1"))
         deadline = time.monotonic() + 5
         while True:
             st = split_server.state()

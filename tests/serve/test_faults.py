@@ -130,12 +130,12 @@ def test_transfer_timeout_frees_blocks_on_both_sides(reference_engine):
 
     # a prompt worker streams layer 0 to a peer that is gone (nobody listens there)
     ctx = zmq.Context()
-    codec = Codec(b"0123456789abcdef0123456789abcdef")
+    codec = Codec(b"0123456789abcdef0123456789abcdef", "w")  # both ends in one process
     tx = TcpTransport(ctx, codec)
     pr = LLMEngine("tiny", num_blocks=64, tokenizer=None)
     pfree0 = pr.blocks.num_free
     sender = KVSender(pr, tx)
-    sender.plan("r1", 99, "tcp://127.0.0.1:1", threshold=0)
+    sender.plan("r1", 99, "w", "tcp://127.0.0.1:1", threshold=0)
     first = pr.prefill_only(prompt, params, request_id="r1")
     sender.prefill_done("r1", first.token, first.kv)
     assert pr.blocks.num_free == pfree0          # the prompt side freed its blocks after the prefill
@@ -173,14 +173,14 @@ def test_complete_transfer_in_process_matches_engine(reference_engine):
     prompt = list(range(30, 80))
     want = reference(reference_engine, [prompt], [6], ignore_eos=True)[0]
     ctx = zmq.Context()
-    codec = Codec(b"0123456789abcdef0123456789abcdef")
+    codec = Codec(b"0123456789abcdef0123456789abcdef", "w")  # both ends in one process
     for thr, mode in ((0, "layerwise"), (10_000, "serialized")):
         a, b = TcpTransport(ctx, codec), TcpTransport(ctx, codec)
         pr, tok = LLMEngine("tiny", num_blocks=64, tokenizer=None), LLMEngine("tiny", num_blocks=64, tokenizer=None)
         rx = KVReceiver(tok, timeout_s=5)
         rx.expect("r", prompt, params)
         sender = KVSender(pr, a)
-        sender.plan("r", 1, b.address, threshold=thr)
+        sender.plan("r", 1, "w", b.address, threshold=thr)
         first = pr.prefill_only(prompt, params, request_id="r")
         sender.prefill_done("r", first.token, first.kv)
         ev = None

@@ -192,7 +192,7 @@ def zmq_pair():
     from splitserve.serve.protocol import Codec
 
     ctx = zmq.Context()
-    yield ctx, Codec(b"0123456789abcdef0123456789abcdef")
+    yield ctx, Codec(b"0123456789abcdef0123456789abcdef", "w")  # both ends in one process
     ctx.destroy(linger=0)
 
 
@@ -217,7 +217,7 @@ def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, 
         rx = KVReceiver(b_eng, timeout_s=5, one_sided=True)
         blocks = rx.expect("r", prompt, params, writer=0)
         sender = KVSender(a_eng, a)
-        sender.plan("r", 1, b.address, threshold, b.region, blocks)
+        sender.plan("r", 1, "w", b.address, threshold, b.region, blocks)
         first = a_eng.prefill_only(prompt, params, request_id="r")
         assert sender.prefill_done("r", first.token, first.kv)["ok"]
 
@@ -337,16 +337,16 @@ def test_local_transport_refuses_what_it_cannot_write(zmq_pair):
         kv = torch.ones(2, 20, 2, 16)
         region = rb.handle.to_wire()
         with pytest.raises(TransportError, match="no KV region"):
-            a.put(Target(1, "tcp://127.0.0.1:1"), 0, kv)
+            a.put(Target(1, "w", "tcp://127.0.0.1:1"), 0, kv)
         with pytest.raises(TransportError, match="do not hold 20 tokens"):
-            a.put(Target(1, "tcp://127.0.0.1:1", region, [0]), 0, kv)        # one block: 16 tokens
+            a.put(Target(1, "w", "tcp://127.0.0.1:1", region, [0]), 0, kv)        # one block: 16 tokens
         with pytest.raises(TransportError, match="do not hold"):
-            a.put(Target(1, "tcp://127.0.0.1:1", region, [0, 8]), 0, kv)     # 8 is the null block
+            a.put(Target(1, "w", "tcp://127.0.0.1:1", region, [0, 8]), 0, kv)     # 8 is the null block
         with pytest.raises(TransportError, match="does not fit"):
-            a.put(Target(1, "tcp://127.0.0.1:1", region, [0, 1]), 0, kv.double())
+            a.put(Target(1, "w", "tcp://127.0.0.1:1", region, [0, 1]), 0, kv.double())
         with pytest.raises(TransportError, match="another host"):
-            a.put(Target(2, "tcp://127.0.0.1:1", {**region, "host": "elsewhere/0"}, [0, 1]), 0, kv)
-        fields, frames = a.put(Target(1, "tcp://127.0.0.1:1", region, [3, 5]), 1, kv)
+            a.put(Target(2, "w", "tcp://127.0.0.1:1", {**region, "host": "elsewhere/0"}, [0, 1]), 0, kv)
+        fields, frames = a.put(Target(1, "w", "tcp://127.0.0.1:1", region, [3, 5]), 1, kv)
         assert fields == {"inplace": kv.numel() * 4} and frames == []
         assert rb._shm is not None
         mine = torch.frombuffer(rb._shm.buf, dtype=torch.float32).view(2, 2, 9, 16, 2, 16)
@@ -357,7 +357,7 @@ def test_local_transport_refuses_what_it_cannot_write(zmq_pair):
         rc((2, 2, 9, 16, 2, 16), torch.float32, torch.device("cpu"))
         rc.close()  # its owner exited
         with pytest.raises(TransportError, match="not found"):
-            a.put(Target(3, "tcp://127.0.0.1:1", rc.handle.to_wire(), [0, 1]), 0, kv)
+            a.put(Target(3, "w", "tcp://127.0.0.1:1", rc.handle.to_wire(), [0, 1]), 0, kv)
     finally:
         a.close()
         ra.close()
@@ -425,10 +425,10 @@ def test_tcp_put_sends_raw_bytes_of_any_dtype(zmq_pair):
     t = TcpTransport(ctx, codec)
     try:
         kv = torch.arange(2 * 3 * 2 * 16, dtype=torch.float32).view(2, 3, 2, 16).to(torch.bfloat16)
-        fields, (frame,) = t.put(Target(0, "tcp://127.0.0.1:1"), 0, kv)
+        fields, (frame,) = t.put(Target(0, "w", "tcp://127.0.0.1:1"), 0, kv)
         assert fields == {} and frame.nbytes == kv.numel() * 2
         assert torch.equal(torch.frombuffer(bytearray(frame.tobytes()), dtype=torch.bfloat16).view(2, 3, 2, 16), kv)
-        fields, (frame,) = t.put(Target(0, "tcp://127.0.0.1:1"), None, kv[None])
+        fields, (frame,) = t.put(Target(0, "w", "tcp://127.0.0.1:1"), None, kv[None])
         assert fields["meta"] == {"num_layers": 1, "num_tokens": 3, "num_kv_heads": 2, "head_dim": 16,
                                   "dtype": "bfloat16"}
     finally:
@@ -515,7 +515,7 @@ def test_a_serialized_write_after_a_layerwise_one_reuses_the_mapping(zmq_pair, r
         sender = KVSender(a_eng, a)
         for rid, prompt in prompts.items():  # threshold 20: the long prompt streams, the short one not
             blocks = rx.expect(rid, prompt, params, writer=0)
-            sender.plan(rid, 1, b.address, 20, b.region, blocks)
+            sender.plan(rid, 1, "w", b.address, 20, b.region, blocks)
             first = a_eng.prefill_only(prompt, params, request_id=rid)
             done = sender.prefill_done(rid, first.token, first.kv)
             assert done["ok"], done

@@ -55,6 +55,7 @@ class Tokenizer:
     def __init__(self, tk: HFTokenizer, eos_ids: tuple[int, ...] = ()) -> None:
         self.tk = tk
         self.eos_ids = eos_ids
+        self._max_token_chars: int | None = None
 
     @classmethod
     def from_file(cls, path: str | Path, eos_ids: tuple[int, ...] = ()) -> "Tokenizer":
@@ -74,7 +75,16 @@ class Tokenizer:
         return self.tk.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self.tk.encode(text, add_special_tokens=add_special_tokens).ids
+        # encode_batch releases the GIL (encode does not): a long text tokenized on a thread of the
+        # server's front end leaves its event loop running
+        return self.tk.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+
+    @property
+    def max_token_chars(self) -> int:
+        """Characters of the longest vocabulary entry (added tokens included): no token covers more."""
+        if self._max_token_chars is None:
+            self._max_token_chars = max(map(len, self.tk.get_vocab(with_added_tokens=True)), default=1)
+        return self._max_token_chars
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.tk.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -1,14 +1,19 @@
 """Live phase-split serving: `splitserve serve`.
 
     api.py            FastAPI front end (OpenAI-compatible completions / chat, /metrics, /health)
-    openai_io.py      request validation, error bodies, chat template, detokenization
-    router.py         admission, policy routing, worker liveness, request restarts
+    schema.py         request bodies as typed models: every field checked by type, range and size
+    openai_io.py      JSON and error bodies, the served model's facts, chat templates
+    detokenize.py     incremental detokenization and stop strings
+    router.py         admission, policy routing, request restarts and quarantine
+    supervisor.py     worker processes: start, watch, replace with back-off; /health's view
     cluster_state.py  the simulator's policy objects kept in step with the live workers
     worker.py         a worker process: one engine, prompt / token / mixed work
-    transfer.py       KV transports (TCP; CUDA IPC and NCCL are stubs) and both transfer ends
-    protocol.py       signed msgpack messages over ZeroMQ (the cluster secret)
+    transfer.py       KV transports (tcp; local: shared memory / CUDA IPC) and both transfer ends
+    shm.py            a KV cache in memory that same-host peers map (--transport local)
+    protocol.py       signed msgpack messages over ZeroMQ: identities, replay protection, size limits
     launcher.py       local processes or Ray actors
     echo.py           benchmark-only engine stand-in (--worker-mode echo)
+    server.py         uvicorn with a drain on shutdown
     cli.py            the `serve` command
 
 Importing this package imports nothing heavy; fastapi / torch come with the modules that need them.

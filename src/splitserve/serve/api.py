@@ -6,23 +6,28 @@
 
 Streams are server-sent events, one chunk per step's tokens (`choices[0].text` and
 `choices[0].token_ids`), the finish reason in the last chunk, `usage` in a final chunk when
-`stream_options.include_usage` is set, then `data: [DONE]`. Errors are OpenAI error bodies with
-4xx for bad input; 429 (too many requests in flight) and 503 (no worker can serve) carry
+`stream_options.include_usage` is set, then `data: [DONE]`; a stream that fails (or is cut by
+shutdown) ends with an error event and `data: [DONE]` too. Errors are OpenAI error bodies with 4xx
+for bad input; 429 (too many requests in flight) and 503 (no worker can serve) carry
 `Retry-After`. With an API key set, /v1/* and /debug/* need `Authorization: Bearer KEY`.
 
-The two generation endpoints are also served on a short path: `App.__call__` hands
-`POST /v1/completions` and `POST /v1/chat/completions` straight to the same handler, without
-FastAPI's routing, dependency and middleware layers (37% of the profile samples of a request's
-path through the app, benchmarks/serve/README.md). Every other request, and every other method
-on those paths, goes through FastAPI as usual; the FastAPI routes of the two endpoints stay, and
-answer exactly as the short path does.
+The two generation endpoints are served on a short path: `App.__call__` hands their POSTs straight
+to one ASGI handler, without FastAPI's routing, dependency and middleware layers (37% of the
+profile samples of a request's path through the app, benchmarks/serve/README.md). In order, it
+checks the API key (401), the announced body size (413), reads the body up to the limit (413),
+checks and tokenizes the request (schema.py; on a thread when the body is large, so that the
+event loop, which also runs the router and its heartbeats, never stalls on one request), submits
+it, and answers; a client that disconnects before its answer cancels its request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import os
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,12 +35,14 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .config import ServeConfig
+from .detokenize import Detokenizer
 from .metrics import ServeMetrics
-from .openai_io import ApiError, Detokenizer, ModelInfo, chat_prompt_ids, check_model, dumps, gen_options, \
-    parse_json, prompt_ids
-from .router import Overloaded, Router, Unavailable
+from .openai_io import ApiError, ModelInfo, dumps
+from .router import Overloaded, Router, TooLarge, Unavailable
+from .schema import GenRequest, prepare
 
 JSON = "application/json"
+INLINE_BYTES = 4096  # bodies up to this size are checked and tokenized on the event loop itself
 _ids = random.Random()  # response ids: unique, not secret (uuid4 costs a getrandom call each)
 
 
@@ -45,6 +52,13 @@ def _json(obj, status: int = 200, headers: dict | None = None) -> Response:
 
 def _error(e: ApiError) -> Response:
     return _json(e.body(), e.status, e.headers or None)
+
+
+def _server_error(ev: tuple) -> ApiError:
+    """The router's ("error", message, status[, code]) event as an ApiError."""
+    status = ev[2]
+    return ApiError(status, ev[1], "server_error" if status >= 500 else "invalid_request_error", None,
+                    ev[3] if len(ev) > 3 else None)
 
 
 class App(FastAPI):
@@ -62,31 +76,49 @@ class App(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-async def _read_body(receive) -> bytes | None:
-    """The whole request body, or None if the client went away first."""
-    chunks = []
+def too_large(limit: int) -> ApiError:
+    return ApiError(413, f"the request body is larger than {limit} bytes (--max-body-mb)",
+                    "invalid_request_error", None, "request_too_large", {"Connection": "close"})
+
+
+async def _read_body(receive, limit: int) -> bytes | None:
+    """The whole request body, or None if the client went away first; 413 past `limit` bytes."""
+    chunks, size = [], 0
     while True:
         msg = await receive()
         if msg["type"] != "http.request":
             return None  # http.disconnect
-        chunks.append(msg.get("body", b""))
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
         if not msg.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def create_app(cfg: ServeConfig, log=None) -> FastAPI:
+async def _cancel_when_gone(receive, task: asyncio.Task, left: list) -> None:
+    """Once the body is read, uvicorn's next message is the client's disconnect: cancel `task`
+    (the request's handler) then, and say so in `left`."""
+    if (await receive())["type"] == "http.disconnect":
+        left.append(True)
+        task.cancel()
+
+
+def create_app(cfg: ServeConfig, log=None) -> App:
     from contextlib import asynccontextmanager
 
     info = ModelInfo.load(cfg.model)
     metrics = ServeMetrics()
     router = Router(cfg, metrics)
+    limits = cfg.limits
+    prep = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="splitserve-prep")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await router.start()
-        lens = [w.max_len for w in router.workers if w.max_len]
-        if lens and cfg.worker_mode == "engine":
-            info.max_model_len = min(info.max_model_len, *lens)
+        if cfg.worker_mode == "engine":  # what one request can hold: the context and the KV cache
+            info.max_model_len = min(info.max_model_len, router.max_request_tokens())
         if log:
             log(f"{len(router.workers)} workers up ({', '.join(w.home for w in router.workers)}); "
                 f"design {cfg.design}; router at {router.address}")
@@ -94,6 +126,7 @@ def create_app(cfg: ServeConfig, log=None) -> FastAPI:
             yield
         finally:
             await router.stop()
+            prep.shutdown(wait=False, cancel_futures=True)
 
     app = App(title="splitserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.router, app.state.info, app.state.metrics = router, info, metrics
@@ -131,10 +164,8 @@ def create_app(cfg: ServeConfig, log=None) -> FastAPI:
     # ---- small endpoints -------------------------------------------------------------------
     @app.get("/health")
     async def health():
-        up = sum(w.up for w in router.workers)
-        ok = router.ready and up > 0
-        return _json({"status": "ok" if ok else "unavailable", "workers_up": up,
-                      "workers": len(router.workers)}, 200 if ok else 503)
+        ok, body = router.health()
+        return _json(body, 200 if ok else 503)
 
     @app.get("/metrics")
     async def metrics_endpoint():
@@ -152,39 +183,39 @@ def create_app(cfg: ServeConfig, log=None) -> FastAPI:
         return _json(router.debug_state())
 
     # ---- generation ------------------------------------------------------------------------
-    def submit(ids: list[int], params: dict):
+    def submit(gen: GenRequest, name: str):
         try:
-            return router.submit(ids, params)
+            return router.submit(gen.prompt_ids, gen.params, name)
         except Overloaded as e:
             metrics.rejected.labels("429").inc()
             raise ApiError(429, f"server overloaded: {e}; retry later", "rate_limit_error", None,
                            "overloaded", {"Retry-After": str(cfg.retry_after_s)}) from None
+        except TooLarge as e:
+            raise ApiError(400, str(e), "invalid_request_error", "prompt", "context_length_exceeded") from None
         except Unavailable as e:
             metrics.rejected.labels("503").inc()
             raise ApiError(503, f"service unavailable: {e}", "server_error", None, "unavailable",
                            {"Retry-After": str(cfg.retry_after_s)}) from None
 
-    async def generate(auth: str | None, raw: bytes, chat: bool) -> Response:
+    async def generate(raw: bytes, chat: bool) -> Response:
         """The response to one completion (chat: True) request; ApiError for bad input."""
-        if key is not None:
-            check_key(auth or "")
-        body = parse_json(raw)
-        check_model(body, info)
-        ids = chat_prompt_ids(body, info) if chat else prompt_ids(body, info)
-        opts = gen_options(body, info, len(ids), "max_completion_tokens" if chat else "max_tokens")
-        req = submit(ids, opts.params)
+        if len(raw) <= INLINE_BYTES:
+            gen = prepare(raw, chat, info, limits)
+        else:
+            gen = await asyncio.get_running_loop().run_in_executor(prep, prepare, raw, chat, info, limits)
         rid = f"{'chatcmpl-' if chat else 'cmpl-'}{_ids.getrandbits(96):024x}"
+        req = submit(gen, rid)
         created = int(time.time())
-        detok = Detokenizer(info.tokenizer, opts.stop)
+        detok = Detokenizer(info.tokenizer, gen.stop)
         try:
             first = await req.queue.get()
         except BaseException:
             router.cancel(req)
             raise
         if first[0] == "error":
-            raise ApiError(first[2], first[1], "server_error" if first[2] >= 500 else "invalid_request_error")
-        if opts.stream:
-            return StreamingResponse(_stream(req, first, rid, created, chat, len(ids), detok, opts),
+            raise _server_error(first)
+        if gen.stream:
+            return StreamingResponse(_stream(req, first, rid, created, chat, gen, detok),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         tokens: list[int] = []
@@ -193,7 +224,8 @@ def create_app(cfg: ServeConfig, log=None) -> FastAPI:
             while True:
                 if ev[0] == "tokens":
                     tokens += ev[1]
-                    detok.push(ev[1])
+                    if gen.stop:  # else the text is decoded once, at the end
+                        detok.push(ev[1])
                     if detok.stopped:
                         router.cancel(req)
                         reason = "stop"
@@ -202,24 +234,28 @@ def create_app(cfg: ServeConfig, log=None) -> FastAPI:
                     reason = ev[1]
                     break
                 else:
-                    raise ApiError(ev[2], ev[1], "server_error" if ev[2] >= 500 else "invalid_request_error")
+                    raise _server_error(ev)
                 ev = await req.queue.get()
         except BaseException:
             router.cancel(req)
             raise
+        if not gen.stop:
+            detok.push(tokens)
         text = detok.text()[0]
-        usage = {"prompt_tokens": len(ids), "completion_tokens": len(tokens),
-                 "total_tokens": len(ids) + len(tokens)}
+        n = len(gen.prompt_ids)
+        usage = {"prompt_tokens": n, "completion_tokens": len(tokens), "total_tokens": n + len(tokens)}
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "finish_reason": reason, "logprobs": None, "token_ids": tokens}
             return _json({"id": rid, "object": "chat.completion", "created": created, "model": info.name,
                           "choices": [choice], "usage": usage})
+        if gen.echo_text is not None:
+            text = gen.echo_text + text
         choice = {"index": 0, "text": text, "token_ids": tokens, "logprobs": None, "finish_reason": reason}
         return _json({"id": rid, "object": "text_completion", "created": created, "model": info.name,
                       "choices": [choice], "usage": usage})
 
-    async def _stream(req, first, rid, created, chat, n_prompt, detok, opts):
+    async def _stream(req, first, rid, created, chat, gen: GenRequest, detok: Detokenizer):
         obj = "chat.completion.chunk" if chat else "text_completion"
         head = f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{dumps(info.name).decode()},'
 
@@ -236,6 +272,8 @@ def create_app(cfg: ServeConfig, log=None) -> FastAPI:
         try:
             if chat:
                 yield f"data: {head}\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+            elif gen.echo_text:
+                yield chunk(gen.echo_text, [], None)
             while True:
                 if ev[0] == "tokens":
                     n_out += len(ev[1])
@@ -249,45 +287,54 @@ def create_app(cfg: ServeConfig, log=None) -> FastAPI:
                     yield chunk(detok.push([], final=True), [], ev[1])
                     break
                 else:
-                    err = ApiError(ev[2], ev[1], "server_error" if ev[2] >= 500 else "invalid_request_error")
-                    yield f"data: {dumps(err.body()).decode()}\n\n"
+                    yield f"data: {dumps(_server_error(ev).body()).decode()}\n\n"
                     break
                 ev = await req.queue.get()
-            if opts.include_usage:
-                usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
+            if gen.include_usage:
+                n = len(gen.prompt_ids)
+                usage = {"prompt_tokens": n, "completion_tokens": n_out, "total_tokens": n + n_out}
                 yield f"data: {head}\"choices\":[],\"usage\":{dumps(usage).decode()}}}\n\n"
             yield "data: [DONE]\n\n"
         finally:
             router.cancel(req)  # a no-op once the request has ended; stops the work if the client left
 
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        return await generate(request.headers.get("authorization"), await request.body(), chat=False)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        return await generate(request.headers.get("authorization"), await request.body(), chat=True)
-
-    # ---- the short path: the same handler, called from App.__call__ ----------------------------
+    # ---- the short path, called from App.__call__ -------------------------------------------
     def short_path(chat: bool):
         async def handle(scope, receive, send) -> None:
-            auth = None
-            if key is not None:
+            try:
+                auth, length = "", None
                 for k, v in scope["headers"]:
                     if k == b"authorization":
                         auth = v.decode("latin-1")
-                        break
-            raw = await _read_body(receive)
+                    elif k == b"content-length":
+                        length = v
+                if key is not None:
+                    check_key(auth)  # before a byte of the body is read
+                if length is not None and (not length.isdigit() or int(length) > limits.max_body_bytes):
+                    raise too_large(limits.max_body_bytes)
+                raw = await _read_body(receive, limits.max_body_bytes)
+            except ApiError as e:
+                await _error(e)(scope, receive, send)
+                return
             if raw is None:
                 return  # the client left before sending its request
+            left: list[bool] = []
+            watch = asyncio.ensure_future(_cancel_when_gone(receive, asyncio.current_task(), left))
             try:
-                resp = await generate(auth, raw, chat)
+                resp = await generate(raw, chat)
+            except asyncio.CancelledError:
+                if not left:
+                    raise
+                asyncio.current_task().uncancel()  # the client left: generate cancelled its request
+                return
             except ApiError as e:
                 resp = _error(e)
             except Exception as e:  # as FastAPI's stack does: an OpenAI 500 body, then re-raise
                 await _error(ApiError(500, f"internal error: {e!r}", "server_error", None,
                                       "internal_error"))(scope, receive, send)
                 raise
+            finally:
+                watch.cancel()
             await resp(scope, receive, send)
         return handle
 

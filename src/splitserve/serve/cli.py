@@ -25,7 +25,8 @@ def serve(
     design: Annotated[str, typer.Option(help="splitwise (phase split) or baseline (every request whole on one mixed worker).")] = "splitwise",
     host: Annotated[str, typer.Option(help="Address the HTTP server binds to.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="HTTP port (0: any free port).")] = 8000,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="SPLITSERVE_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/*.")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="SPLITSERVE_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/* and /debug/*. Prefer the environment variable or --api-key-file: a command line is visible to every local user.")] = None,
+    api_key_file: Annotated[Optional[str], typer.Option("--api-key-file", help="Read the API key from this file (its first line).")] = None,
     backend: Annotated[str, typer.Option(help="local (worker processes here) or ray (one Ray actor per worker; tested on a local Ray instance only).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address (default: start a local Ray).")] = None,
     worker_host: Annotated[str, typer.Option("--worker-host", help="Address for the internal router/KV sockets (reachable by every worker).")] = "127.0.0.1",
@@ -33,7 +34,12 @@ def serve(
     dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16 or auto.")] = "auto",
     layerwise_threshold: Annotated[int, typer.Option(help="Prompt-batch tokens from which KV moves layer by layer (else in one shot).")] = 512,
     transfer_timeout: Annotated[float, typer.Option(help="Seconds a KV transfer may go without progress (a step of the prompt starting, a layer arriving) before its blocks are freed and the request restarts; raise it where one prompt step takes longer.")] = 5.0,
-    heartbeat_timeout: Annotated[float, typer.Option(help="Seconds of silence after which a worker is taken for hung, killed and replaced; workers report between engine steps, so it must exceed the longest step.")] = 15.0,
+    heartbeat_timeout: Annotated[float, typer.Option(help="Seconds of silence after which a worker is taken for hung, killed and replaced; workers report between engine steps, so it must exceed the longest step. A worker whose router is silent for twice as long exits.")] = 15.0,
+    worker_start_timeout: Annotated[float, typer.Option(help="Seconds a worker may take to load its model and say hello; a replacement that does not is killed and started again.")] = 180.0,
+    drain_timeout: Annotated[float, typer.Option(help="On SIGTERM/SIGINT: seconds the requests in flight may take to finish (new ones get 503); then each ends with an error (a stream: an error event and [DONE]).")] = 20.0,
+    max_body_mb: Annotated[float, typer.Option(help="Largest request body, in MiB (HTTP 413 past it).")] = 8.0,
+    max_stop_strings: Annotated[int, typer.Option(help="Stop strings per request at most.")] = 16,
+    max_stop_chars: Annotated[int, typer.Option(help="Characters per stop string at most.")] = 256,
     transport: Annotated[str, typer.Option(help="KV transport: tcp (works across hosts) or local (workers on this host: the prompt worker writes KV straight into the token worker's shared-memory / CUDA IPC cache). NCCL is not implemented.")] = "tcp",
     max_queue: Annotated[int, typer.Option(help="Requests in flight at most; more get HTTP 429.")] = 256,
     num_blocks: Annotated[Optional[int], typer.Option(help="KV cache blocks per worker (default: the engine's).")] = None,
@@ -47,13 +53,26 @@ def serve(
     worker_mode: Annotated[str, typer.Option(hidden=True, help="BENCHMARK TOOL: 'echo' returns tokens without computing.")] = "engine",
     echo_token_delay: Annotated[float, typer.Option(hidden=True, help="Echo mode only: one token per step, each step this many seconds.")] = 0.0,
     debug_layer_delay: Annotated[float, typer.Option(hidden=True, help="Tests only: seconds of sleep after each prefill layer on prompt workers.")] = 0.0,
-    orphan_timeout: Annotated[float, typer.Option(hidden=True, help="Seconds without word from the router (it pings every second) after which a worker exits.")] = 10.0,
+    debug_fail_token: Annotated[Optional[int], typer.Option(hidden=True, help="Tests only: an engine step that holds a request whose prompt has this token id raises.")] = None,
+    orphan_timeout: Annotated[Optional[float], typer.Option(hidden=True, help="Tests only: seconds without word from the router (it pings every second) after which a worker exits (default: twice --heartbeat-timeout).")] = None,
     http_impl: Annotated[str, typer.Option("--http-impl", hidden=True, help="Benchmarks: uvicorn's HTTP parser (auto, h11, httptools).")] = "auto",
     loop_impl: Annotated[str, typer.Option("--loop-impl", hidden=True, help="Benchmarks: uvicorn's event loop (auto, asyncio, uvloop).")] = "auto",
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API with phase-split prompt/token workers."""
-    from .config import ServeConfig
+    from .config import RequestLimits, ServeConfig
 
+    if api_key_file is not None:
+        try:
+            api_key = open(api_key_file, encoding="utf-8").readline().strip()
+        except OSError as e:
+            raise UserError(f"cannot read --api-key-file {api_key_file}: {e.strerror}") from None
+        if not api_key:
+            raise UserError(f"--api-key-file {api_key_file} is empty")
+    elif any(a == "--api-key" or a.startswith("--api-key=") for a in sys.argv):
+        print("splitserve serve: warning: --api-key on the command line is visible in the process list; "
+              "use SPLITSERVE_API_KEY or --api-key-file", file=sys.stderr)
+    if max_body_mb <= 0:
+        raise UserError("--max-body-mb must be > 0")
     cfg = ServeConfig(model=model, prompt_workers=prompt_workers, token_workers=token_workers,
                       mixed_workers=mixed_workers, design=design, host=host, port=port, api_key=api_key,
                       backend=backend, ray_address=ray_address, worker_host=worker_host, device=device,
@@ -61,53 +80,25 @@ def serve(
                       transport=transport, max_queue=max_queue, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
                       prompt_cap=prompt_cap, chunk_size=chunk_size, preemption_limit=preemption_limit,
                       seed=seed, worker_threads=worker_threads, restart_workers=not no_restart_workers,
-                      worker_mode=worker_mode, debug_layer_delay_s=debug_layer_delay, orphan_timeout_s=orphan_timeout,
-                      echo_token_delay_s=echo_token_delay)
+                      worker_mode=worker_mode, debug_layer_delay_s=debug_layer_delay, debug_fail_token=debug_fail_token,
+                      orphan_timeout_s=orphan_timeout,
+                      echo_token_delay_s=echo_token_delay, startup_timeout_s=worker_start_timeout,
+                      drain_timeout_s=drain_timeout,
+                      limits=RequestLimits(max_body_bytes=int(max_body_mb * 2 ** 20), max_stop_strings=max_stop_strings,
+                                           max_stop_chars=max_stop_chars))
     if design == "baseline":
         # baseline: every worker is mixed; --mixed-workers K of them, else prompt + token workers
         cfg.mixed_workers = mixed_workers or prompt_workers + token_workers
         cfg.prompt_workers = cfg.token_workers = 0
     cfg.validate()
-    run_server(cfg, http=http_impl, loop=loop_impl)
-
-
-def run_server(cfg, http: str = "auto", loop: str = "auto") -> None:
-    """Run the server under uvicorn. `auto` takes httptools and uvloop when they are installed
-    (the serve extra installs both), else h11 and asyncio."""
     try:
         import fastapi  # noqa: F401
-        import uvicorn
+        import uvicorn  # noqa: F401
         import zmq  # noqa: F401
     except ImportError as e:
         raise UserError(f"serving needs the serve extra ({e.name} is missing): in the splitserve checkout run "
                         "pip install torch==2.13.0 '.[serve]' (CPU PyTorch; with a GPU, install your CUDA "
                         "build of torch first and leave out the pin)") from None
-    from .api import create_app
+    from .server import run_server
 
-    def log(msg: str) -> None:
-        print(f"splitserve serve: {msg}", file=sys.stderr, flush=True)
-
-    if http not in ("auto", "h11", "httptools") or loop not in ("auto", "asyncio", "uvloop"):
-        raise UserError("--http-impl is auto, h11 or httptools; --loop-impl is auto, asyncio or uvloop")
-    if cfg.worker_mode == "echo":
-        log("WORKER MODE echo: a benchmark tool; workers return tokens WITHOUT computing them")
-    app = create_app(cfg, log=log)
-    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
-                            lifespan="on", timeout_graceful_shutdown=3, http=http, loop=loop)
-    server = uvicorn.Server(config)
-
-    orig_startup = server.startup
-
-    async def startup(sockets=None):
-        await orig_startup(sockets)
-        if server.started:
-            for s in server.servers:
-                for sock in s.sockets:
-                    h, p = sock.getsockname()[:2]
-                    log(f"listening on http://{h}:{p} (model {cfg.model}, design {cfg.design}); "
-                        f"try: curl http://{h}:{p}/v1/models")
-
-    server.startup = startup
-    server.run()
-    if not server.started:
-        raise UserError("the server did not start (see the messages above)")
+    run_server(cfg, http=http_impl, loop=loop_impl)

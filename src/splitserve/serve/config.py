@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import UserError
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """What one request may ask of the front end (schema.py, api.py); README "Reliability"."""
+
+    max_body_bytes: int = 8 << 20     # HTTP 413 past this (before the body is read, if announced)
+    max_stop_strings: int = 16        # OpenAI allows 4; vLLM has no limit
+    max_stop_chars: int = 256         # per stop string
+    max_token_list: int = 1024        # entries of stop_token_ids and of logit_bias
 
 
 @dataclass(slots=True)
@@ -35,15 +45,24 @@ class ServeConfig:
     chunk_size: int = 0
     preemption_limit: int = 3
     worker_threads: int = 1
-    restart_workers: bool = True         # replace a worker that died
-    max_worker_restarts: int = 8
-    max_attempts: int = 3                # tries of one request across worker failures
+    restart_workers: bool = True         # replace a worker that died (with back-off, never giving up)
+    max_attempts: int = 3                # tries of one request across worker deaths
+    # liveness, from one setting: the router takes a worker silent this long for hung; a worker
+    # takes a router silent for twice as long for gone, and exits (orphan_timeout_s overrides
+    # that for tests only)
     heartbeat_timeout_s: float = 15.0
-    orphan_timeout_s: float = 10.0       # a worker without word from the router this long exits
-    startup_timeout_s: float = 180.0
+    orphan_timeout_s: float | None = None
+    startup_timeout_s: float = 180.0     # a worker that has not said hello by then is replaced
     park_timeout_s: float = 30.0         # how long a request may wait for a live worker
+    drain_timeout_s: float = 20.0        # on SIGTERM: how long requests in flight may finish
+    limits: RequestLimits = field(default_factory=RequestLimits)
     debug_layer_delay_s: float = 0.0     # tests only: slow each prefill layer down
+    debug_fail_token: int | None = None  # tests only: a step holding a prompt with this token raises
     echo_token_delay_s: float = 0.0      # echo mode only: one token per step, steps this long
+
+    @property
+    def worker_orphan_timeout_s(self) -> float:
+        return self.orphan_timeout_s if self.orphan_timeout_s is not None else 2 * self.heartbeat_timeout_s
 
     @property
     def split(self) -> bool:
@@ -81,8 +100,13 @@ class ServeConfig:
                                 "none: use --transport tcp")
         if self.prompt_cap < 1 or self.chunk_size < 0 or self.preemption_limit < 0:
             raise UserError("--prompt-cap must be >= 1, --chunk-size and --preemption-limit >= 0")
-        if min(self.transfer_timeout_s, self.heartbeat_timeout_s, self.orphan_timeout_s) <= 0:
-            raise UserError("--transfer-timeout, --heartbeat-timeout and --orphan-timeout must be > 0 seconds")
+        if min(self.transfer_timeout_s, self.heartbeat_timeout_s, self.worker_orphan_timeout_s,
+               self.startup_timeout_s) <= 0 or self.drain_timeout_s < 0:
+            raise UserError("--transfer-timeout, --heartbeat-timeout, --orphan-timeout and --worker-start-timeout "
+                            "must be > 0 seconds, --drain-timeout >= 0")
+        lim = self.limits
+        if min(lim.max_body_bytes, lim.max_stop_strings, lim.max_stop_chars) < 1:
+            raise UserError("--max-body-mb, --max-stop-strings and --max-stop-chars must be positive")
         if self.max_queue < 1:
             raise UserError("--max-queue must be at least 1")
         if not 0 <= self.port < 65536:

@@ -28,6 +28,10 @@ class _Cfg:
     num_layers: int = 0
     vocab_size: int = 259
 
+    @staticmethod
+    def kv_bytes_per_token(itemsize: int) -> int:
+        return 0
+
 
 @dataclass
 class _Blocks:
@@ -40,14 +44,14 @@ class _Blocks:
 class EchoEngine:
     cfg: _Cfg = field(default_factory=_Cfg)
     blocks: _Blocks = field(default_factory=_Blocks)
-    max_model_len: int = 1 << 20
+    max_model_len: int = 1 << 16
     model: object = None
     token_delay_s: float = 0.0  # > 0: one token per request per step, and each step sleeps this long
     current_batch: list = field(default_factory=list)
     _queue: dict = field(default_factory=dict)   # rid -> (first token, count, prefill_only, done)
     _reserved: dict = field(default_factory=dict)
 
-    def add_request(self, ids, params, request_id, prefill_only=False):
+    def add_request(self, ids, params, request_id, prefill_only=False, isolated=False):
         self._queue[request_id] = ((ids[-1] + 1) % self.cfg.vocab_size, params.max_tokens, prefill_only, 0)
         return request_id
 
@@ -60,7 +64,7 @@ class EchoEngine:
     def release_kv(self, rid):
         return self._reserved.pop(rid, None) is not None
 
-    def start_reserved(self, prompt_ids, first_token, params, request_id):
+    def start_reserved(self, prompt_ids, first_token, params, request_id, isolated=False):
         del self._reserved[request_id]
         self._queue[request_id] = (first_token, params.max_tokens, False, 1)
 

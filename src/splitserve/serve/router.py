@@ -1,8 +1,9 @@
 """The router: admits requests, routes them with the cluster policy, talks to the workers.
 
 It runs on the front end's event loop. `submit` admits a request (bounded: `Overloaded` past
-`max_queue` requests in flight, `Unavailable` when no worker can serve), asks `LiveCluster` (the
-simulator's policy code) for its prompt and token workers, and sends the work:
+`max_queue` requests in flight, `TooLarge` when no worker could ever hold it, `Unavailable` when
+no worker can serve or the server is draining), asks `LiveCluster` (the simulator's policy code)
+for its prompt and token workers, and sends the work:
 
     unsplit (mixed worker, baseline, or one output token):  gen(kind=full) -> worker
     split:  expect -> token worker (reserve KV blocks) ... reserved -> gen(kind=prefill, dest) ->
@@ -11,13 +12,21 @@ simulator's policy code) for its prompt and token workers, and sends the work:
             streams to the client at once; kv_in from the token worker when the KV landed; then
             decode tokens
 
-Each attempt at a request has its own wire id (`<id>.<attempt>`), so anything a dead or aborted
-attempt still says is ignored. Worker liveness: a local worker's process exit is seen within
-50 ms, any worker silent for `heartbeat_timeout_s` is killed; either way it is marked down, taken
-out of its pool, its peers drop their links to it, every request it touched is restarted on the
-others (from the start; tokens the client already has are checked against the new ones and not
-sent twice), and a replacement is started. A request that finds no live worker waits up to
+Each try of a request has its own wire id (`<id>.<try>`), so anything a dead or aborted try
+still says is ignored. Workers are started, watched and replaced by the Supervisor
+(supervisor.py). When one dies, every request it touched is restarted on the others (from the
+start; tokens the client already has are checked against the new ones and not sent twice), at
+most `max_attempts` times per request. A request that finds no live worker waits up to
 `park_timeout_s` for one. KV transfers that time out on the token worker restart their request.
+
+Quarantine: a worker whose engine step raises survives it; it drops that step's requests and
+reports them (`step_failed`). Each of them is restarted without penalty, isolated (its engine
+runs it in steps of its own, so it cannot take others down with it again); a request that was in
+a failed step twice is failed with an error that names it, and never retried.
+
+Before judging a worker silent, the monitor reads every message already queued for the router,
+and time during which the router's own loop stood still (a long callback, a stopped process) does
+not count as a worker's silence.
 """
 
 from __future__ import annotations
@@ -36,9 +45,14 @@ from .cluster_state import LiveCluster, NoWorkers
 from .config import ServeConfig
 from .launcher import make_launcher
 from .metrics import ServeMetrics
-from .protocol import BadMessage, Codec, new_secret
+from .protocol import ROUTER_NAME, BadMessage, Codec, control_message_limit, limit_socket, new_secret
+from .supervisor import Supervisor, WorkerInfo
 
 POOLS = {"prompt": Pool.PROMPT, "token": Pool.TOKEN, "mixed": Pool.MIXED}
+QUARANTINE_STRIKES = 2  # failed engine steps a request may be part of; the next retry is refused
+PING_S = 1.0
+MONITOR_S = 0.05
+PAUSE_S = 0.5  # a monitor tick this late means the router itself stood still
 
 
 class Overloaded(Exception):
@@ -49,44 +63,28 @@ class Unavailable(Exception):
     """No worker can serve now (HTTP 503)."""
 
 
-@dataclass(eq=False)
-class WorkerInfo:
-    id: int
-    home: str
-    handle: object = None
-    up: bool = False
-    kv_addr: str = ""
-    kv_region: dict | None = None  # --transport local: its KV cache as a same-host peer maps it
-    pid: int | None = None
-    blocks: int = 0
-    block_size: int = 16
-    free: int = 0
-    start_free: int = 0
-    reserved: int = 0
-    running: int = 0
-    rejected: int = 0
-    preempted: int = 0         # decodes its engine preempted (machine-level policy), this process
-    max_len: int = 0
-    last_seen: float = 0.0
-    restarts: int = 0
-    gen: int = 0
-    hello: asyncio.Event = field(default_factory=asyncio.Event)
+class TooLarge(Exception):
+    """No worker of this cluster could ever hold the request (HTTP 400)."""
 
 
 @dataclass(eq=False)
 class LiveRequest:
     id: int
+    name: str                  # the id the client sees (cmpl-...): errors and logs name it
     prompt_ids: list[int]
     params: dict
     created: float
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     delivered: list[int] = field(default_factory=list)
-    produced: int = 0          # tokens seen from the current attempt
-    attempt: int = 0
+    produced: int = 0          # tokens seen from the current try
+    tries: int = 0             # tries so far; each has its own wire id <id>.<try>
+    attempt: int = 0           # failed tries that count against max_attempts
     wire: str = ""
     pr: Request | None = None
     stage: str = "new"         # waiting | reserving | prefill | handoff | decode | done
     split: bool = False
+    strikes: int = 0           # failed engine steps it was in
+    isolated: bool = False     # run in engine steps of its own (it was in a failed step)
     first_at: float = 0.0
     last_at: float = 0.0
     parked_at: float = 0.0
@@ -98,7 +96,8 @@ class Router:
         self.cfg = cfg
         self.metrics = metrics or ServeMetrics()
         self.secret = new_secret()
-        self.codec = Codec(self.secret)
+        self.codec = Codec(self.secret, ROUTER_NAME)
+        self.sup: Supervisor | None = None
         self.workers = [WorkerInfo(i, home) for i, home in enumerate(cfg.homes())]
         self.active: dict[int, LiveRequest] = {}       # request id -> request, until it ends
         self.by_wire: dict[str, LiveRequest] = {}
@@ -112,8 +111,11 @@ class Router:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_scheduled = False
         self.sock = None
-        self.launcher = None
+        self.address = ""
+        self._max_request = 0
+        self.strangers = 0  # messages from identities of no current worker (dropped unread)
         self.ready = False
+        self.draining = False
         self.closing = False
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -123,48 +125,59 @@ class Router:
         self._loop = asyncio.get_running_loop()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        # no ROUTER_HANDOVER: a second peer presenting a live worker's identity is refused; a
-        # replacement worker gets a new identity (w<id>.<generation>)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
-        self.sock.setsockopt(zmq.SNDHWM, 0)
+        # identities are unguessable (protocol.worker_identity), so nobody can hold one first
+        self.codec.max_head = control_message_limit(self._max_model_len(), cfg.max_num_seqs)
+        limit_socket(self.sock, self.codec.max_head, hwm=100_000)
         port = self.sock.bind_to_random_port(f"tcp://{cfg.worker_host}")
         self.address = f"tcp://{cfg.worker_host}:{port}"
-        self.launcher = make_launcher(cfg.backend, self.secret, cfg.ray_address)
+        launcher = make_launcher(cfg.backend, self.secret, cfg.ray_address)
+        self.sup = Supervisor(cfg, self.secret, launcher, self._argv, self._worker_down, self._launched)
+        self.workers = self.sup.workers
         self._loop.add_reader(self.sock.getsockopt(zmq.FD), self._kick)
+        now = time.monotonic()
         for w in self.workers:
-            self._launch(w)
-        deadline = time.monotonic() + cfg.startup_timeout_s
-        for w in self.workers:
-            while not w.hello.is_set():
-                if not self.launcher.alive(w.handle):
+            self.sup.launch(w, now)
+        deadline = now + cfg.startup_timeout_s
+        while not all(w.up for w in self.workers):  # at start, any failure is fatal (bad config)
+            self._drain_all()
+            for w in self.workers:
+                if not w.up and not launcher.alive(w.handle):
                     raise RuntimeError(f"worker {w.id} exited during startup (see its error above)")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"worker {w.id} did not start within {cfg.startup_timeout_s:g} s")
-                try:
-                    await asyncio.wait_for(w.hello.wait(), 0.2)
-                except asyncio.TimeoutError:
-                    pass
+            if time.monotonic() > deadline:
+                late = [w.id for w in self.workers if not w.up]
+                raise RuntimeError(f"workers {late} did not start within {cfg.startup_timeout_s:g} s "
+                                   f"(--worker-start-timeout)")
+            await asyncio.sleep(0.05)
         homes = [POOLS[w.home] for w in self.workers]
         if not cfg.split:
             homes = [Pool.MIXED] * len(homes)
         caps = [self._kv_tokens(w) for w in self.workers]
         self.cluster = LiveCluster(homes, caps, cfg.split, RoutingConfig(), kv_block=self.workers[0].block_size)
+        self.max_request_tokens()
         self._tasks.append(asyncio.create_task(self._monitor_loop()))
         self.ready = True
+
+    def _max_model_len(self) -> int:
+        from pathlib import Path
+
+        from ..engine.config import ModelConfig
+        from ..engine.presets import get_preset
+
+        p = Path(self.cfg.model)
+        return (ModelConfig.from_dir(p) if p.is_dir() else get_preset(self.cfg.model)).max_position_embeddings
 
     @staticmethod
     def _kv_tokens(w: WorkerInfo) -> int:
         return w.blocks * w.block_size  # the policy reserves whole blocks (Machine.kv_block)
 
-    def _launch(self, w: WorkerInfo) -> None:
+    def _argv(self, w: WorkerInfo) -> list[str]:
         cfg = self.cfg
-        w.gen += 1
-        argv = ["--id", str(w.id), "--ident", f"w{w.id}.{w.gen}", "--router", self.address, "--model", cfg.model,
+        argv = ["--id", str(w.id), "--gen", str(w.gen), "--router", self.address, "--model", cfg.model,
                 "--host", cfg.worker_host, "--device", cfg.device, "--dtype", cfg.dtype,
                 "--seed", str(cfg.seed), "--max-num-seqs", str(cfg.max_num_seqs),
                 "--threads", str(cfg.worker_threads), "--transport", cfg.transport,
                 "--transfer-timeout-s", str(cfg.transfer_timeout_s), "--worker-mode", cfg.worker_mode,
-                "--orphan-timeout-s", str(cfg.orphan_timeout_s), "--prompt-token-cap", str(cfg.prompt_cap),
+                "--orphan-timeout-s", str(cfg.worker_orphan_timeout_s), "--prompt-token-cap", str(cfg.prompt_cap),
                 "--chunk-size", str(cfg.chunk_size), "--preemption-limit", str(cfg.preemption_limit)]
         if cfg.echo_token_delay_s:
             argv += ["--echo-token-delay-s", str(cfg.echo_token_delay_s)]
@@ -172,24 +185,34 @@ class Router:
             argv += ["--num-blocks", str(cfg.num_blocks)]
         if cfg.debug_layer_delay_s and w.home == "prompt":
             argv += ["--debug-layer-delay-s", str(cfg.debug_layer_delay_s)]
-        w.hello = asyncio.Event()
-        w.handle = self.launcher.start(w.id, argv)
-        w.pid = self.launcher.pid(w.handle)
-        w.last_seen = time.monotonic()
+        if cfg.debug_fail_token is not None:
+            argv += ["--debug-fail-token", str(cfg.debug_fail_token)]
+        return argv
+
+    def _launched(self, w: WorkerInfo) -> None:
+        if w.restarts:
+            self.metrics.worker_restarts.inc()
+
+    def drain(self) -> None:
+        """Shutdown begins: admit nothing new (503); what is in flight may finish."""
+        self.draining = True
+
+    def fail_all(self, why: str) -> None:
+        """End every request in flight with an error (a stream's last event, then [DONE])."""
+        for req in list(self.active.values()):
+            self._fail(req, why, 503)
 
     async def stop(self) -> None:
         self.closing = True
-        for req in list(self.active.values()):
-            self._fail(req, "the server is shutting down", 503)
+        self.fail_all("the server is shutting down")
         for w in self.workers:
-            if w.handle is not None and self.launcher.alive(w.handle):
-                self._send(w.id, {"t": "stop"})
+            if w.up:
+                self._send(w, {"t": "stop"})
         await asyncio.sleep(0.05)
         for t in self._tasks:
             t.cancel()
-        for w in self.workers:
-            if w.handle is not None:
-                self.launcher.kill(w.handle)
+        if self.sup is not None:
+            self.sup.stop()
         if self.sock is not None:
             self._loop.remove_reader(self.sock.getsockopt(zmq.FD))
             self.sock.close(linger=0)
@@ -198,12 +221,11 @@ class Router:
             self.ctx.destroy(linger=0)
 
     # ---- messaging -------------------------------------------------------------------------
-    def _send(self, wid: int, header: dict) -> None:
+    def _send(self, w: WorkerInfo, header: dict) -> None:
         if self.sock is None:
             return
         try:
-            w = self.workers[wid]
-            self.sock.send_multipart([f"w{wid}.{w.gen}".encode(), *self.codec.encode(header)], flags=zmq.NOBLOCK)
+            self.sock.send_multipart([w.ident, *self.codec.encode(header, to=w.ident.decode())], flags=zmq.NOBLOCK)
         except zmq.ZMQError:
             pass  # an unroutable (dead) worker: its requests are restarted by the monitor
         self._kick()
@@ -216,27 +238,35 @@ class Router:
             self._drain_scheduled = True
             self._loop.call_soon(self._drain)
 
-    def _drain(self) -> None:
+    def _drain(self, limit: int = 2000) -> bool:
+        """Handle up to `limit` queued messages (then let the HTTP side run); True if none are left."""
         self._drain_scheduled = False
         sock = self.sock
         if sock is None or sock.closed:
-            return
-        for _ in range(2000):  # then let the HTTP side run; the rest comes next turn
+            return True
+        for _ in range(limit):
             try:
-                fr = sock.recv_multipart(flags=zmq.NOBLOCK)
+                fr = sock.recv_multipart(flags=zmq.NOBLOCK)  # bytes: cheaper than Frames for small messages
             except zmq.Again:
-                return
+                return True
+            ident = fr[0]
+            w = self.sup.by_ident.get(ident)
+            if w is None:  # a stale generation, or a stranger (who cannot sign anyway)
+                self.strangers += 1
+                continue
             try:
-                h, _ = self.codec.decode(fr[1:])
-                wid, _, gen = bytes(fr[0])[1:].decode().partition(".")
-                w = self.workers[int(wid)]
-                if int(gen) == w.gen:  # not a stale incarnation
-                    self._on_message(w, h)
-            except (BadMessage, ValueError, IndexError):
+                h, _ = self.codec.decode(fr[1:], sender=ident.decode())
+                self._on_message(w, h)
+            except BadMessage:
                 continue
             except Exception as e:  # a bug must not kill the router
                 print(f"router: error handling a message: {e!r}", file=sys.stderr)
         self._kick()
+        return False
+
+    def _drain_all(self) -> None:
+        while not self._drain(limit=10_000):
+            pass
 
     def _on_message(self, w: WorkerInfo, h: dict) -> None:
         t = h["t"]
@@ -275,6 +305,8 @@ class Router:
             req = self.by_wire.get(h["rid"])
             if req is not None and req.stage in ("reserving", "prefill", "handoff"):
                 self._restart(req, h["reason"])
+        elif t == "step_failed":
+            self._on_step_failed(w, h["rids"], h["error"])
         elif t == "err":
             req = self.by_wire.get(h["rid"])
             if req is not None:
@@ -283,29 +315,57 @@ class Router:
             self._on_hello(w, h)
 
     def _on_hello(self, w: WorkerInfo, h: dict) -> None:
-        if w.pid is not None and h["pid"] != w.pid:
-            return  # a stale process
+        if not self.sup.hello(w, h["pid"], time.monotonic()):
+            return  # not the process we started
         w.kv_addr, w.blocks, w.block_size = h["kv"], h["blocks"], h["block_size"]
         w.kv_region = h.get("region")
         w.free = w.start_free = h["free"]
         w.max_len = h["max_len"]
-        w.up = True
-        w.hello.set()
         if self.cluster is not None:
             self.cluster.up(w.id, self._kv_tokens(w))
             parked, self.parked = self.parked, []
             for req in parked:
                 self._begin(req)
 
+    def _on_step_failed(self, w: WorkerInfo, rids: list[str], error: str) -> None:
+        """A step of w's engine raised; it dropped the step's requests and lives on."""
+        print(f"router: worker {w.id}: an engine step failed ({error}); its requests: "
+              f"{', '.join(self.by_wire[r].name for r in rids if r in self.by_wire) or 'none left'}",
+              file=sys.stderr, flush=True)
+        for rid in rids:
+            req = self.by_wire.get(rid)
+            if req is None:
+                continue
+            req.strikes += 1
+            if req.strikes >= QUARANTINE_STRIKES:
+                self.metrics.requests.labels("quarantined").inc()
+                self._fail(req, f"request {req.name} was in {req.strikes} failed engine steps and is quarantined: "
+                                f"it is not retried (last error: {error})", 500, "request_quarantined")
+            else:
+                req.isolated = True
+                self._restart(req, f"worker {w.id}'s engine step failed: {error}", penalty=False)
+
     # ---- admission ---------------------------------------------------------------------------
-    def submit(self, prompt_ids: list[int], params: dict) -> LiveRequest:
-        if not self.ready or self.closing:
-            raise Unavailable("the server is starting or stopping")
+    def max_request_tokens(self) -> int:
+        """Tokens (prompt and output) one request may hold: what the smallest worker that may have
+        to hold all of it can (its context and KV cache), as they said at start."""
+        if not self._max_request:
+            holders = [w for w in self.workers if w.home != "prompt" or not self.cfg.split]
+            self._max_request = min(min(w.max_len, self._kv_tokens(w)) for w in holders)
+        return self._max_request
+
+    def submit(self, prompt_ids: list[int], params: dict, name: str = "") -> LiveRequest:
+        if not self.ready or self.closing or self.draining:
+            raise Unavailable("the server is starting or shutting down")
         if len(self.active) >= self.cfg.max_queue:
             raise Overloaded(f"{len(self.active)} requests in flight (limit {self.cfg.max_queue})")
+        need = len(prompt_ids) + params["max_tokens"]
+        if need > self._max_request:
+            raise TooLarge(f"the request needs {need} tokens of KV cache (prompt {len(prompt_ids)} + "
+                           f"max_tokens {params['max_tokens']}); a worker holds at most {self._max_request}")
         if not any(w.up for w in self.workers):
             raise Unavailable("no worker is up")
-        req = LiveRequest(next(self._ids), list(prompt_ids), params, time.perf_counter())
+        req = LiveRequest(next(self._ids), name, list(prompt_ids), params, time.perf_counter())
         self.active[req.id] = req
         self._begin(req)
         return req
@@ -314,7 +374,8 @@ class Router:
         """Route one attempt of `req` and send it on its way (or park it / queue it for memory)."""
         r = Request(next(self._pids), time.perf_counter(), len(req.prompt_ids), req.params["max_tokens"])
         req.pr = r
-        req.wire = f"{req.id}.{req.attempt}"
+        req.wire = f"{req.id}.{req.tries}"
+        req.tries += 1
         req.produced = 0
         try:
             go = self.cluster.arrive(r)
@@ -339,24 +400,27 @@ class Router:
 
     def _dispatch(self, req: LiveRequest) -> None:
         r = req.pr
-        p, t = r.prompt_machine, r.token_machine
-        req.split = p != t and r.output_tokens > 1
+        p, t = self.workers[r.prompt_machine], self.workers[r.token_machine]
+        req.split = p is not t and r.output_tokens > 1
         if req.split:
             req.stage = "reserving"
-            self._send(t, {"t": "expect", "rid": req.wire, "ids": req.prompt_ids, "p": req.params, "src": p})
+            self._send(t, {"t": "expect", "rid": req.wire, "ids": req.prompt_ids, "p": req.params, "src": p.id,
+                           "iso": req.isolated})
         else:
             req.stage = "prefill"
-            self._send(p, {"t": "gen", "rid": req.wire, "ids": req.prompt_ids, "p": req.params, "kind": "full"})
+            self._send(p, {"t": "gen", "rid": req.wire, "ids": req.prompt_ids, "p": req.params, "kind": "full",
+                           "iso": req.isolated})
 
     def _send_prefill(self, req: LiveRequest, blocks: list[int] | None = None) -> None:
         r = req.pr
         t = self.workers[r.token_machine]
         req.stage = "prefill"
         msg = {"t": "gen", "rid": req.wire, "ids": req.prompt_ids, "p": req.params, "kind": "prefill",
-               "dest": t.id, "addr": t.kv_addr, "thr": self.cfg.layerwise_threshold}
+               "dest": t.id, "dest_ident": t.ident.decode(), "addr": t.kv_addr, "thr": self.cfg.layerwise_threshold,
+               "iso": req.isolated}
         if t.kv_region is not None:  # one-sided transport: the prompt worker writes into these blocks
             msg.update(region=t.kv_region, blocks=blocks)
-        self._send(r.prompt_machine, msg)
+        self._send(self.workers[r.prompt_machine], msg)
 
     def _dispatch_all(self, admitted: list[Request]) -> None:
         for r in admitted:
@@ -378,7 +442,7 @@ class Router:
                 early = finished and len(toks) == 1
                 self._dispatch_all(c.first_token(r, finished=early))
                 if req.split and early:
-                    self._send(r.token_machine, {"t": "cancel", "rid": req.wire})
+                    self._send(self.workers[r.token_machine], {"t": "cancel", "rid": req.wire})
                 if not early:
                     req.stage = "decode"
                     if len(toks) > 1:
@@ -446,19 +510,19 @@ class Router:
         for wid in {r.prompt_machine, r.token_machine}:
             if 0 <= wid < len(self.workers) and self.workers[wid].up:
                 # prefill_sent: the prompt worker may have written (one-sided) into the token worker's blocks
-                self._send(wid, {"t": "abort", "rid": req.wire,
-                                 "prefill_sent": req.stage in ("prefill", "handoff", "decode")})
+                self._send(self.workers[wid], {"t": "abort", "rid": req.wire,
+                                               "prefill_sent": req.stage in ("prefill", "handoff", "decode")})
         self.by_wire.pop(req.wire, None)
         self.by_policy.pop(r.id, None)
         self._dispatch_all(admitted)
 
-    def _fail(self, req: LiveRequest, message: str, status: int) -> None:
+    def _fail(self, req: LiveRequest, message: str, status: int, code: str | None = None) -> None:
         if req.stage == "done":
             return
         self._release(req)
         self._end(req)
         self.metrics.requests.labels("failed").inc()
-        req.queue.put_nowait(("error", message, status))
+        req.queue.put_nowait(("error", message, status, code))
 
     def cancel(self, req: LiveRequest) -> None:
         """The client went away: stop the work."""
@@ -468,36 +532,36 @@ class Router:
         self._end(req)
         self.metrics.requests.labels("cancelled").inc()
 
-    def _restart(self, req: LiveRequest, why: str) -> None:
+    def _restart(self, req: LiveRequest, why: str, penalty: bool = True) -> None:
+        """Try `req` again from the start; `penalty`: this counts against its `max_attempts`."""
         if req.stage == "done":
             return
         self._release(req)
-        req.attempt += 1
-        if req.attempt >= self.cfg.max_attempts:
-            self._fail(req, f"the request failed {req.attempt} times; last: {why}", 503)
-            return
+        if penalty:
+            req.attempt += 1
+            if req.attempt >= self.cfg.max_attempts:
+                self._fail(req, f"the request failed {req.attempt} times; last: {why}", 503)
+                return
         self.metrics.restarts.inc()
         self._begin(req)
 
     # ---- liveness ----------------------------------------------------------------------------
     async def _monitor_loop(self) -> None:
         next_ping = 0.0
+        tick = time.monotonic()
         while True:
-            await asyncio.sleep(0.05)
-            self._kick()
+            await asyncio.sleep(MONITOR_S)
+            self._drain_all()  # read what is queued before judging anyone silent
             now = time.monotonic()
-            for w in self.workers:
-                if not w.up:
-                    continue
-                if not self.launcher.alive(w.handle):
-                    self._worker_down(w, "its process exited")
-                elif now - w.last_seen > self.cfg.heartbeat_timeout_s:
-                    self._worker_down(w, f"silent for {self.cfg.heartbeat_timeout_s:g} s")
+            if now - tick > MONITOR_S + PAUSE_S:  # this loop stood still: a pause of ours is no one's silence
+                self.sup.paused(now - tick - MONITOR_S)
+            tick = now
+            self.sup.check(now)
             if now >= next_ping:
-                next_ping = now + 1.0
+                next_ping = now + PING_S
                 for w in self.workers:
                     if w.up:
-                        self._send(w.id, {"t": "ping"})
+                        self._send(w, {"t": "ping"})
             if self.parked:
                 parked, self.parked = self.parked, []
                 for req in parked:
@@ -505,9 +569,7 @@ class Router:
                         self._begin(req)
 
     def _worker_down(self, w: WorkerInfo, why: str) -> None:
-        print(f"router: worker {w.id} ({w.home}) is down: {why}", file=sys.stderr)
-        w.up = False
-        self.launcher.kill(w.handle)
+        """The supervisor took w out (dead or hung): restart what it held, tell its peers."""
         self.cluster.down(w.id)
         hit = [q for q in list(self.by_wire.values())
                if q.pr is not None and w.id in (q.pr.prompt_machine, q.pr.token_machine)]
@@ -515,26 +577,32 @@ class Router:
             self._restart(req, f"worker {w.id} failed ({why})")
         for other in self.workers:
             if other.up:
-                self._send(other.id, {"t": "peer_down", "peer": w.id})
-        if self.cfg.restart_workers and w.restarts < self.cfg.max_worker_restarts and not self.closing:
-            w.restarts += 1
-            self.metrics.worker_restarts.inc()
-            self._launch(w)
+                self._send(other, {"t": "peer_down", "peer": w.id})
 
     # ---- views -------------------------------------------------------------------------------
+    def health(self) -> tuple[bool, dict]:
+        if self.sup is None or not self.ready:
+            return False, {"status": "starting"}
+        ok, body = self.sup.health(self.cfg.split)
+        if self.draining or self.closing:
+            ok, body["status"], body["reason"] = False, "draining", "the server is shutting down"
+        return ok, body
+
     def cluster_snapshot(self) -> list[dict]:
         return self.cluster.snapshot() if self.cluster is not None else []
 
     def debug_state(self) -> dict:
         return {
-            "workers": [{"id": w.id, "home": w.home, "up": w.up, "pid": w.pid, "blocks": w.blocks,
-                         "free": w.free, "start_free": w.start_free, "reserved": w.reserved,
+            "workers": [{"id": w.id, "home": w.home, "up": w.up, "state": w.state.value, "pid": w.pid,
+                         "blocks": w.blocks, "free": w.free, "start_free": w.start_free, "reserved": w.reserved,
                          "running": w.running, "preempted": w.preempted, "rejected_messages": w.rejected,
-                         "restarts": w.restarts, "kv_addr": w.kv_addr} for w in self.workers],
+                         "restarts": w.restarts, "failures": w.failures, "last_failure": w.last_failure,
+                         "kv_addr": w.kv_addr} for w in self.workers],
             "machines": self.cluster_snapshot(),
             "policy_idle": self.cluster.idle() if self.cluster is not None else True,
             "in_flight": len(self.active),
             "parked": len(self.parked),
             "router_address": self.address,
-            "rejected_messages": self.codec.rejected,
+            "rejected_messages": self.codec.rejected + self.strangers,
+            "rejected_by": {**self.codec.rejected_by, "stranger": self.strangers},
         }

@@ -55,7 +55,7 @@ import zmq
 
 from ..errors import UserError
 from ..policy.kv_transfer import TransferMode, choose_mode
-from .protocol import BadMessage, Codec
+from .protocol import BadMessage, Codec, limit_socket
 
 if TYPE_CHECKING:  # torch is imported where K/V is touched: echo workers and the router never do
     import torch
@@ -73,10 +73,12 @@ class TransportError(Exception):
 
 @dataclass(slots=True)
 class Target:
-    """Where one request's KV goes: the peer, its inbound address, and for a one-sided transport
-    its KV region (a RegionHandle on the wire) and the blocks it reserved there."""
+    """Where one request's KV goes: the peer (its id, and its identity, which our messages are
+    signed for), its inbound address, and for a one-sided transport its KV region (a
+    RegionHandle on the wire) and the blocks it reserved there."""
 
     peer: int
+    ident: str
     address: str
     region: dict | None = None
     blocks: list[int] | None = None
@@ -92,7 +94,7 @@ class KVTransport:
     region: dict | None = None  # this worker's KV cache as a same-host peer maps it (hello)
     one_sided = False            # peers write K/V into our blocks; messages carry no K/V bytes
 
-    def send(self, peer: int, address: str, header: dict, *data) -> bool:
+    def send(self, target: Target, header: dict, *data) -> bool:
         raise NotImplementedError
 
     def put(self, target: Target, layer: int | None, kv: torch.Tensor) -> tuple[dict, list]:
@@ -119,11 +121,13 @@ class TcpTransport(KVTransport):
 
     name = "tcp"
 
-    def __init__(self, ctx: zmq.Context, codec: Codec, host: str = "127.0.0.1") -> None:
+    def __init__(self, ctx: zmq.Context, codec: Codec, host: str = "127.0.0.1",
+                 max_message: int = 1 << 30) -> None:
+        """max_message: bytes of the largest message part a peer may send (a whole request's KV)."""
         self.ctx, self.codec = ctx, codec
         self.inbound = ctx.socket(zmq.ROUTER)
         self.inbound.setsockopt(zmq.LINGER, 0)
-        self.inbound.setsockopt(zmq.RCVHWM, 0)
+        limit_socket(self.inbound, max_message, hwm=100_000)
         port = self.inbound.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
         self.peers: dict[int, zmq.Socket] = {}
@@ -140,10 +144,10 @@ class TcpTransport(KVTransport):
             self.peers[peer] = s
         return s
 
-    def send(self, peer: int, address: str, header: dict, *data) -> bool:
+    def send(self, target: Target, header: dict, *data) -> bool:
         try:
-            self._peer(peer, address).send_multipart(self.codec.encode(header, *data), flags=zmq.NOBLOCK,
-                                                     copy=False)
+            frames = self.codec.encode(header, *data, to=target.ident)
+            self._peer(target.peer, target.address).send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
             return True
         except zmq.Again:
             self.dropped += 1
@@ -192,11 +196,11 @@ class LocalTransport(TcpTransport):
     one_sided = True
 
     def __init__(self, ctx: zmq.Context, codec: Codec, host: str = "127.0.0.1",
-                 region: SharedKVRegion | None = None) -> None:
+                 region: SharedKVRegion | None = None, max_message: int = 1 << 30) -> None:
         if region is None or region.handle is None:
             raise TransportUnavailable("--transport local needs the worker's KV cache in shared memory "
                                        "(a SharedKVRegion); echo workers have none: use --transport tcp")
-        super().__init__(ctx, codec, host)
+        super().__init__(ctx, codec, host, max_message)
         self.region = region.handle.to_wire()
         self.mapped: dict[int, MappedRegion] = {}
 
@@ -267,11 +271,11 @@ TRANSPORTS = {"tcp": TcpTransport, "local": LocalTransport}
 
 
 def make_transport(name: str, ctx: zmq.Context, codec: Codec, host: str,
-                   region: SharedKVRegion | None = None) -> KVTransport:
+                   region: SharedKVRegion | None = None, max_message: int = 1 << 30) -> KVTransport:
     if name == "tcp":
-        return TcpTransport(ctx, codec, host)
+        return TcpTransport(ctx, codec, host, max_message)
     if name == "local":
-        return LocalTransport(ctx, codec, host, region)
+        return LocalTransport(ctx, codec, host, region, max_message)
     raise UserError(f"unknown KV transport {name!r}; use {' or '.join(TRANSPORTS)}")
 
 
@@ -297,17 +301,20 @@ class KVSender:
             for i, layer in enumerate(model.layers):
                 layer.register_forward_hook(self._hook(i))
 
-    def plan(self, rid: str, dest: int, address: str, threshold: int, region: dict | None = None,
+    def plan(self, rid: str, dest: int, dest_ident: str, address: str, threshold: int, region: dict | None = None,
              blocks: list[int] | None = None) -> None:
-        self.plans[rid] = Outbound(Target(dest, address, region, blocks), threshold)
+        self.plans[rid] = Outbound(Target(dest, dest_ident, address, region, blocks), threshold)
+
+    def step_failed(self) -> None:
+        """The engine step being streamed raised: nothing of it is sent any more."""
+        self._batch = []
 
     def forget(self, rid: str) -> None:
         """Drop a plan before its `kvd` (abort; the request ended at its first token). On a
         one-sided transport, tell the token worker that its blocks will not be written again."""
         plan = self.plans.pop(rid, None)
         if plan is not None and plan.target.blocks is not None:
-            t = plan.target
-            self.transport.send(t.peer, t.address, {"t": "kvx", "rid": rid})
+            self.transport.send(plan.target, {"t": "kvx", "rid": rid})
 
     def _hook(self, i: int):
         def hook(module, args, output):
@@ -327,8 +334,8 @@ class KVSender:
             plan = self.plans.get(seq.request_id)
             if plan is None:
                 continue
-            t = plan.target  # "a step of your prompt starts": the token worker's clock restarts
-            self.transport.send(t.peer, t.address, {"t": "kvs", "rid": seq.request_id})
+            # "a step of your prompt starts": the token worker's clock restarts
+            self.transport.send(plan.target, {"t": "kvs", "rid": seq.request_id})
             if seq.num_computed + n != len(seq.prompt_ids):
                 continue
             plan.layerwise = choose_mode(prompt_tokens, plan.threshold) is TransferMode.LAYERWISE
@@ -360,8 +367,7 @@ class KVSender:
             header = {"t": "kvl", "rid": seq.request_id, "layer": i, "sent": plan.sent_at}
             frames = self._put(plan, i, flat[:, slots], header)
             if not plan.error:
-                t = plan.target
-                plan.ok &= self.transport.send(t.peer, t.address, header, *frames)
+                plan.ok &= self.transport.send(plan.target, header, *frames)
 
     def prefill_done(self, rid: str, first_token: int, kv) -> dict | None:
         """After the step that finished `rid`'s prompt: the serialized put (if it was not
@@ -381,8 +387,7 @@ class KVSender:
             header["fail"] = plan.error
             data = []
         header["sent"] = plan.sent_at or end
-        t = plan.target
-        plan.ok &= self.transport.send(t.peer, t.address, header, *data)
+        plan.ok &= self.transport.send(plan.target, header, *data)
         return {"ok": plan.ok and not plan.error, "mode": header["mode"], "error": plan.error}
 
 
@@ -395,6 +400,7 @@ class Inbound:
     layers: int
     deadline: float
     writer: int | None = None  # the prompt worker the router named (one-sided: it writes the blocks)
+    isolated: bool = False     # decode it in engine steps of its own (router.py: quarantine)
     got: set = field(default_factory=set)
     nbytes: int = 0
     sent_at: float = 0.0
@@ -420,11 +426,12 @@ class KVReceiver:
         self.stray = 0   # KV messages for no live reservation (late, after a timeout or abort)
         self.forced = 0  # held blocks freed at hold_s without the writer's word
 
-    def expect(self, rid: str, prompt_ids: list[int], params, writer: int | None = None) -> list[int] | None:
+    def expect(self, rid: str, prompt_ids: list[int], params, writer: int | None = None,
+               isolated: bool = False) -> list[int] | None:
         """Reserve blocks now and return their ids; raises UserError when they do not fit."""
         table = self.engine.reserve_kv(rid, len(prompt_ids))
         self.inbound[rid] = Inbound(rid, prompt_ids, params, self.engine.cfg.num_layers,
-                                    time.monotonic() + max(self.start_s, self.timeout_s), writer)
+                                    time.monotonic() + max(self.start_s, self.timeout_s), writer, isolated=isolated)
         return table
 
     def _free(self, rid: str) -> bool:
@@ -522,7 +529,7 @@ class KVReceiver:
                     "reason": f"transfer incomplete: {len(inb.got)} of {inb.layers} layers arrived"}
         del self.inbound[rid]
         try:
-            eng.start_reserved(inb.prompt_ids, int(header["first"]), inb.params, inb.rid)
+            eng.start_reserved(inb.prompt_ids, int(header["first"]), inb.params, inb.rid, isolated=inb.isolated)
         except UserError as e:
             eng.release_kv(inb.rid)
             return {"t": "kv_fail", "rid": rid, "reason": str(e)}

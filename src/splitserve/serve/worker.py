@@ -14,7 +14,17 @@ preempt the youngest decodes (each at most --preemption-limit times).
 
 Loop: wait for messages (not at all while the engine has work), handle them, run one engine step,
 send that step's tokens to the router in one message, expire late KV reservations, heartbeat.
-A worker whose router has gone quiet for `--orphan-timeout` seconds exits.
+A worker whose router has gone quiet for `--orphan-timeout` seconds (twice the router's heartbeat
+timeout) exits.
+
+A step that raises (engine.StepFailed) does not end the worker: the engine has dropped that
+step's requests, and the worker reports them to the router (`step_failed`), which restarts them
+isolated or quarantines them (router.py). After MAX_STEP_FAILURES failed steps in a row the
+engine is taken for broken, and the worker exits (the router replaces it).
+
+Its identity on the router's socket is derived from the cluster secret, its id and its generation
+(protocol.worker_identity): never on a command line. Its sockets refuse messages larger than the
+model's prompts and KV need (protocol.limit_socket).
 """
 
 from __future__ import annotations
@@ -29,10 +39,12 @@ import zmq
 
 from ..errors import UserError
 from ..policy.machine import BatchingConfig
-from .protocol import BadMessage, Codec, secret_from_env
+from .protocol import ROUTER_NAME as ROUTER
+from .protocol import BadMessage, Codec, control_message_limit, limit_socket, secret_from_env, worker_identity
 from .transfer import KVReceiver, KVSender, make_transport
 
 HEARTBEAT_S = 0.2
+MAX_STEP_FAILURES = 3
 
 
 def build_engine(args, kv_alloc=None):
@@ -59,7 +71,11 @@ def sampling_params(p: dict, echo: bool = False):
     return SamplingParams(max_tokens=p["max_tokens"], temperature=p.get("temperature", 0.0),
                           top_p=p.get("top_p", 1.0), top_k=p.get("top_k", 0), seed=p.get("seed"),
                           stop_token_ids=tuple(p.get("stop_token_ids", ())),
-                          ignore_eos=p.get("ignore_eos", False))
+                          ignore_eos=p.get("ignore_eos", False),
+                          presence_penalty=p.get("presence_penalty", 0.0),
+                          frequency_penalty=p.get("frequency_penalty", 0.0),
+                          repetition_penalty=p.get("repetition_penalty", 1.0),
+                          logit_bias=tuple((int(t), float(b)) for t, b in p.get("logit_bias", ())))
 
 
 class Worker:
@@ -67,20 +83,28 @@ class Worker:
         self.args, self.engine, self.codec = args, engine, codec
         self.ctx = zmq.Context.instance()
         self.ctl = self.ctx.socket(zmq.DEALER)
-        self.ctl.setsockopt(zmq.IDENTITY, (args.ident or f"w{args.id}.1").encode())
+        self.ctl.setsockopt(zmq.IDENTITY, codec.name.encode())
         self.ctl.setsockopt(zmq.LINGER, 0)
+        control = codec.max_head = control_message_limit(engine.max_model_len, args.max_num_seqs)
+        limit_socket(self.ctl, control, hwm=100_000)
         self.ctl.connect(args.router)
-        self.transport = make_transport(args.transport, self.ctx, codec, args.host, region)
+        # KV messages: a whole request's KV in one frame at most
+        kv_limit = control + engine.max_model_len * engine.cfg.kv_bytes_per_token(_itemsize(engine))
+        self.transport = make_transport(args.transport, self.ctx, codec, args.host, region, max_message=kv_limit)
         self.sender = KVSender(engine, self.transport, args.debug_layer_delay_s)
+        if args.debug_fail_token is not None:
+            _fail_on_token(engine, args.debug_fail_token)
         self.receiver = KVReceiver(engine, args.transfer_timeout_s, one_sided=self.transport.one_sided)
         self.kinds: dict[str, str] = {}  # rid -> "full" | "prefill" | "decode"
         self.items: list = []  # tokens for the router, flushed once per loop
+        self.item_tokens = 0
         self.last_router = time.monotonic()
         self.running = True
         self.echo = args.worker_mode == "echo"
+        self.step_failures = 0  # in a row
 
     def send(self, header: dict) -> None:
-        self.ctl.send_multipart(self.codec.encode(header), copy=False)
+        self.ctl.send_multipart(self.codec.encode(header, to=ROUTER), copy=False)
 
     def hello(self) -> None:
         e = self.engine
@@ -102,16 +126,19 @@ class Worker:
         if t == "gen":
             try:
                 params = sampling_params(h["p"], self.echo)
-                self.engine.add_request(h["ids"], params, rid, prefill_only=h["kind"] == "prefill")
+                self.engine.add_request(h["ids"], params, rid, prefill_only=h["kind"] == "prefill",
+                                        isolated=h.get("iso", False))
             except UserError as e:
                 self.send({"t": "err", "rid": rid, "msg": str(e)})
                 return
             self.kinds[rid] = h["kind"]
             if h["kind"] == "prefill":
-                self.sender.plan(rid, h["dest"], h["addr"], h["thr"], h.get("region"), h.get("blocks"))
+                self.sender.plan(rid, h["dest"], h["dest_ident"], h["addr"], h["thr"], h.get("region"),
+                                 h.get("blocks"))
         elif t == "expect":
             try:
-                blocks = self.receiver.expect(rid, h["ids"], sampling_params(h["p"], self.echo), h.get("src"))
+                blocks = self.receiver.expect(rid, h["ids"], sampling_params(h["p"], self.echo), h.get("src"),
+                                              isolated=h.get("iso", False))
                 ok = {"t": "reserved", "rid": rid, "ok": True}
                 if self.transport.one_sided:  # the prompt worker writes into these blocks
                     ok["blocks"] = blocks
@@ -119,15 +146,38 @@ class Worker:
             except UserError as e:
                 self.send({"t": "reserved", "rid": rid, "ok": False, "msg": str(e)})
         elif t in ("abort", "cancel"):
-            self.engine.abort(rid)
-            self.receiver.release(rid, h.get("prefill_sent", True))
-            self.sender.forget(rid)
-            self.kinds.pop(rid, None)
+            self.drop(rid, h.get("prefill_sent", True))
         elif t == "peer_down":
             self.transport.drop_peer(h["peer"])
             self.receiver.peer_down(h["peer"])
         elif t == "stop":
             self.running = False
+
+    def drop(self, rid: str, prefill_sent: bool = True) -> None:
+        """Forget `rid` everywhere in this worker (idempotent)."""
+        self.engine.abort(rid)
+        self.receiver.release(rid, prefill_sent)
+        self.sender.forget(rid)
+        self.kinds.pop(rid, None)
+
+    def step(self) -> None:
+        """One engine step; a step that raises costs its requests, not the worker."""
+        try:
+            outs = self.engine.step()
+        except Exception as e:
+            if not hasattr(e, "request_ids"):  # engine.StepFailed (not imported: echo workers have no torch)
+                raise
+            self.sender.step_failed()
+            for rid in e.request_ids:
+                self.drop(rid)
+            self.send({"t": "step_failed", "rids": list(e.request_ids), "error": repr(e.cause)[:500]})
+            print(f"worker {self.args.id}: engine step failed: {e.cause!r}", file=sys.stderr, flush=True)
+            self.step_failures += 1
+            if self.step_failures >= MAX_STEP_FAILURES:
+                raise RuntimeError(f"{self.step_failures} engine steps in a row failed; exiting") from e.cause
+            return
+        self.step_failures = 0
+        self.on_outputs(outs)
 
     def on_kv(self, h: dict, data: list) -> None:
         ev = self.receiver.handle(h, data)
@@ -152,6 +202,14 @@ class Worker:
                 self.sender.forget(rid)
                 del self.kinds[rid]
             self.items.append([rid, o.new_token_ids, o.finished, o.finish_reason])
+            self.item_tokens += len(o.new_token_ids)
+            if self.item_tokens > self.engine.max_model_len:  # keep `out` within the router's message limit
+                self.flush()
+
+    def flush(self) -> None:
+        if self.items:
+            self.send({"t": "out", "items": self.items})
+            self.items, self.item_tokens = [], 0
 
     def run(self) -> None:
         poller = zmq.Poller()
@@ -169,7 +227,7 @@ class Worker:
                     except zmq.Again:
                         break
                     try:
-                        h, _ = self.codec.decode(frames)
+                        h, _ = self.codec.decode(frames, sender=ROUTER)
                     except BadMessage:
                         continue
                     self.last_router = time.monotonic()
@@ -180,10 +238,8 @@ class Worker:
             for ev in self.receiver.expire():
                 self.send(ev)
             if self.engine.has_unfinished():
-                self.on_outputs(self.engine.step())
-            if self.items:
-                self.send({"t": "out", "items": self.items})
-                self.items = []
+                self.step()
+            self.flush()
             now = time.monotonic()
             if now >= next_hb:
                 self.heartbeat()
@@ -200,7 +256,7 @@ class Worker:
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="splitserve-worker", description=__doc__.splitlines()[0])
     ap.add_argument("--id", type=int, required=True)
-    ap.add_argument("--ident", default=None, help="identity on the router socket (w<id>.<generation>)")
+    ap.add_argument("--gen", type=int, default=1, help="generation (the router's launch count of this worker id)")
     ap.add_argument("--router", required=True, help="the router's control endpoint, tcp://host:port")
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--host", default="127.0.0.1", help="address to bind the inbound KV endpoint on")
@@ -219,6 +275,7 @@ def parse_args(argv=None):
     ap.add_argument("--worker-mode", choices=["engine", "echo"], default="engine")
     ap.add_argument("--echo-token-delay-s", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--debug-layer-delay-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--debug-fail-token", type=int, default=None, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
@@ -238,9 +295,25 @@ def _unlink_on_sigterm(region) -> None:
         pass  # not the main thread (a Ray actor): the resource tracker unlinks it (shm.py)
 
 
+def _fail_on_token(engine, token: int) -> None:
+    """Tests only: the model's first layer raises in any step that holds a prompt with `token`
+    (a stand-in for an input that breaks the engine, to exercise the quarantine)."""
+    def hook(module, args):
+        if any(token in seq.prompt_ids for seq, _ in engine.current_batch):
+            raise RuntimeError(f"debug: a prompt holds token {token}")
+
+    engine.model.layers[0].register_forward_pre_hook(hook)
+
+
+def _itemsize(engine) -> int:
+    kv = getattr(engine, "kv", None)
+    return kv.data.element_size() if kv is not None else 1
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    codec = Codec(secret_from_env())
+    secret = secret_from_env()
+    codec = Codec(secret, worker_identity(secret, args.id, args.gen).decode())
     region = None
     if args.transport == "local" and args.worker_mode == "engine":
         from .shm import SharedKVRegion

@@ -1,0 +1,69 @@
+"""Running the server: uvicorn, with a drain on shutdown (no request in flight is cut without an
+answer). Imported by the `serve` command once the serve extra is known to be installed."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import uvicorn
+
+from ..errors import UserError
+
+
+def run_server(cfg, http: str = "auto", loop: str = "auto") -> None:
+    """Run the server under uvicorn. `auto` takes httptools and uvloop when they are installed
+    (the serve extra installs both), else h11 and asyncio."""
+    from .api import create_app
+
+    def log(msg: str) -> None:
+        print(f"splitserve serve: {msg}", file=sys.stderr, flush=True)
+
+    if http not in ("auto", "h11", "httptools") or loop not in ("auto", "asyncio", "uvloop"):
+        raise UserError("--http-impl is auto, h11 or httptools; --loop-impl is auto, asyncio or uvloop")
+    if cfg.worker_mode == "echo":
+        log("WORKER MODE echo: a benchmark tool; workers return tokens WITHOUT computing them")
+    app = create_app(cfg, log=log)
+    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
+                            lifespan="on", timeout_graceful_shutdown=5, http=http, loop=loop)
+    server = DrainingServer(config, app.state.router, cfg.drain_timeout_s, log)
+    server.run()
+    if not server.started:
+        raise UserError("the server did not start (see the messages above)")
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, with a drain before its shutdown: on SIGTERM/SIGINT the listening
+    sockets close (new connections are refused) and new requests on open connections get 503;
+    requests in flight have `drain_s` seconds to finish; then each that remains is ended with an
+    error (streams: an error event, then [DONE]), before uvicorn waits for connections to close
+    and the router stops the workers."""
+
+    def __init__(self, config, router, drain_s: float, log) -> None:
+        super().__init__(config)
+        self.router, self.drain_s, self.log = router, drain_s, log
+
+    async def startup(self, sockets=None):
+        await super().startup(sockets)
+        if self.started:
+            for s in self.servers:
+                for sock in s.sockets:
+                    h, p = sock.getsockname()[:2]
+                    self.log(f"listening on http://{h}:{p} (model {self.router.cfg.model}, design "
+                             f"{self.router.cfg.design}); try: curl http://{h}:{p}/v1/models")
+
+    async def shutdown(self, sockets=None):
+        for s in self.servers:
+            s.close()  # no new connections
+        self.router.drain()
+        if self.router.active:
+            self.log(f"draining {len(self.router.active)} requests in flight (up to {self.drain_s:g} s)")
+        deadline = time.monotonic() + self.drain_s
+        while self.router.active and time.monotonic() < deadline and not self.force_exit:
+            await asyncio.sleep(0.05)
+        if self.router.active:
+            self.log(f"ending {len(self.router.active)} unfinished requests")
+            self.router.fail_all("the server is shutting down")
+            await asyncio.sleep(0.2)  # let their last events go out
+        await super().shutdown(sockets)
