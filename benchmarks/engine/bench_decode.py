@@ -23,6 +23,7 @@ from common import (add_threads_arg, apply_threads, gpu_datasheet, machine_info,
                     measured_bandwidth, summary, sync, timed, write_result)
 
 from splitserve.engine.engine import LLMEngine  # noqa: E402
+from splitserve.policy.machine import BatchingConfig  # noqa: E402
 from splitserve.engine.sampler import SamplingParams  # noqa: E402
 
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> dict:
     total = args.context + args.warmup + args.steps + 2
     eng = LLMEngine(args.model, device=device, dtype=args.dtype, max_num_seqs=max(batches),
                     max_model_len=total, num_blocks=max(batches) * -(-total // 16) + 1,
-                    max_num_batched_tokens=max(2048, args.context), cuda_graphs=graphs)
+                    batching=BatchingConfig(prompt_token_cap=max(2048, args.context)), cuda_graphs=graphs)
     cfg = eng.cfg
     itemsize = eng.dtype.itemsize
     # Weights a decode step reads: all but the input embedding table (only B rows of it are read).

@@ -24,6 +24,7 @@ from common import (add_threads_arg, apply_threads, gpu_datasheet, machine_info,
                     measured_matmul_flops, summary, timed, write_result)
 
 from splitserve.engine.engine import LLMEngine  # noqa: E402
+from splitserve.policy.machine import BatchingConfig  # noqa: E402
 from splitserve.engine.sampler import SamplingParams  # noqa: E402
 
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     device = torch.device(args.device)
     eng = LLMEngine(args.model, device=device, dtype=args.dtype, max_num_seqs=1,
-                    max_model_len=args.tokens + 8, max_num_batched_tokens=args.tokens)
+                    max_model_len=args.tokens + 8, batching=BatchingConfig(prompt_token_cap=args.tokens))
     cfg = eng.cfg
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(3, cfg.vocab_size, (args.tokens,), generator=gen).tolist()

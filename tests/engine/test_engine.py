@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from splitserve.policy.machine import BatchingConfig
 from splitserve.engine.engine import LLMEngine
 from splitserve.engine.kv_cache import KVExport
 from splitserve.engine.sampler import SamplingParams
@@ -52,12 +53,12 @@ def test_staggered_arrivals_equal_sequential(sequential):
 
 @pytest.mark.parametrize("chunk", [1, 7, 16, 50])
 def test_chunked_prefill_equals_whole(sequential, chunk):
-    eng = LLMEngine("tiny", chunk_size=chunk, max_num_batched_tokens=64)
+    eng = LLMEngine("tiny", batching=BatchingConfig(chunk_size=chunk or 0, prompt_token_cap=64))
     assert [o.token_ids for o in eng.generate(MIXED, GREEDY)] == sequential
 
 
 def test_small_token_budget_and_seq_limit_equal_sequential(sequential):
-    eng = LLMEngine("tiny", max_num_seqs=2, max_num_batched_tokens=16)
+    eng = LLMEngine("tiny", max_num_seqs=2, batching=BatchingConfig(prompt_token_cap=16))
     assert [o.token_ids for o in eng.generate(MIXED, GREEDY)] == sequential
 
 
@@ -72,7 +73,7 @@ def test_preemption_under_kv_pressure_equals_ample_kv(sequential):
 def test_logits_of_batched_and_chunked_runs_match_closely():
     params = SamplingParams(max_tokens=4, ignore_eos=True, return_logits=True)
     alone = LLMEngine("tiny").generate([MIXED[4]], params)[0]
-    mixed = LLMEngine("tiny", chunk_size=5).generate(MIXED, params)[4]
+    mixed = LLMEngine("tiny", batching=BatchingConfig(chunk_size=5)).generate(MIXED, params)[4]
     torch.testing.assert_close(torch.stack(mixed.logits), torch.stack(alone.logits), rtol=0, atol=1e-5)
 
 
@@ -82,8 +83,8 @@ def test_logits_of_batched_and_chunked_runs_match_closely():
        num_blocks=st.integers(4, 16), block_size=st.sampled_from([4, 8]),
        chunk=st.sampled_from([None, 3, 8]))
 def test_random_workload_returns_every_block_and_never_shares(lens, max_tokens, num_blocks, block_size, chunk):
-    eng = LLMEngine("tiny", num_blocks=num_blocks, block_size=block_size, chunk_size=chunk,
-                    max_num_batched_tokens=32)
+    eng = LLMEngine("tiny", num_blocks=num_blocks, block_size=block_size,
+                    batching=BatchingConfig(chunk_size=chunk or 0, prompt_token_cap=32))
     cap = num_blocks * block_size
     todo = {}
     for p, m in zip(prompts([min(n, cap - 1) for n in lens], seed=len(lens)), max_tokens):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from splitserve.policy.machine import BatchingConfig
 from splitserve.engine.engine import LLMEngine, StepFailed
 from splitserve.engine.sampler import SamplingParams
 
@@ -168,7 +169,7 @@ def test_isolation_under_kv_pressure_gives_the_same_tokens(monkeypatch, chunk):
     """With preemptions and chunked prefill, isolated requests still run alone and every request
     gets the tokens it gets alone."""
     ps = prompts([5, 17, 33, 3, 40, 9], seed=1)
-    eng = LLMEngine("tiny", num_blocks=10, block_size=8, chunk_size=chunk, max_num_batched_tokens=32)
+    eng = LLMEngine("tiny", num_blocks=10, block_size=8, batching=BatchingConfig(chunk_size=chunk or 0, prompt_token_cap=32))
     steps = spy_on_steps(eng, monkeypatch)
     isolated = {"1", "4"}
     params = SamplingParams(max_tokens=12, ignore_eos=True)
@@ -197,10 +198,10 @@ def test_isolated_requests_from_a_prompt_worker(monkeypatch, handoff):
     if handoff == "import":
         b.add_request_with_kv(P[1], first.token, first.kv, PARAMS, "s", isolated=True)
     else:
-        b.reserve_kv("s", len(P[1]))
+        b.reserve_kv(P[1], PARAMS, "s", isolated=True)
         for layer in range(first.kv.num_layers):
             b.write_kv_layer("s", layer, first.kv.layer(layer))
-        b.start_reserved(P[1], first.token, PARAMS, "s", isolated=True)
+        b.start_reserved("s", first.token)
     break_on(b, monkeypatch, "model", "s", 3)
     steps = spy_on_steps(b, monkeypatch)
     final, failed = {}, []

@@ -279,10 +279,10 @@ def test_penalties_and_bias_are_the_same_across_the_split(sampling, handoff):
         rid = b.add_request_with_kv(prompt, first.token, first.kv, params)
     else:
         rid = "r"
-        b.reserve_kv(rid, len(prompt))
+        b.reserve_kv(prompt, params, rid)
         for layer in range(first.kv.num_layers):
             b.write_kv_layer(rid, layer, first.kv.layer(layer))
-        b.start_reserved(prompt, first.token, params, rid)
+        b.start_reserved(rid, first.token)
     tokens = None
     while b.has_unfinished():
         for out in b.step():

@@ -3,7 +3,7 @@
 import pytest
 
 from splitserve.policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler
-from splitserve.policy.machine import enqueue_prompt
+from splitserve.policy.transitions import enqueue_prompt
 from splitserve.policy.state import Machine, Pool, Request
 
 

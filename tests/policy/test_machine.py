@@ -1,8 +1,9 @@
 """Machine-level batching rules, checked case by case with hand-computed numbers."""
 
-from splitserve.policy.machine import (BatchingConfig, admit_waiting, enqueue_prompt, finish_iteration,
-                                       form_batch, join_decode, reserve_decode)
+from splitserve.policy.machine import BatchingConfig, finish_iteration, form_batch
 from splitserve.policy.state import Machine, Phase, Pool, Request
+from splitserve.policy.transitions import (admit_waiting, enqueue_prompt, join_decode, release, release_prompt_kv,
+                                           reserve_decode)
 
 
 def machine(cap=100_000, pool=Pool.MIXED, mid=0):
@@ -26,7 +27,7 @@ def test_prompt_batches_capped_at_2048_tokens_fcfs():
         assert m.pending == m.recount_pending()
         assert all(r.phase is Phase.HANDOFF for r in res.first_tokens)
         for r in res.first_tokens:                               # KV sent: prompt copy freed
-            m.kv_used -= r.prompt_tokens
+            release_prompt_kv(m, r)
     # 1000+900 fit (1900); +500 would make 2400 > 2048; then 500 alone (500+3000 > 2048); 3000 alone
     assert sizes == [[1000, 900], [500], [3000]]
     assert m.kv_used == 0 and m.queued_prompt_tokens == 0
@@ -59,7 +60,7 @@ def test_token_admission_waits_for_memory_in_fcfs_order():
     assert not reserve_decode(m, b)        # needs 60, 40 free: waits
     assert not reserve_decode(m, c)        # would fit (10) but must not overtake b
     assert list(m.admit_queue) == [b, c] and m.queued_decode_tokens == 15
-    m.kv_used -= a.kv_need                 # a finished
+    release(a, None, m)                    # a left
     assert admit_waiting(m) == [b, c]
     assert m.kv_used == 70 and m.queued_decode_tokens == 0
 
@@ -68,7 +69,7 @@ def test_chunked_prefill_fills_budget_after_decodes():
     m = machine()
     d = req(0, 10, 50)
     d.generated = 1
-    m.kv_used += d.kv_need
+    assert reserve_decode(m, d)
     join_decode(m, d)
     p = req(1, 1000, 3, arrival=1.0)
     enqueue_prompt(m, p)
@@ -91,7 +92,7 @@ def test_prompt_preempts_youngest_decodes_first_within_the_limit():
     capped.preemptions = 3                  # already at the limit
     for r in (old, young, capped):
         r.generated = 1
-        m.kv_used += r.kv_need              # 90 used
+        assert reserve_decode(m, r)         # 90 used
         join_decode(m, r)
     form_batch(m, BatchingConfig())         # they start decoding
     head = req(3, 40, 5, arrival=4.0)       # needs 45, 10 free
@@ -110,7 +111,7 @@ def test_no_preemption_when_victims_cannot_free_enough():
     m = machine(cap=100)
     young = req(1, 20, 10, arrival=2.0)
     young.generated = 1
-    m.kv_used = 95                          # 30 of it is young's, 65 belongs to others
+    assert reserve_decode(m, req(9, 60, 5)) and reserve_decode(m, young)  # 65 for another, 30 young's
     join_decode(m, young)
     form_batch(m, BatchingConfig())
     enqueue_prompt(m, req(3, 60, 5, arrival=1.0))   # needs 65, freeing young gives 35

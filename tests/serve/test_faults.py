@@ -94,7 +94,8 @@ def test_prompt_worker_dies_during_layerwise_transfer(server_factory, reference_
                 st = (await client.get(srv.url + "/debug/state")).json()
                 t = st["workers"][token["id"]]
                 # the prompt worker is inside its step (no heartbeats then): ask the policy state
-                busy = [st["workers"][m["id"]] for m in st["machines"] if m["home"] == "prompt" and m["prompt_queue"]]
+                busy = [st["workers"][m["id"]] for m in st["machines"]
+                        if m["home"] == "prompt" and m["prefill_tokens_running"]]
                 if t["reserved"] == 1 and t["free"] < t["start_free"] and busy:
                     victim = busy[0]
             assert victim is not None

@@ -79,22 +79,40 @@ def test_server_matches_generate_cli(split_server, capsys):
 
 @pytest.mark.parametrize("limit", [3, 0])
 def test_mixed_worker_preempts_decodes_for_prompts_without_changing_tokens(limit, server_factory, reference_engine):
-    """One mixed worker whose cache (24 blocks of 16 tokens) holds a few requests at a time: the
-    machine-level policy admits prompts first and preempts running decodes to make room, and the
-    preempted requests are recomputed to the same tokens. With --preemption-limit 0, prompts wait
-    instead, and nothing is preempted."""
-    srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--num-blocks", "24",
+    """One mixed worker whose cache (40 blocks of 16 tokens) one long request mostly fills: the
+    prompts that arrive while it decodes need 9 blocks where 8 are free, so the machine-level
+    policy preempts it (it is recomputed to the same tokens), at most --preemption-limit times.
+    With --preemption-limit 0 the prompts wait for it instead, and nothing is preempted."""
+    srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--num-blocks", "40",
                          "--preemption-limit", str(limit))
-    prompts, max_tokens = workload(n=30, seed=11)
-    max_tokens = [m + 20 for m in max_tokens]            # long decodes, so prompts meet them
-    want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
-    got = asyncio.run(serve_all(srv.url, prompts, max_tokens, srv.headers))
-    assert got == want
+    long_prompt, long_out = [(7 * i) % 250 + 3 for i in range(20)], 480       # 500 tokens: 32 of 40 blocks
+    rng = random.Random(11)
+    prompts = [[rng.randrange(3, 259) for _ in range(130)] for _ in range(4)]  # 138 tokens: 9 blocks each
+    max_tokens = [8] * 4
+    want = reference(reference_engine, [long_prompt, *prompts], [long_out, *max_tokens], ignore_eos=True)
+
+    async def run():
+        async with httpx.AsyncClient(timeout=60) as client:
+            body = {"prompt": long_prompt, "max_tokens": long_out, "temperature": 0, "stream": True,
+                    "ignore_eos": True}
+            toks: list[int] = []
+            others = None
+            async with client.stream("POST", srv.url + "/v1/completions", json=body) as r:
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    for c in json.loads(line[6:])["choices"]:
+                        toks += c["token_ids"]
+                    if toks and others is None:  # it decodes now: the others arrive
+                        others = asyncio.create_task(serve_all(srv.url, prompts, max_tokens))
+            return [toks, *await others]
+
+    assert asyncio.run(run()) == want
     st = srv.wait_settled()
     (w,) = st["workers"]
-    assert w["free"] == w["start_free"] == 24 and w["reserved"] == 0
+    assert w["free"] == w["start_free"] == 40 and w["reserved"] == 0
     if limit:
-        assert w["preempted"] > 0, "with 24 blocks for 30 requests, prompts must have preempted decodes"
+        assert 0 < w["preempted"], "the prompts lacked KV while the long request decoded"
     else:
         assert w["preempted"] == 0
     assert st["policy_idle"]

@@ -118,7 +118,7 @@ def test_local_transport_prompt_worker_killed_mid_transfer(server_factory, refer
             task = asyncio.create_task(complete(client, srv.url, prompt, 8, stream=True, ignore_eos=True))
             def started(s):
                 t = s["workers"][token["id"]]
-                busy = [m for m in s["machines"] if m["home"] == "prompt" and m["prompt_queue"]]
+                busy = [m for m in s["machines"] if m["home"] == "prompt" and m["prefill_tokens_running"]]
                 return t["reserved"] == 1 and t["free"] < t["start_free"] and busy
 
             await poll_state(client, srv.url, started, 20, "the transfer never started")

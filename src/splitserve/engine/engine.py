@@ -21,6 +21,7 @@ suspect request cannot take others down with it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,14 +30,15 @@ import torch
 
 from ..errors import UserError
 from .attention import AttentionMetadata, PrefillSegment
-from .block_manager import BlockManager, NoFreeBlocks
+from .block_manager import BlockManager
 from .config import ModelConfig
 from .kv_cache import KVAllocator, KVCache, KVExport
 from .loader import load_model
 from .model import build_model, init_random
 from .presets import get_preset
 from .sampler import Sampler, SamplingParams
-from .scheduler import BatchLimits, Scheduler, Select, select_batch
+from ..policy.machine import BatchingConfig
+from .scheduler import Scheduler
 from .sequence import Sequence, Status
 from .tokenizer import Tokenizer
 
@@ -109,9 +111,9 @@ class LLMEngine:
                  block_size: int = 16,
                  num_blocks: int | None = None, kv_cache_bytes: int | None = None,
                  max_model_len: int | None = None, max_num_seqs: int = 256,
-                 max_num_batched_tokens: int = 2048, chunk_size: int | None = None,
+                 batching: BatchingConfig = BatchingConfig(),
                  cuda_graphs: bool = False, tokenizer: Tokenizer | None | str = "auto",
-                 select: Select = select_batch, kv_alloc: KVAllocator | None = None) -> None:
+                 kv_alloc: KVAllocator | None = None) -> None:
         """model: a Hugging Face checkpoint directory, a preset name (random weights from
         `weight_seed`; see presets.py) or a ModelConfig. device: cpu, cuda[:N] or auto. dtype:
         float32, bfloat16, float16 or auto (float32 on CPU; the checkpoint's dtype, else
@@ -119,11 +121,11 @@ class LLMEngine:
         KV cache: `num_blocks` blocks of `block_size` tokens, or as many as `kv_cache_bytes`
         hold (default: 1 GiB on CPU, 90% of free memory less 4 GiB on CUDA), never more than
         `max_num_seqs` full-length sequences need. max_model_len: context limit (default: the
-        model's). Batching: at most `max_num_seqs` sequences and about `max_num_batched_tokens`
-        tokens per step; `chunk_size` turns on chunked prefill. cuda_graphs: replay decode
+        model's). Batching: the machine-level policy (scheduler.py) under `batching` (prompt token
+        cap, chunked prefill, preemption limit), with at most `max_num_seqs` sequences holding KV
+        (its `max_seqs`, if that is 0). cuda_graphs: replay decode
         steps from CUDA graphs (CUDA only). tokenizer: a Tokenizer, None, or "auto" (the
-        checkpoint's tokenizer.json; the byte-level one for `tiny`). select: the batch
-        selection policy (scheduler.select_batch). kv_alloc: where the KV cache tensor is
+        checkpoint's tokenizer.json; the byte-level one for `tiny`). kv_alloc: where the KV cache tensor is
         allocated (default torch.zeros; serve/shm.py puts it in memory a peer can map)."""
         self.device = resolve_device(device)
         cfg, path = self._resolve_model(model)
@@ -150,7 +152,9 @@ class LLMEngine:
         self.model.bind_kv_cache(self.kv.layers())
         self.blocks = BlockManager(num_blocks, block_size)
         self.max_seq_len = min(self.max_model_len, num_blocks * block_size)
-        self.scheduler = Scheduler(self.blocks, BatchLimits(max_num_seqs, max_num_batched_tokens, chunk_size), select)
+        if not batching.max_seqs:
+            batching = dataclasses.replace(batching, max_seqs=max_num_seqs)
+        self.scheduler = Scheduler(self.blocks, batching)
         self.sampler = Sampler(self.device, seed)
         self.graphs = None
         if cuda_graphs:
@@ -163,7 +167,8 @@ class LLMEngine:
         self._arrivals = itertools.count()
         self._stashed: list[RequestOutput] = []
         self.current_batch: list[tuple[Sequence, int]] = []  # the step being run (layer hooks read it)
-        self._reserved: dict[str, list[int]] = {}  # request id -> blocks awaiting a KV transfer
+        self._reserved: set[str] = set()  # requests whose blocks await a KV transfer
+        self.on_schedule = None  # called with each step's StepReport before the step runs (a serving worker)
 
     # ---- setup -------------------------------------------------------------------------
     @staticmethod
@@ -239,52 +244,44 @@ class LLMEngine:
     def add_request_with_kv(self, prompt_ids: list[int], first_token: int, kv: KVExport,
                             params: SamplingParams | None = None, request_id: str | None = None,
                             isolated: bool = False) -> str:
-        """Continue a request prefilled elsewhere: import the prompt's KV (blocks are allocated
-        now; UserError if they do not fit), then decode from `first_token` on. isolated: as in
-        `add_request`."""
+        """Continue a request prefilled elsewhere: reserve its KV (UserError if it does not fit),
+        import the prompt's KV, then decode from `first_token` on. isolated: as in `add_request`."""
+        if kv.num_tokens != len(prompt_ids):
+            raise UserError(f"KV covers {kv.num_tokens} tokens but the prompt has {len(prompt_ids)}")
+        rid = self._reserve(prompt_ids, params, request_id, isolated)
+        try:
+            self.blocks.free(rid)  # import_request allocates the blocks it fills
+            self.kv.import_request(kv, self.blocks, rid, reserve=1)
+        except ValueError as e:
+            self.release_kv(rid)
+            raise UserError(str(e)) from None
+        self.start_reserved(rid, first_token)
+        return rid
+
+    # ---- KV received layer by layer (the token side of a streamed transfer) -----------------
+    def reserve_kv(self, prompt_ids: list[int], params: SamplingParams | None, request_id: str,
+                   isolated: bool = False) -> list[int]:
+        """Before an incoming request's KV arrives: reserve what its decode will hold here (the
+        policy's reservation) and allocate the blocks of its prompt positions and first token;
+        their ids. UserError when it does not fit."""
+        rid = self._reserve(prompt_ids, params, request_id, isolated)
+        return self.blocks.block_table(rid)
+
+    def _reserve(self, prompt_ids, params, request_id, isolated) -> str:
         seq = self._new_sequence(prompt_ids, params, request_id, isolated)
         try:
-            if kv.num_tokens != len(seq.prompt_ids):
-                raise UserError(f"KV covers {kv.num_tokens} tokens but the prompt has {len(seq.prompt_ids)}")
-            if not 0 <= first_token < self.cfg.vocab_size:
-                raise UserError(f"first token {first_token} is outside the vocabulary")
-            seq.output_ids.append(first_token)
-            if self._stop_reason(seq, first_token) is not None:
-                raise UserError("the request already finished at its first token; nothing to decode")
-            try:
-                self.kv.import_request(kv, self.blocks, seq.request_id, reserve=1)
-            except NoFreeBlocks:
-                raise UserError(f"no room in the KV cache for {kv.num_tokens} imported tokens "
-                                f"({self.blocks.num_free} blocks free)") from None
-            except ValueError as e:
-                raise UserError(str(e)) from None
+            self.scheduler.reserve(seq)
         except UserError:
             del self._seqs[seq.request_id]
             raise
-        seq.num_computed = kv.num_tokens
-        self.scheduler.add_running(seq)
+        self.blocks.allocate(seq.request_id, len(seq.prompt_ids) + 1)  # within the reservation
+        self._reserved.add(seq.request_id)
         return seq.request_id
-
-    # ---- KV received layer by layer (the token side of a streamed transfer) -----------------
-    def reserve_kv(self, request_id: str, num_tokens: int) -> list[int]:
-        """Allocate blocks for an incoming request's `num_tokens` prompt positions (and the first
-        generated token) before its KV arrives. UserError when they do not fit."""
-        if request_id in self._seqs or request_id in self._reserved:
-            raise UserError(f"request id {request_id!r} is already in use")
-        if not 0 < num_tokens < self.max_seq_len:
-            raise UserError(f"cannot reserve KV for {num_tokens} tokens (limit {self.max_seq_len - 1})")
-        try:
-            table = self.blocks.allocate(("reserved", request_id), num_tokens + 1)
-        except NoFreeBlocks:
-            raise UserError(f"no room in the KV cache for {num_tokens} tokens "
-                            f"({self.blocks.num_free} blocks free)") from None
-        self._reserved[request_id] = table
-        return table
 
     def write_kv_layer(self, request_id: str, layer: int, data: torch.Tensor, start: int = 0) -> None:
         """Write layer `layer`'s K/V (2, tokens, kv_heads, head_dim) of positions start.. into a
         reservation."""
-        table = self._reserved[request_id]
+        table = self.blocks.block_table(request_id)
         slots = torch.tensor(self.kv.slots(table, start, start + data.shape[1]), dtype=torch.long,
                              device=self.device)
         flat = self.kv.data[layer].view(2, -1, self.cfg.num_kv_heads, self.cfg.head_dim)
@@ -292,28 +289,27 @@ class LLMEngine:
 
     def release_kv(self, request_id: str) -> bool:
         """Drop a reservation whose transfer failed; True if there was one."""
-        if self._reserved.pop(request_id, None) is None:
+        if request_id not in self._reserved:
             return False
-        self.blocks.free(("reserved", request_id))
+        self._reserved.discard(request_id)
+        self.scheduler.finish(self._seqs.pop(request_id))
         return True
 
-    def start_reserved(self, prompt_ids: list[int], first_token: int, params: SamplingParams | None,
-                       request_id: str, isolated: bool = False) -> str:
-        """Every layer of a reservation has been written: decode from `first_token` on. isolated:
-        as in `add_request`."""
+    def start_reserved(self, request_id: str, first_token: int) -> str:
+        """Every layer of a reservation has been written: decode from `first_token` on."""
         if request_id not in self._reserved:
             raise UserError(f"request {request_id!r} has no KV reservation")
-        if self.blocks.num_tokens(("reserved", request_id)) != len(prompt_ids) + 1:
-            raise UserError(f"the reservation of {request_id!r} does not match a {len(prompt_ids)}-token prompt")
-        seq = self._new_sequence(prompt_ids, params, request_id, isolated)
+        seq = self._seqs[request_id]
         if not 0 <= first_token < self.cfg.vocab_size:
-            del self._seqs[request_id]
+            self.release_kv(request_id)
             raise UserError(f"first token {first_token} is outside the vocabulary")
         seq.output_ids.append(first_token)
-        del self._reserved[request_id]
-        self.blocks.rename(("reserved", request_id), request_id)  # the sequence owns them now
+        if self._stop_reason(seq, first_token) is not None:
+            self.release_kv(request_id)
+            raise UserError("the request already finished at its first token; nothing to decode")
+        self._reserved.discard(request_id)
         seq.num_computed = len(seq.prompt_ids)
-        self.scheduler.add_running(seq)
+        self.scheduler.arrived(seq)
         return request_id
 
     @property
@@ -328,6 +324,10 @@ class LLMEngine:
         return self.kv.export_request(self.blocks.block_table(request_id), seq.num_computed)
 
     def abort(self, request_id: str) -> None:
+        """Drop a request (a no-op for one awaiting its KV: `release_kv` decides when its blocks go,
+        since a one-sided writer may still be writing into them)."""
+        if request_id in self._reserved:
+            return
         seq = self._seqs.pop(request_id, None)
         if seq is not None and seq.status is not Status.FINISHED:
             self.scheduler.finish(seq)
@@ -341,11 +341,14 @@ class LLMEngine:
         """Run one batch; outputs for every request that got a token (or finished). StepFailed
         if the batch failed: its requests are aborted, outputs of others wait for the next step."""
         batch, copies = self.scheduler.schedule()
+        if batch and self.on_schedule is not None:
+            self.on_schedule(self.scheduler.report)
         new: list[RequestOutput] = []
         if batch:
             try:
                 new = self._step(batch, copies)
             except Exception as e:
+                self.scheduler.batch = None
                 for seq, _ in batch:
                     self.abort(seq.request_id)
                 raise StepFailed([seq.request_id for seq, _ in batch], e) from e
@@ -363,6 +366,7 @@ class LLMEngine:
             self.current_batch = []
         for seq, n in batch:
             seq.num_computed += n
+        self.scheduler.step_done()
         if not samplers:
             return []
         if any(s.params.return_logits for s in samplers):

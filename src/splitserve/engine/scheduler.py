@@ -1,165 +1,131 @@
-"""Continuous batching: each engine step runs a batch mixing decodes and prefills (or prefill
-chunks) under a token budget.
+"""Which sequences the engine runs in its next step: the simulator's machine-level policy itself.
 
-Batch *selection* is the one function `select_batch` (pure: it reads the queues and the block
-counts and returns a decision); `Scheduler` carries the decision out (moves sequences between
-queues, allocates and frees blocks). A different policy is a different `select` callable with the
-same signature, passed to `Scheduler`.
+The Scheduler keeps the policy's view of this engine, one policy `Machine` whose `Request`s shadow
+the engine's sequences (KV in tokens, reserved in whole blocks of the engine's block size, the
+capacity being the whole cache). A step is `form_batch` on that view (policy/machine.py: FCFS
+prompts under the token cap or chunk budget, every decode in every batch, prompts that preempt the
+youngest decodes, isolated requests alone), carried out on the sequences and their blocks; after
+the step `finish_iteration` accounts for it, and a sequence that ends early (a stop token, an
+abort, a prefill handed over) is `release`d. The view only ever changes through the transitions
+of policy/transitions.py, the same the simulator and the live router use.
 
-Default policy: running sequences first, oldest first (decodes, and the next chunk of a chunked
-prefill); when their new tokens do not fit in the free blocks, the newest running sequences are
-preempted (their blocks freed, to be recomputed later). Then waiting sequences in FIFO order while
-the budget, `max_num_seqs` and the free blocks allow. Without chunked prefill a prompt runs whole;
-one larger than the remaining budget still runs if it is the step's only prefill.
+What the policy reserves, the block manager can always allocate: a request's reservation (its
+prompt, and every token it may generate if it decodes here) covers every block it will take.
+KV for a request prefilled elsewhere is reserved the same way before it arrives (`reserve`).
 
-Isolated sequences (suspect requests) never share a step: when a selection holds one and any
-other sequence, the Scheduler runs, on alternate such steps, the oldest isolated sequence alone,
-then the rest of the selection without the isolated ones. What is left out of a step stays as it
-was (a waiting sequence is not admitted, no blocks are appended); the selection's preemptions
-are carried out, as they only free room.
+`report` says what the last step did (prompt chunks that started, decodes preempted or joined),
+which a serving worker sends to the router so that the router's view follows the same transitions.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Callable, Hashable, Protocol
+import itertools
 
+from ..errors import UserError
+from ..policy.machine import Batch, BatchingConfig, BatchReport, finish_iteration, form_batch
+from ..policy.state import Machine, Phase, Pool, Request
+from ..policy.transitions import enqueue_prompt, join_decode, release, reserve_decode
 from .block_manager import BlockManager
 from .sequence import Sequence, Status
 
-
-@dataclass(frozen=True)
-class BatchLimits:
-    max_num_seqs: int = 256  # sequences holding KV at once
-    max_num_batched_tokens: int = 2048  # tokens per step (soft for an unchunked long prompt)
-    chunk_size: int | None = None  # chunked prefill: at most this many prompt tokens per step
-
-
-class BlockView(Protocol):
-    num_free: int
-
-    def blocks_needed(self, seq_id: Hashable, num_tokens: int) -> int: ...
-
-    def blocks_released_by(self, seq_id: Hashable) -> int: ...
-
-
-@dataclass
-class Selection:
-    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, new tokens)
-    preempt: list[Sequence] = field(default_factory=list)
-
-
-def select_batch(running: list[Sequence], waiting: list[Sequence], limits: BatchLimits,
-                 blocks: BlockView) -> Selection:
-    sel = Selection()
-    budget, free = limits.max_num_batched_tokens, blocks.num_free
-    prefill_scheduled = False
-    queue = list(running)
-    while queue:
-        seq = queue.pop(0)
-        n = min(seq.num_remaining, limits.chunk_size or seq.num_remaining, budget)
-        if n <= 0:
-            continue
-        need = blocks.blocks_needed(seq.request_id, seq.num_computed + n)
-        while need > free and queue:
-            victim = queue.pop()
-            sel.preempt.append(victim)
-            free += blocks.blocks_released_by(victim.request_id)
-        if need > free:
-            sel.preempt.append(seq)
-            continue
-        free -= need
-        budget -= n
-        prefill_scheduled |= n > 1
-        sel.scheduled.append((seq, n))
-    if sel.preempt:
-        return sel  # memory is tight: admit nothing new this step
-    num_running = len(running)
-    for seq in waiting:
-        if num_running >= limits.max_num_seqs or budget <= 0:
-            break
-        n = seq.num_remaining
-        if limits.chunk_size:
-            n = min(n, limits.chunk_size, budget)
-        elif n > budget and prefill_scheduled:
-            break
-        need = blocks.blocks_needed(seq.request_id, seq.num_computed + n)
-        if need > free:
-            break
-        free -= need
-        budget -= n
-        prefill_scheduled = True
-        num_running += 1
-        sel.scheduled.append((seq, n))
-    return sel
-
-
-Select = Callable[[list[Sequence], list[Sequence], BatchLimits, BlockView], Selection]
+HERE = 0  # the engine's machine id in its own view
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockManager, limits: BatchLimits, select: Select = select_batch) -> None:
-        self.blocks, self.limits, self.select = blocks, limits, select
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []  # in arrival order
+    def __init__(self, blocks: BlockManager, cfg: BatchingConfig = BatchingConfig()) -> None:
+        self.blocks, self.cfg = blocks, cfg
+        self.m = Machine(HERE, "engine", home=Pool.MIXED, kv_capacity=blocks.num_blocks * blocks.block_size,
+                         kv_block=blocks.block_size)
+        self.seqs: dict[int, Sequence] = {}   # policy request id -> sequence
+        self._ids = itertools.count()
+        self.batch: Batch | None = None       # the step being run
+        self.report = BatchReport()
         self.num_preemptions = 0
-        self._isolated_turn = True  # the next mixed selection runs its oldest isolated sequence
 
-    def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+    def _shadow(self, seq: Sequence, generated: int = 0) -> Request:
+        out = min(seq.params.max_tokens, seq.max_len - len(seq.prompt_ids))
+        r = Request(next(self._ids), float(seq.arrival), len(seq.prompt_ids), out, generated=generated,
+                    prompt_machine=HERE, token_machine=-1 if seq.prefill_only else HERE, isolated=seq.isolated)
+        seq.shadow = r
+        self.seqs[r.id] = seq
+        return r
 
+    # ---- requests in -----------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
+        """A new request whose prompt runs here."""
         seq.status = Status.WAITING
-        self.waiting.append(seq)
+        enqueue_prompt(self.m, self._shadow(seq))
 
-    def add_running(self, seq: Sequence) -> None:
-        """A sequence whose blocks are already allocated (imported KV)."""
+    def reserve(self, seq: Sequence) -> None:
+        """Hold KV for `seq`, prefilled elsewhere, before its KV arrives (all of its decode's, as the
+        policy reserves it); UserError when it does not fit now."""
+        r = self._shadow(seq, generated=1)  # its first token is made where its prompt runs
+        if not reserve_decode(self.m, r, wait=False):
+            del self.seqs[r.id]
+            raise UserError(f"no room in the KV cache for a {r.prompt_tokens}-token prompt and "
+                            f"{r.output_tokens} tokens ({self.m.kv_free} of {self.m.kv_capacity} tokens free)")
+
+    def arrived(self, seq: Sequence) -> None:
+        """`seq`'s KV (and first token) arrived: it decodes from the next step."""
         seq.status = Status.RUNNING
-        bisect.insort(self.running, seq, key=lambda s: s.arrival)
+        join_decode(self.m, seq.shadow)
+
+    # ---- views -----------------------------------------------------------------------------------
+    @property
+    def waiting(self) -> list[Sequence]:
+        """Sequences whose prefill has not started (new, or preempted), in queue order."""
+        return [self.seqs[r.id] for r in self.m.prompt_queue if r.phase is Phase.QUEUED]
+
+    @property
+    def running(self) -> list[Sequence]:
+        """Sequences that hold KV here and run: prefilling, ready to decode or decoding."""
+        return sorted((s for s in self.seqs.values() if s.shadow.phase in (Phase.PREFILL, Phase.READY, Phase.DECODE)),
+                      key=lambda s: s.arrival)
+
+    # ---- a step ----------------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        m = self.m
+        return bool(m.prompt_queue or m.running or m.ready)
 
     def schedule(self) -> tuple[list[tuple[Sequence, int]], list[tuple[int, int]]]:
         """This step's (sequence, new tokens) and the copy-on-write block copies to do first."""
-        sel = self.select(self.running, list(self.waiting), self.limits, self.blocks)
-        for seq in sel.preempt:
-            self.preempt(seq)
-        scheduled = self._isolate(sel.scheduled)
+        batch = self.batch = form_batch(self.m, self.cfg)
+        rep = self.report = BatchReport()
+        if batch is None:
+            return [], []
+        seqs = self.seqs
+        for r in batch.preempted:
+            seq = seqs[r.id]
+            self.blocks.free(seq.request_id)
+            seq.num_computed = 0
+            seq.preemptions += 1
+            seq.status = Status.WAITING
+            self.num_preemptions += 1
+            rep.preempted.append(seq.request_id)
+        rep.joined = [seqs[r.id].request_id for r in batch.joined]
+        scheduled = [(seqs[r.id], 1) for r in batch.decoding]
+        rep.decoding = [s.request_id for s, _ in scheduled]
+        for r, n in zip(batch.prompts, batch.chunks):
+            seq = seqs[r.id]
+            seq.status = Status.RUNNING
+            scheduled.append((seq, n))
+            rep.chunks.append((seq.request_id, n))
         copies: list[tuple[int, int]] = []
         for seq, n in scheduled:
-            if seq.status is Status.WAITING:
-                self.waiting.remove(seq)
-                self.add_running(seq)
             copies += self.blocks.append(seq.request_id, seq.num_computed + n)
         return scheduled, copies
 
-    def _isolate(self, scheduled: list[tuple[Sequence, int]]) -> list[tuple[Sequence, int]]:
-        """The part of a selection to run now: all of it, unless it mixes an isolated sequence
-        with others; then alternately the oldest isolated one alone and the non-isolated ones."""
-        isolated = [sn for sn in scheduled if sn[0].isolated]
-        if not isolated or len(scheduled) == 1:
-            return scheduled
-        others = [sn for sn in scheduled if not sn[0].isolated]
-        if others and not self._isolated_turn:
-            self._isolated_turn = True
-            return others
-        self._isolated_turn = False
-        return [min(isolated, key=lambda sn: sn[0].arrival)]
-
-    def preempt(self, seq: Sequence) -> None:
-        """Free the sequence's blocks; it is recomputed from scratch when readmitted."""
-        self.blocks.free(seq.request_id)
-        self.running.remove(seq)
-        seq.num_computed = 0
-        seq.preemptions += 1
-        self.num_preemptions += 1
-        seq.status = Status.WAITING
-        self.waiting.appendleft(seq)
+    def step_done(self) -> None:
+        """The step ran: every decode made a token, every completed prefill made one."""
+        if self.batch is not None:
+            finish_iteration(self.m, self.batch)
+            self.batch = None
 
     def finish(self, seq: Sequence) -> None:
+        """`seq` leaves this engine (done, stopped early, handed over, aborted): its KV is freed."""
+        r = seq.shadow
+        if r is not None:
+            release(r, self.m, self.m)
+            self.seqs.pop(r.id, None)
         self.blocks.free(seq.request_id)
-        if seq.status is Status.RUNNING:
-            self.running.remove(seq)
-        elif seq in self.waiting:
-            self.waiting.remove(seq)
         seq.status = Status.FINISHED

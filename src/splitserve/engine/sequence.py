@@ -31,6 +31,7 @@ class Sequence:
     logits: list = field(default_factory=list)
     preemptions: int = 0  # times preempted (KV dropped, recomputed later)
     isolated: bool = False  # suspect: never shares a step with another request (see Scheduler)
+    shadow: object = None   # its policy Request in the scheduler's view of the engine
 
     @property
     def num_tokens(self) -> int:

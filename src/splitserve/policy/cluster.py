@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Protocol
 
 from .state import Machine, Pool, Request
+from .transitions import admit_waiting, check_fits, enqueue_prompt, reserve_decode
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RoutingConfig:
     prompt_queue_threshold: int = 8192   # queued prefill tokens beyond which a prompt machine is full
     token_queue_threshold: int = 0       # queued decode tokens (waiting for KV memory) beyond which
@@ -30,6 +32,53 @@ class RoutingConfig:
 
 
 _pending = attrgetter("pending")        # pending tokens: the JSQ queue length
+
+
+class ClusterScheduler(Protocol):
+    """What the simulator and the live router need of a cluster-level scheduler."""
+
+    borrowed: int
+
+    def route(self, r: Request) -> tuple[Machine, Machine]:
+        """(prompt machine, token machine) for a new request; the same machine: unsplit."""
+
+    def pick_prompt(self, r: Request) -> Machine:
+        """The prompt machine for `r`, admitted late (its token machine had no KV memory)."""
+
+    def settle(self, m: Machine) -> None:
+        """After `m`'s work changed: a machine lent to another pool may go home."""
+
+    def add(self, m: Machine) -> None:
+        """`m` joins (a replacement for a dead machine)."""
+
+    def remove(self, m: Machine) -> None:
+        """`m` is gone (dead); nothing is routed to it any more."""
+
+
+def admit(cls: ClusterScheduler, r: Request) -> bool:
+    """A request arrives: route it, check it can ever fit, reserve its KV on its token machine and
+    queue its prompt. False: it waits for KV memory on its token machine, holding nothing
+    (admit_freed queues its prompt later). DoesNotFit when a machine could never hold it."""
+    p, t = cls.route(r)
+    r.prompt_machine, r.token_machine = p.id, t.id
+    if r.kv_need > p.kv_capacity or r.kv_need > t.kv_capacity:
+        check_fits(p, r)
+        check_fits(t, r)
+    if p is t or r.output_tokens == 1 or reserve_decode(t, r):
+        enqueue_prompt(p, r)
+        return True
+    return False
+
+
+def admit_freed(cls: ClusterScheduler, m: Machine) -> list[Request]:
+    """KV memory was freed on `m`: the waiters it admits, each queued on the prompt machine chosen
+    now, by the load of this moment."""
+    admitted = admit_waiting(m)
+    for r in admitted:
+        p = cls.pick_prompt(r)
+        r.prompt_machine = p.id
+        enqueue_prompt(p, r)
+    return admitted
 
 
 class SplitwiseScheduler:
@@ -98,6 +147,13 @@ class SplitwiseScheduler:
         p = self.pick_prompt(r)
         return p, self.pick_token(r, p)
 
+    def add(self, m: Machine) -> None:
+        self.pools[m.pool].append(m)
+
+    def remove(self, m: Machine) -> None:
+        if m in self.pools[m.pool]:
+            self.pools[m.pool].remove(m)
+
     def settle(self, m: Machine) -> None:
         """After an iteration: a mixed machine with no work of the opposite kind goes home."""
         if m.pool is not Pool.MIXED:
@@ -124,7 +180,15 @@ class JSQScheduler:
         return m, m
 
     def pick_prompt(self, r: Request) -> Machine:
-        return self.machines[r.prompt_machine]
+        return next(m for m in self.machines if m.id == r.token_machine)
 
     def settle(self, m: Machine) -> None:
         pass
+
+    def add(self, m: Machine) -> None:
+        m.pool = m.home = Pool.MIXED
+        self.machines.append(m)
+
+    def remove(self, m: Machine) -> None:
+        if m in self.machines:
+            self.machines.remove(m)

@@ -12,8 +12,13 @@ One rule set serves every machine, because a machine's queues say what it is:
 - with `chunk_size` > 0 (Sarathi-style chunked prefill), an iteration holds at most `chunk_size`
   tokens: every running decode (one each) first, then prompt chunks FCFS in what is left.
 
+- an isolated request (a suspect: it was in an engine step that failed, serve/router.py) never
+  shares an iteration: while a machine holds one, iterations alternate between the oldest
+  isolated request alone and everything else.
+
 The caller owns time: it asks for a batch, runs it for however long it takes, then reports the
-iteration done. Nothing here reads a clock.
+iteration done. Nothing here reads a clock, and nothing here changes a counter: form_batch and
+finish_iteration decide, and the transitions of policy/transitions.py carry the decisions out.
 """
 
 from __future__ import annotations
@@ -22,15 +27,18 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, TypeVar
 
 from .state import Machine, Phase, Request
+from .transitions import (decode_reservation, decode_tokens, end_chunk, first_token, preempt,
+                          prefill_reservation, requeue_preempted, start_chunk, start_decodes)
 
 R = TypeVar("R", bound="Preemptible")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BatchingConfig:
-    prompt_token_cap: int = 2048
+    prompt_token_cap: int = 2048       # prefill tokens per iteration (paper §IV-B)
     chunk_size: int = 0                # 0: whole prompts; > 0: chunked prefill token budget
-    preemption_limit: int = 3
+    preemption_limit: int = 3          # times one request may be preempted
+    max_seqs: int = 0                  # requests holding KV at once (0: as many as memory holds)
 
 
 @dataclass(slots=True)
@@ -39,9 +47,22 @@ class Batch:
     chunks: list[int] = field(default_factory=list)        # prefill tokens computed for each
     prompt_tokens: int = 0
     joined: list[Request] = field(default_factory=list)    # decodes that entered the batch now
-    decodes: int = 0                                        # running decodes in this iteration
+    decoding: list[Request] = field(default_factory=list)  # the running decodes of this iteration
+    decodes: int = 0                                        # len(decoding)
     context: int = 0                                        # their KV tokens
     preempted: list[Request] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class BatchReport:
+    """A formed batch as its machine tells a view of it kept elsewhere (a worker, the router), by
+    request id: prefill chunks started (id, tokens), decodes preempted, decodes that joined, and
+    the decodes it runs. The view applies the same transitions (serve/cluster_state.py)."""
+
+    chunks: list[tuple[str, int]] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    joined: list[str] = field(default_factory=list)
+    decoding: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -51,35 +72,7 @@ class IterationResult:
     finished: list[Request]         # produced their last token; their KV is released
 
 
-def decode_reservation(m: Machine, r: Request) -> int:
-    """KV tokens `r` holds on the machine `m` that decodes it: the prompt and every token it will
-    generate, reserved up front (whole blocks) so a running decode batch never outgrows memory."""
-    return m.kv_round(r.kv_need)
-
-
-def prefill_reservation(m: Machine, r: Request) -> int:
-    """KV tokens a prefill of `r` holds on `m`: everything if `m` will decode it too, else only the
-    prompt's KV until it has been sent to the token machine."""
-    return decode_reservation(m, r) if r.token_machine == m.id else m.kv_round(r.prompt_tokens)
-
-
-def enqueue_prompt(m: Machine, r: Request) -> None:
-    r.phase = Phase.QUEUED
-    r.prefilled = 0
-    m.prompt_queue.append(r)
-    m.queued_prompt_tokens += r.prefill_len
-    m.pending += r.prefill_len
-
-
-def join_decode(m: Machine, r: Request) -> None:
-    """KV of `r` is in place on `m` (memory already reserved): decode from the next iteration."""
-    m.ready.append(r)
-
-
-# ---- the rules, stated once -------------------------------------------------------------------
-# form_batch below applies them to the policy's token-level state (simulator); the live engine
-# applies the same functions to its paged cache (engine/policy_batching.py).
-
+# ---- the rules, stated once ---------------------------------------------------------------------
 def prompt_budget(cfg: BatchingConfig, decodes: int) -> int:
     """Prefill tokens one iteration may compute: the cap, or with chunked prefill what is left of
     the chunk after one token for each of the `decodes` running decodes."""
@@ -125,157 +118,118 @@ def preemption_victims(running: Iterable[R], shortfall: int, held: Callable[[R],
     return out
 
 
-def _preempt_for(m: Machine, need: int, limit: int, batch: Batch) -> bool:
-    """Free at least `need` KV tokens on `m` by preempting running decodes (preemption_victims)."""
-    victims = preemption_victims(m.running, need - m.kv_free, lambda r: decode_reservation(m, r), limit)
+def _make_room(m: Machine, need: int, limit: int, batch: Batch, decoding: list[Request]) -> bool:
+    """Free at least `need` KV tokens on `m`, preempting decodes of `decoding` (preemption_victims)
+    if needed; False (nobody preempted) when that cannot free enough."""
+    if need <= m.kv_free:
+        return True
+    victims = preemption_victims(decoding, need - m.kv_free, lambda r: decode_reservation(m, r), limit)
     if victims is None:
         return False
     for v in victims:
-        m.running.remove(v)
-        m.kv_used -= decode_reservation(m, v)
-        m.context_tokens -= v.prompt_tokens + v.generated
-        m.decode_tokens_left -= v.output_tokens - v.generated
-        m.pending -= v.output_tokens - v.generated
-        v.preemptions += 1
+        preempt(m, v)
         batch.preempted.append(v)
+        if decoding is not m.running:
+            decoding.remove(v)
     return True
 
 
+def _admit(m: Machine, cfg: BatchingConfig, head: Request, budget: int, batch: Batch,
+           decoding: list[Request]) -> int:
+    """Start the next chunk of prompt `head` if the rules let it: the tokens it takes; 0 when it
+    waits (and, FCFS, so does everyone behind it). Its first chunk needs a seat (max_seqs) and its
+    KV, for which decodes of `decoding` may be preempted."""
+    n = prompt_take(cfg, head.prefill_len - head.prefilled, budget, first=not batch.prompts)
+    if n == 0:
+        return 0
+    if head.prefilled == 0:
+        if cfg.max_seqs and len(decoding) + len(batch.prompts) >= cfg.max_seqs:
+            return 0
+        if not _make_room(m, prefill_reservation(m, head), cfg.preemption_limit, batch, decoding):
+            return 0
+    start_chunk(m, head, n)
+    batch.prompts.append(head)
+    batch.chunks.append(n)
+    batch.prompt_tokens += n
+    return n
+
+
 def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
-    """The next iteration's work on `m`, or None when it has nothing to run. Reserves KV memory
-    for newly admitted prompts; running and ready decodes already hold theirs."""
+    """The next iteration's work on `m`, or None when it has nothing to run. Starts the chosen
+    prefill chunks (their first chunk reserves KV, preempting decodes if it must); running and
+    ready decodes already hold theirs."""
     batch = Batch()
     if m.ready:
-        for r in m.ready:
-            r.phase = Phase.DECODE
-            m.context_tokens += r.prompt_tokens + r.generated
-            left = r.output_tokens - r.generated
-            m.decode_tokens_left += left
-            m.inbound_tokens -= left
-        batch.joined = m.ready
-        m.running.extend(m.ready)
-        m.ready = []
-    queue = m.prompt_queue
-    budget = prompt_budget(cfg, len(m.running))
-    requeue: list[Request] = []
+        batch.joined = start_decodes(m)
+    if m.isolated:  # rare: a suspect request is here
+        return _form_isolated(m, cfg, batch)
+    queue, running = m.prompt_queue, m.running
+    budget = prompt_budget(cfg, len(running))
     while queue:
-        head = queue[0]
-        remaining = head.prefill_len - head.prefilled
-        n = prompt_take(cfg, remaining, budget, first=not batch.prompts)
-        if n == 0:
+        n = _admit(m, cfg, queue[0], budget, batch, running)
+        if not n:
             break
-        if head.prefilled == 0:               # first chunk: reserve its KV
-            need = prefill_reservation(m, head)
-            if need > m.kv_free and not _preempt_for(m, need, cfg.preemption_limit, batch):
-                break
-            m.kv_used += need
-            head.phase = Phase.PREFILL
-        queue.popleft()
-        batch.prompts.append(head)
-        batch.chunks.append(n)
-        batch.prompt_tokens += n
         budget -= n
-        m.queued_prompt_tokens -= n
-        if head.prefilled + n < head.prefill_len:
-            requeue.append(head)              # chunked: the rest waits at the head of the queue
-    for v in batch.preempted:                 # recompute soon, before younger prompts
-        queue.appendleft(v)
-        v.phase = Phase.QUEUED
-        v.prefilled = 0
-        m.queued_prompt_tokens += v.prefill_len
-        m.pending += v.prefill_len
-    for r in reversed(requeue):               # a prefill in progress holds its KV: it stays first,
-        queue.appendleft(r)                   # or a waiter ahead of it could wait for it forever
-    if not batch.prompts and not m.running:
+    if batch.preempted:
+        for v in batch.preempted:             # recompute soon, before younger prompts
+            requeue_preempted(m, v)
+    elif not batch.prompts and not running:
         return None
-    m.running_prompt_tokens = batch.prompt_tokens
-    batch.decodes = len(m.running)
+    batch.decoding = running
+    batch.decodes = len(running)
     batch.context = m.context_tokens
     return batch
 
 
-def finish_iteration(m: Machine, batch: Batch) -> IterationResult:
-    """Account for one finished iteration: every running decode produced a token, prefills that
-    completed produced one too. Returns who got a first token and who finished. Requests whose
-    prefill finished and that decode elsewhere are left for the caller to hand off."""
-    finished: list[Request] = []
-    running = m.running
-    if running:
-        keep: list[Request] = []
-        for r in running:
-            r.generated += 1
-            if r.generated == r.output_tokens:
-                finished.append(r)
-            else:
-                keep.append(r)
-        m.context_tokens += len(running)
-        m.decode_tokens_left -= len(running)
-        m.pending -= len(running)
-        if finished:
-            for r in finished:
-                r.phase = Phase.DONE
-                m.kv_used -= decode_reservation(m, r)
-                m.context_tokens -= r.prompt_tokens + r.generated
-            m.running = keep
-    first: list[Request] = []
-    for r, n in zip(batch.prompts, batch.chunks):
-        r.prefilled += n
-        if r.prefilled < r.prefill_len:
-            continue
-        r.generated += 1
-        first.append(r)
-        if r.generated == r.output_tokens:
-            r.phase = Phase.DONE
-            m.kv_used -= prefill_reservation(m, r)
-            finished.append(r)
-        elif r.token_machine == m.id:
-            r.phase = Phase.DECODE
-            m.running.append(r)
-            m.context_tokens += r.prompt_tokens + r.generated
-            m.decode_tokens_left += r.output_tokens - r.generated
-            m.pending += r.output_tokens - r.generated
+def _formed(m: Machine, batch: Batch, decoding: list[Request]) -> Batch | None:
+    """An isolated iteration running `decoding` and the prompts taken (form_batch's end, for a part
+    of the running decodes)."""
+    for v in batch.preempted:
+        requeue_preempted(m, v)
+    if not batch.prompts and not decoding:
+        return None
+    batch.decoding = decoding
+    batch.decodes = len(decoding)
+    batch.context = sum(r.prompt_tokens + r.generated for r in decoding)
+    return batch
+
+
+def _form_isolated(m: Machine, cfg: BatchingConfig, batch: Batch) -> Batch | None:
+    """`m` holds isolated requests. Iterations alternate between the oldest of them alone and
+    everything else (by the usual rules, preempting only decodes that are not isolated); a turn
+    with nothing to run gives way to the other."""
+    lone = min((r for r in (*m.running, *m.prompt_queue) if r.isolated), key=lambda r: r.arrival)
+    others = [r for r in m.running if not r.isolated]
+    m.isolated_turn = not m.isolated_turn
+    for alone in ((True, False) if m.isolated_turn else (False, True)):
+        if alone:
+            if lone.phase is Phase.DECODE:
+                return _formed(m, batch, [lone])
+            _admit(m, cfg, lone, prompt_budget(cfg, 0), batch, others)
+            if batch.prompts:
+                return _formed(m, batch, [])
         else:
-            r.phase = Phase.HANDOFF
-    m.pending -= m.running_prompt_tokens
-    m.running_prompt_tokens = 0
+            budget = prompt_budget(cfg, len(others))
+            for head in [r for r in m.prompt_queue if not r.isolated]:
+                n = _admit(m, cfg, head, budget, batch, others)
+                if not n:
+                    break
+                budget -= n
+            if batch.prompts or others:
+                return _formed(m, batch, others)
+        m.isolated_turn = not m.isolated_turn
+    return _formed(m, batch, [])
+
+
+def finish_iteration(m: Machine, batch: Batch) -> IterationResult:
+    """Account for one finished iteration: every decode of the batch produced a token, prefills
+    that completed produced one too. Returns who got a first token and who finished. Requests whose
+    prefill finished and that decode elsewhere are left in HANDOFF for the caller to hand off."""
+    finished = decode_tokens(m, batch.decoding) if batch.decoding else []
+    first: list[Request] = []
+    for r in batch.prompts:
+        if end_chunk(m, r):
+            first.append(r)
+            if first_token(m, r):
+                finished.append(r)
     return IterationResult(first, finished)
-
-
-def release_prompt_kv(m: Machine, r: Request) -> None:
-    """The prompt machine's copy of `r`'s KV has been sent: free it."""
-    m.kv_used -= prefill_reservation(m, r)
-
-
-def reserve_decode(m: Machine, r: Request) -> bool:
-    """Token side: reserve all of `r`'s KV on `m` before its prompt may start elsewhere (FCFS
-    behind earlier waiters). False: `r` waits in `m.admit_queue`, holding no memory anywhere,
-    until `admit_waiting` admits it. Reserving first means a prompt machine never holds KV that
-    has nowhere to go, so no two machines can wait on each other's memory."""
-    if not m.admit_queue and decode_reservation(m, r) <= m.kv_free:
-        _reserve(m, r)
-        return True
-    m.admit_queue.append(r)
-    m.queued_decode_tokens += r.output_tokens - r.generated
-    m.pending += r.output_tokens - r.generated
-    return False
-
-
-def _reserve(m: Machine, r: Request) -> None:
-    m.kv_used += decode_reservation(m, r)
-    m.inbound_tokens += r.output_tokens - 1      # all but the first token, made by the prompt side
-    m.pending += r.output_tokens - 1
-    r.kv_on_token_machine = True
-
-
-def admit_waiting(m: Machine) -> list[Request]:
-    """Memory freed on `m`: reserve for waiting requests in FCFS order; returns those admitted
-    (their prompts may be queued now)."""
-    admitted: list[Request] = []
-    q = m.admit_queue
-    while q and decode_reservation(m, q[0]) <= m.kv_free:
-        r = q.popleft()
-        m.queued_decode_tokens -= r.output_tokens - r.generated
-        m.pending -= r.output_tokens - r.generated
-        _reserve(m, r)
-        admitted.append(r)
-    return admitted

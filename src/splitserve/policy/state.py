@@ -20,10 +20,11 @@ class Pool(IntEnum):
 
 class Phase(IntEnum):
     QUEUED = 0        # waiting in a machine's prompt queue (first prefill or recompute after preemption)
-    PREFILL = 1       # in a running prompt batch
+    PREFILL = 1       # its prefill has started (a chunk runs, or the rest waits at the queue's head)
     HANDOFF = 2       # first token out, KV on its way to the token machine
     DECODE = 3        # in a machine's decode batch
     DONE = 4
+    READY = 5         # KV landed on the token machine; it joins the decode batch at the next iteration
 
 
 @dataclass(slots=True, eq=False)
@@ -39,6 +40,8 @@ class Request:
     token_machine: int = -1
     preemptions: int = 0
     kv_on_token_machine: bool = False  # token-side KV reserved (it may be prefilled and sent)
+    chunk: int = 0                     # prefill tokens of its chunk running now (0: none)
+    isolated: bool = False             # runs in iterations of its own (a suspect: serve/router.py)
     # timing, filled by whoever drives the policy (simulator or server), seconds
     first_token_at: float = -1.0
     last_token_at: float = -1.0
@@ -82,6 +85,8 @@ class Machine:
     pending: int = 0                    # the sum of the five counters above, kept up to date by
                                         # policy/machine.py: the queue length JSQ compares
     context_tokens: int = 0             # KV tokens held by running decodes (drives decode time)
+    isolated: int = 0                   # isolated requests here (queued, prefilling, ready or decoding)
+    isolated_turn: bool = False         # with isolated requests: whose turn the last iteration was
     busy: bool = False
 
     def __post_init__(self) -> None:

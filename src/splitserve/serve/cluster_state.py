@@ -1,28 +1,33 @@
-"""The policy's view of the live cluster: `policy.state.Machine` objects kept in step with the
-real workers, driven by the same policy code the simulator uses (see sim/simulator.py).
+"""The router's view of the live cluster: one policy `Machine` per worker, moved by the workers'
+reports through the same transitions the simulator makes (policy/transitions.py), and routed by
+the same cluster scheduler (policy/cluster.py). It does no arithmetic of its own.
 
-The simulator learns of progress from its own events; the server learns it from worker messages.
-Each method here is one such message and does what the simulator does at the matching event:
+    router learns                          view does (transitions)          simulator's moment
+    a request arrives                      admit: route, reserve_decode     Simulation._arrive
+                                           or wait, enqueue_prompt
+    a worker's step starts ("step")        start_decode (joined), preempt,  form_batch
+                                           start_chunk, requeue_preempted
+    that step ends ("out")                 end_chunk; first_token for a     finish_iteration, then
+                                           completed prefill; decode_tokens; Simulation._iter_end
+                                           settle; admit_freed
+    the KV landed ("kv_in")                kv_landed; admit_freed            Simulation._transfer_end
+    a request leaves early                 release; admit_freed              (live only)
 
-    arrive      route(r) at arrival; reserve_decode on the token machine (or wait in its
-                admit queue); enqueue_prompt on the prompt machine        (Simulation._arrive)
-    first_token the prompt finished on its prompt machine                  (finish_iteration)
-    kv_arrived  the KV landed: release_prompt_kv, join_decode              (Simulation._transfer_end)
-    tokens      decode progress on the token machine                       (finish_iteration)
-    finish      the last token: free its KV, admit_waiting, pick_prompt for them (Simulation._freed)
-    forget      a request leaves early (abort, failure, its worker died): undo what it holds
-
-plus `settle` after each (a mixed-pool machine goes home when it holds no work of the opposite
-kind). `down`/`up` take a dead worker out of its pool and put its replacement in. Nothing here
-does I/O; the router carries the decisions out.
+A worker reports a step when it starts and when it ends, so prompt KV is reserved when the prompt
+starts, as in the simulator, and pending tokens move from queued to running then. The first
+token of a split request can reach the router through the token worker ("kv_in") before the
+prompt worker's step report: `first_from_token_worker` applies the prompt side's transitions
+then, and the late report finds nothing left to do. tests/serve/test_cluster_state.py drives the
+simulator's path and this one with the same random events and compares the machines after each. `down`/`up` take a dead worker out of its pool and put
+its replacement in. Nothing here does I/O; the router carries the decisions out.
 """
 
 from __future__ import annotations
 
-from ..policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler
-from ..policy.machine import admit_waiting, decode_reservation, enqueue_prompt, join_decode, \
-    prefill_reservation, release_prompt_kv, reserve_decode
+from ..policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler, admit, admit_freed
 from ..policy.state import Machine, Phase, Pool, Request
+from ..policy.transitions import (DoesNotFit, decode_tokens, end_chunk, first_token, kv_landed, preempt,
+                                  release, requeue_preempted, start_chunk, start_decode)
 
 
 class NoWorkers(RuntimeError):
@@ -42,128 +47,123 @@ class LiveCluster:
                          for i, (h, c) in enumerate(zip(homes, kv_tokens))]
         self.cls = SplitwiseScheduler(self.machines, routing) if split else JSQScheduler(self.machines)
         self.alive = [True] * len(self.machines)
+        self.in_step: list[list[Request]] = [[] for _ in self.machines]  # prefill chunks running per worker
 
     # ---- routing ------------------------------------------------------------------------------
     def arrive(self, r: Request) -> bool:
-        """Pick r's machines. True: its prompt may start now; False: it waits for KV memory on
-        its token machine (it comes back from `finish`/`forget` when admitted)."""
+        """Pick r's machines. True: its prompt is queued; False: it waits for KV memory on its token
+        machine (it comes back from an admission when memory is freed)."""
         try:
-            p, t = self.cls.route(r)
+            return admit(self.cls, r)
         except (ValueError, IndexError):
             raise NoWorkers("no live worker of the needed kind") from None
-        for m in (p, t):
-            if decode_reservation(m, r) > m.kv_capacity:
-                raise NoWorkers(f"request needs {r.kv_need} KV tokens; a worker holds {m.kv_capacity}")
-        r.prompt_machine, r.token_machine = p.id, t.id
-        if p is t or r.output_tokens == 1 or reserve_decode(t, r):
-            self._start_prompt(p, r)
-            return True
-        return False
+        except DoesNotFit as e:
+            raise NoWorkers(str(e)) from None
 
-    def _start_prompt(self, p: Machine, r: Request) -> None:
-        enqueue_prompt(p, r)
-        p.kv_used += prefill_reservation(p, r)  # the live engine holds it from admission on
+    # ---- a worker's step ------------------------------------------------------------------------
+    def step_started(self, wid: int, chunks: list[tuple[Request, int]], preempted: list[Request],
+                     joined: list[Request]) -> None:
+        """Worker `wid` formed a step: what form_batch did for it."""
+        m = self.machines[wid]
+        for r in joined:
+            if r.phase is Phase.READY and r in m.ready:
+                start_decode(m, r)
+        victims = [r for r in preempted if r.phase is Phase.DECODE and r in m.running]
+        for r in victims:
+            preempt(m, r)
+        for r, n in chunks:
+            if self.awaiting_first(r) and r.chunk == 0 and r.prompt_machine == wid:
+                start_chunk(m, r, n)
+                self.in_step[wid].append(r)
+        for r in victims:
+            requeue_preempted(m, r)
 
-    def split_request(self, r: Request) -> bool:
-        return r.prompt_machine != r.token_machine
+    def end_step(self, wid: int, outputs: list[tuple[Request, int, bool]]) -> list[Request]:
+        """Worker `wid`'s step ran and made `outputs`: (request, tokens, ended by the worker). As
+        finish_iteration and the simulator after it: chunks end, completed prefills make their
+        first token, decodes theirs; the machine settles; memory freed admits waiters (returned:
+        their prompts are queued on the prompt machines chosen now)."""
+        m = self.machines[wid]
+        for r in self.in_step[wid]:
+            if r.chunk:
+                end_chunk(m, r)
+        self.in_step[wid] = []
+        freed: set[Machine] = set()
+        for r, k, ended in outputs:
+            if self.awaiting_first(r):  # its prefill is complete (its token is here)
+                self.complete_prefill(r)
+                p = self.machines[r.prompt_machine]
+                if first_token(p, r):
+                    freed.add(p)
+                    continue
+                k -= 1
+            if r.phase is Phase.DECODE and k:
+                t = self._decoder(r)
+                if decode_tokens(t, [r], k):
+                    freed.add(t)
+                    continue
+            if ended and r.phase is not Phase.DONE:
+                freed |= self._release(r)
+        self._settle(m)
+        return self._admit(freed)
 
-    # ---- progress -----------------------------------------------------------------------------
-    def first_token(self, r: Request, finished: bool) -> list[Request]:
+    @staticmethod
+    def awaiting_first(r: Request) -> bool:
+        """`r` waits for the token that ends its prefill (its first, or its next after a recompute)."""
+        return r.phase is Phase.QUEUED or r.phase is Phase.PREFILL
+
+    def complete_prefill(self, r: Request) -> None:
+        """A token ended `r`'s prefill: apply whatever of its chunks no step report has (none, when
+        the reports came first; all, when its first token came through the token worker's "kv_in"
+        before them)."""
         p = self.machines[r.prompt_machine]
-        self._leave_prompt_queue(p, r)
-        r.generated = 1
-        if finished:
-            return self._done(r, early=True)
-        if r.token_machine == p.id:
-            self._decode_on(p, r)
-        else:
-            r.phase = Phase.HANDOFF
-        self._settle(p)
-        return []
+        while r.prefilled < r.prefill_len:
+            if not r.chunk:
+                start_chunk(p, r, r.prefill_len - r.prefilled)
+            end_chunk(p, r)
+        if r in self.in_step[p.id]:
+            self.in_step[p.id].remove(r)
 
-    def kv_arrived(self, r: Request) -> None:
+    def first_from_token_worker(self, r: Request) -> None:
+        """`r`'s first token came with its KV ("kv_in") before the prompt worker's step report: its
+        prompt side's transitions, now (the late report finds nothing left to do)."""
+        if self.awaiting_first(r):
+            self.complete_prefill(r)
+            first_token(self.machines[r.prompt_machine], r)
+
+    def kv_landed(self, r: Request) -> list[Request]:
+        """`r`'s KV reached its token worker: its prompt machine's copy is freed (admitting waiters
+        there, as Simulation._transfer_end), and it joins its token worker's next step."""
         p, t = self.machines[r.prompt_machine], self.machines[r.token_machine]
-        release_prompt_kv(p, r)
-        join_decode(t, r)
-        t.ready.remove(r)  # the live worker starts decoding at once (form_batch's join)
-        t.inbound_tokens -= r.output_tokens - r.generated
-        t.pending -= r.output_tokens - r.generated
-        self._decode_on(t, r)
-        self._settle(p)
+        kv_landed(p, t, r)
+        return self._admit({p})
 
-    def _decode_on(self, m: Machine, r: Request) -> None:
-        r.phase = Phase.DECODE
-        left = r.output_tokens - r.generated
-        m.running.append(r)
-        m.context_tokens += r.prompt_tokens + r.generated
-        m.decode_tokens_left += left
-        m.pending += left
+    # ---- leaving -------------------------------------------------------------------------------
+    def release(self, r: Request) -> list[Request]:
+        """`r` leaves early (abort, failure, its worker died): undo what it holds. Returns waiters
+        admitted by the memory it freed."""
+        return self._admit(self._release(r))
 
-    def tokens(self, r: Request, k: int) -> None:
-        m = self.machines[r.token_machine]
-        k = min(k, r.output_tokens - r.generated)
-        r.generated += k
-        m.decode_tokens_left -= k
-        m.pending -= k
-        m.context_tokens += k
-
-    def finish(self, r: Request) -> list[Request]:
-        """The last token came out (or a stop). Returns waiters admitted by the freed memory:
-        their prompt machines are chosen now and their prompts may start."""
-        return self._done(r, early=False)
-
-    def forget(self, r: Request) -> list[Request]:
-        """Undo whatever `r` holds (it was aborted, failed, or its worker died)."""
+    def _release(self, r: Request) -> set[Machine]:
         if r.phase is Phase.DONE:
-            return []
+            return set()
         p, t = self.machines[r.prompt_machine], self.machines[r.token_machine]
-        if r in t.admit_queue:
-            t.admit_queue.remove(r)
-            t.queued_decode_tokens -= r.output_tokens - r.generated
-            t.pending -= r.output_tokens - r.generated
-            r.phase = Phase.DONE
-            return []
-        if r.phase in (Phase.QUEUED, Phase.PREFILL):
-            self._leave_prompt_queue(p, r)
-            return self._done(r, early=True)
-        if r.phase is Phase.HANDOFF:
-            release_prompt_kv(p, r)
-            return self._done(r, early=True)
-        return self._done(r, early=False)
+        for m in (p, t):
+            if r in self.in_step[m.id]:
+                self.in_step[m.id].remove(r)
+        release(r, p, t)
+        return {p, t}
 
-    def _leave_prompt_queue(self, p: Machine, r: Request) -> None:
-        if r in p.prompt_queue:
-            p.prompt_queue.remove(r)
-            p.queued_prompt_tokens -= r.prefill_len
-            p.pending -= r.prefill_len
+    def _decoder(self, r: Request) -> Machine:
+        return self.machines[r.token_machine if r.token_machine >= 0 else r.prompt_machine]
 
-    def _done(self, r: Request, early: bool) -> list[Request]:
-        """Release r's KV wherever it is held. `early`: it never reached its decode batch."""
-        p, t = self.machines[r.prompt_machine], self.machines[r.token_machine]
-        if early:
-            if r.phase in (Phase.QUEUED, Phase.PREFILL):
-                p.kv_used -= prefill_reservation(p, r)
-            elif r.phase is Phase.HANDOFF:
-                pass  # the prompt side was released by the caller
-            if t is not p and r.kv_on_token_machine:
-                left = r.output_tokens - 1
-                t.kv_used -= decode_reservation(t, r)
-                t.inbound_tokens -= left
-                t.pending -= left
-        else:
-            left = r.output_tokens - r.generated
-            if r in t.running:
-                t.running.remove(r)
-            t.decode_tokens_left -= left
-            t.pending -= left
-            t.context_tokens -= r.prompt_tokens + r.generated
-            t.kv_used -= decode_reservation(t, r)
-        r.phase = Phase.DONE
+    def _admit(self, freed: set[Machine]) -> list[Request]:
+        """Memory was freed on `freed`: the waiters they admit, each queued on the prompt machine
+        chosen now (the caller dispatches them)."""
         admitted = []
-        for m in {p, t}:
+        for m in sorted(freed, key=lambda m: m.id):
             if self._live(m):
-                admitted += self._admit(m)
-                self._settle(m)
+                admitted += admit_freed(self.cls, m)
         return admitted
 
     def _live(self, m: Machine) -> bool:
@@ -173,31 +173,13 @@ class LiveCluster:
         if self._live(m):
             self.cls.settle(m)
 
-    def _admit(self, m: Machine) -> list[Request]:
-        out = []
-        for r in admit_waiting(m):
-            try:
-                p = self.cls.pick_prompt(r)
-            except (ValueError, IndexError):
-                p = m
-            r.prompt_machine = p.id
-            self._start_prompt(p, r)
-            out.append(r)
-        return out
-
     # ---- membership ---------------------------------------------------------------------------
-    def down(self, i: int) -> list[Request]:
-        """Worker i died. Returns requests that waited for memory on it (the caller re-routes
-        them); the caller has `forget` every request that ran on it first."""
+    def down(self, i: int) -> None:
+        """Worker i died; the caller has released every request that ran or waited on it."""
         m = self.machines[i]
         self.alive[i] = False
-        waiting = list(m.admit_queue)
-        if isinstance(self.cls, SplitwiseScheduler):
-            if m in self.cls.pools[m.pool]:
-                self.cls.pools[m.pool].remove(m)
-        elif m in self.cls.machines:
-            self.cls.machines.remove(m)
-        return waiting
+        self.in_step[i] = []
+        self.cls.remove(m)
 
     def up(self, i: int, kv_tokens: int | None = None) -> None:
         """A (replacement) worker i joined: a fresh machine in its home pool."""
@@ -207,11 +189,7 @@ class LiveCluster:
         m = Machine(i, "live", home=self.homes[i], kv_capacity=cap, kv_block=self.kv_block)
         self.machines[i] = m
         self.alive[i] = True
-        if isinstance(self.cls, SplitwiseScheduler):
-            self.cls.pools[m.pool].append(m)
-        else:
-            m.pool = m.home = Pool.MIXED
-            self.cls.machines.append(m)
+        self.cls.add(m)
 
     def idle(self) -> bool:
         """Every live machine's counters are back at zero (tests)."""
@@ -222,5 +200,6 @@ class LiveCluster:
     def snapshot(self) -> list[dict]:
         return [{"id": m.id, "alive": a, "home": m.home.name.lower(), "pool": m.pool.name.lower(),
                  "pending": m.pending, "kv_used": m.kv_used, "kv_capacity": m.kv_capacity,
-                 "prompt_queue": len(m.prompt_queue), "admit_queue": len(m.admit_queue),
-                 "running": len(m.running)} for m, a in zip(self.machines, self.alive)]
+                 "prompt_queue": len(m.prompt_queue), "prefill_tokens_running": m.running_prompt_tokens,
+                 "admit_queue": len(m.admit_queue), "running": len(m.running)}
+                for m, a in zip(self.machines, self.alive)]

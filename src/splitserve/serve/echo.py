@@ -4,13 +4,16 @@
 test measures the front end, the router and the worker channel alone (benchmarks/serve/
 router_overhead.py). Token i of a request is `(last prompt id + 1 + i) % vocab`; all of them come
 out in the step after the request arrives. It has the slice of LLMEngine's interface the worker
-uses, with a KV cache of zero layers (a split request's "transfer" is just the closing message).
+uses, with a KV cache of zero layers (a split request's "transfer" is just the closing message),
+and reports its steps as the engine does (a prompt's one chunk when it starts, a decode that joins).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+
+from ..policy.machine import BatchReport
 
 
 @dataclass
@@ -48,15 +51,18 @@ class EchoEngine:
     model: object = None
     token_delay_s: float = 0.0  # > 0: one token per request per step, and each step sleeps this long
     current_batch: list = field(default_factory=list)
+    on_schedule: object = None                    # called with each step's BatchReport
     _queue: dict = field(default_factory=dict)   # rid -> (first token, count, prefill_only, done)
+    _new: dict = field(default_factory=dict)     # rid -> prompt tokens (first step not run yet), or 0: joins
     _reserved: dict = field(default_factory=dict)
 
     def add_request(self, ids, params, request_id, prefill_only=False, isolated=False):
         self._queue[request_id] = ((ids[-1] + 1) % self.cfg.vocab_size, params.max_tokens, prefill_only, 0)
+        self._new[request_id] = len(ids)
         return request_id
 
-    def reserve_kv(self, rid, num_tokens):
-        self._reserved[rid] = num_tokens
+    def reserve_kv(self, prompt_ids, params, rid, isolated=False):
+        self._reserved[rid] = params
 
     def write_kv_layer(self, rid, layer, data, start=0):
         pass
@@ -64,12 +70,14 @@ class EchoEngine:
     def release_kv(self, rid):
         return self._reserved.pop(rid, None) is not None
 
-    def start_reserved(self, prompt_ids, first_token, params, request_id, isolated=False):
-        del self._reserved[request_id]
+    def start_reserved(self, request_id, first_token):
+        params = self._reserved.pop(request_id)
         self._queue[request_id] = (first_token, params.max_tokens, False, 1)
+        self._new[request_id] = 0
 
     def abort(self, rid):
         self._queue.pop(rid, None)
+        self._new.pop(rid, None)
 
     def has_unfinished(self):
         return bool(self._queue)
@@ -79,6 +87,10 @@ class EchoEngine:
         return len(self._reserved)
 
     def step(self):
+        if self._new and self.on_schedule is not None:
+            self.on_schedule(BatchReport(chunks=[(r, n) for r, n in self._new.items() if n],
+                                        joined=[r for r, n in self._new.items() if not n]))
+        self._new = {}
         outs = []
         v = self.cfg.vocab_size
         if self.token_delay_s > 0:

@@ -272,10 +272,12 @@ class Router:
         t = h["t"]
         w.last_seen = time.monotonic()
         if t == "out":
-            for rid, toks, finished, reason in h["items"]:
-                req = self.by_wire.get(rid)
-                if req is not None:
-                    self._on_tokens(req, w.id, toks, finished, reason)
+            self._on_step_end(w, h["items"])
+        elif t == "step":
+            get = self.by_wire.get
+            live = lambda rids: [req.pr for req in map(get, rids) if req is not None]  # noqa: E731
+            chunks = [(req.pr, n) for req, n in ((get(rid), n) for rid, n in h["chunks"]) if req is not None]
+            self.cluster.step_started(w.id, chunks, live(h["preempted"]), live(h["joined"]))
         elif t == "hb":
             w.free, w.blocks, w.reserved = h["free"], h["blocks"], h["reserved"]
             w.running, w.rejected, w.preempted = h["running"], h["rejected"], h["preempted"]
@@ -296,9 +298,11 @@ class Router:
             m.transfer_exposed.labels(mode).inc(h["exposed"])
             if req is not None and req.stage == "prefill":
                 # the token worker may report before the router has the prompt worker's word
-                self._on_tokens(req, req.pr.prompt_machine, [h["first"]], False, "prefill")
+                self.cluster.first_from_token_worker(req.pr)
+                req.stage = "handoff"
+                self._deliver(req, [h["first"]])
             if req is not None and req.stage == "handoff":
-                self.cluster.kv_arrived(req.pr)
+                self._dispatch_all(self.cluster.kv_landed(req.pr))
                 req.stage = "decode"
         elif t == "kv_fail":
             self.metrics.transfer_failures.inc()
@@ -372,7 +376,8 @@ class Router:
 
     def _begin(self, req: LiveRequest) -> None:
         """Route one attempt of `req` and send it on its way (or park it / queue it for memory)."""
-        r = Request(next(self._pids), time.perf_counter(), len(req.prompt_ids), req.params["max_tokens"])
+        r = Request(next(self._pids), time.perf_counter(), len(req.prompt_ids), req.params["max_tokens"],
+                    isolated=req.isolated)
         req.pr = r
         req.wire = f"{req.id}.{req.tries}"
         req.tries += 1
@@ -429,36 +434,26 @@ class Router:
                 self._dispatch(req)
 
     # ---- progress ----------------------------------------------------------------------------
-    def _on_tokens(self, req: LiveRequest, wid: int, toks: list[int], finished: bool, reason: str | None) -> None:
-        c = self.cluster
-        r = req.pr
-        if reason == "prefill" and req.stage != "prefill":
-            return  # the token worker's kv_in already brought this first token
-        if req.stage == "prefill":
+    def _on_step_end(self, w: WorkerInfo, items: list) -> None:
+        """A step of w's ended with these tokens: the view's transitions for the whole step first
+        (as the simulator's iteration end), then each request's tokens go to its client."""
+        mine = []
+        for rid, toks, finished, reason in items:
+            req = self.by_wire.get(rid)
+            if req is None or (reason == "prefill" and req.stage != "prefill"):
+                continue  # gone, or its first token came with its KV already (kv_in)
+            mine.append((req, toks, finished, reason))
+        admitted = self.cluster.end_step(w.id, [(req.pr, len(toks), finished) for req, toks, finished, _ in mine])
+        for req, toks, finished, reason in mine:
             if reason == "prefill":
-                self._dispatch_all(c.first_token(r, finished=False))
                 req.stage = "handoff"
-            else:
-                early = finished and len(toks) == 1
-                self._dispatch_all(c.first_token(r, finished=early))
-                if req.split and early:
-                    self._send(self.workers[r.token_machine], {"t": "cancel", "rid": req.wire})
-                if not early:
-                    req.stage = "decode"
-                    if len(toks) > 1:
-                        c.tokens(r, len(toks) - 1)
-                    if finished:
-                        self._dispatch_all(c.finish(r))
-        elif req.stage == "decode":
-            c.tokens(r, len(toks))
-            if finished:
-                self._dispatch_all(c.finish(r))
-        else:
-            return
-        if not self._deliver(req, toks):
-            return
-        if finished:
-            self._complete(req, reason or "stop")
+            elif req.stage == "prefill":
+                if req.split and finished:  # it ended at its first token: the token worker's blocks go
+                    self._send(self.workers[req.pr.token_machine], {"t": "cancel", "rid": req.wire})
+                req.stage = "decode"
+            if self._deliver(req, toks) and finished:
+                self._complete(req, reason or "stop")
+        self._dispatch_all(admitted)
 
     def _deliver(self, req: LiveRequest, toks: list[int]) -> bool:
         fresh = []
@@ -506,7 +501,7 @@ class Router:
         r = req.pr
         if r is None or req.wire not in self.by_wire:
             return
-        admitted = self.cluster.forget(r)
+        admitted = self.cluster.release(r)
         for wid in {r.prompt_machine, r.token_machine}:
             if 0 <= wid < len(self.workers) and self.workers[wid].up:
                 # prefill_sent: the prompt worker may have written (one-sided) into the token worker's blocks

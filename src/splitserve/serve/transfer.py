@@ -400,7 +400,6 @@ class Inbound:
     layers: int
     deadline: float
     writer: int | None = None  # the prompt worker the router named (one-sided: it writes the blocks)
-    isolated: bool = False     # decode it in engine steps of its own (router.py: quarantine)
     got: set = field(default_factory=set)
     nbytes: int = 0
     sent_at: float = 0.0
@@ -429,9 +428,9 @@ class KVReceiver:
     def expect(self, rid: str, prompt_ids: list[int], params, writer: int | None = None,
                isolated: bool = False) -> list[int] | None:
         """Reserve blocks now and return their ids; raises UserError when they do not fit."""
-        table = self.engine.reserve_kv(rid, len(prompt_ids))
+        table = self.engine.reserve_kv(prompt_ids, params, rid, isolated)
         self.inbound[rid] = Inbound(rid, prompt_ids, params, self.engine.cfg.num_layers,
-                                    time.monotonic() + max(self.start_s, self.timeout_s), writer, isolated=isolated)
+                                    time.monotonic() + max(self.start_s, self.timeout_s), writer)
         return table
 
     def _free(self, rid: str) -> bool:
@@ -529,7 +528,7 @@ class KVReceiver:
                     "reason": f"transfer incomplete: {len(inb.got)} of {inb.layers} layers arrived"}
         del self.inbound[rid]
         try:
-            eng.start_reserved(inb.prompt_ids, int(header["first"]), inb.params, inb.rid, isolated=inb.isolated)
+            eng.start_reserved(inb.rid, int(header["first"]))
         except UserError as e:
             eng.release_kv(inb.rid)
             return {"t": "kv_fail", "rid": rid, "reason": str(e)}

@@ -7,8 +7,8 @@ The pool is the router's business: any worker runs what it is sent. "gen" with k
 a request here from prompt to last token (mixed / baseline); kind "prefill" runs the prompt only
 and ships its KV to the token worker named in the message (see transfer.py); "expect" reserves
 blocks for KV that is about to arrive, after which the request decodes here. Batching and
-preemption within the worker are the simulator's machine-level policy (policy/machine.py, applied
-to the engine by engine/policy_batching.py): FCFS prompts under the prompt-token cap, every decode
+preemption within the worker are the simulator's machine-level policy (policy/machine.py, run by
+the engine's scheduler on its view of itself): FCFS prompts under the prompt-token cap, every decode
 in every batch, KV reserved for a request's whole length, and on a mixed worker prompts that
 preempt the youngest decodes (each at most --preemption-limit times).
 
@@ -52,15 +52,14 @@ def build_engine(args, kv_alloc=None):
         from .echo import EchoEngine
         return EchoEngine(token_delay_s=args.echo_token_delay_s)
     from ..engine.engine import LLMEngine
-    from ..engine.policy_batching import PolicySelect
 
     import torch
     torch.set_num_threads(max(1, args.threads))
     policy = BatchingConfig(prompt_token_cap=args.prompt_token_cap, chunk_size=args.chunk_size,
-                            preemption_limit=args.preemption_limit)
+                            preemption_limit=args.preemption_limit, max_seqs=args.max_num_seqs)
     return LLMEngine(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                      num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-                     select=PolicySelect(policy), tokenizer=None, kv_alloc=kv_alloc)
+                     batching=policy, tokenizer=None, kv_alloc=kv_alloc)
 
 
 def sampling_params(p: dict, echo: bool = False):
@@ -102,6 +101,8 @@ class Worker:
         self.running = True
         self.echo = args.worker_mode == "echo"
         self.step_failures = 0  # in a row
+        self.stepped = False    # a step report went out: its "out" must follow, even empty
+        engine.on_schedule = self.report_step
 
     def send(self, header: dict) -> None:
         self.ctl.send_multipart(self.codec.encode(header, to=ROUTER), copy=False)
@@ -160,6 +161,13 @@ class Worker:
         self.sender.forget(rid)
         self.kinds.pop(rid, None)
 
+    def report_step(self, rep) -> None:
+        """The engine formed a step: tell the router what the policy decided (its view of this
+        worker follows the same transitions); the step's "out" closes it."""
+        if rep.chunks or rep.preempted or rep.joined:
+            self.send({"t": "step", "chunks": rep.chunks, "preempted": rep.preempted, "joined": rep.joined})
+            self.stepped = True
+
     def step(self) -> None:
         """One engine step; a step that raises costs its requests, not the worker."""
         try:
@@ -207,9 +215,9 @@ class Worker:
                 self.flush()
 
     def flush(self) -> None:
-        if self.items:
+        if self.items or self.stepped:
             self.send({"t": "out", "items": self.items})
-            self.items, self.item_tokens = [], 0
+            self.items, self.item_tokens, self.stepped = [], 0, False
 
     def run(self) -> None:
         poller = zmq.Poller()

@@ -19,11 +19,11 @@ from ..catalog import kv_capacity_tokens, load_hardware
 from ..designs import ClusterSpec
 from ..errors import UserError
 from ..perf import make_perf_model
-from ..policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler
+from ..policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler, admit, admit_freed
 from ..policy.kv_transfer import DEFAULT_LAYERWISE_THRESHOLD, TransferMode, choose_mode
-from ..policy.machine import (Batch, BatchingConfig, admit_waiting, enqueue_prompt, finish_iteration,
-                              form_batch, join_decode, release_prompt_kv, reserve_decode)
+from ..policy.machine import Batch, BatchingConfig, finish_iteration, form_batch
 from ..policy.state import Machine, Phase, Pool, Request
+from ..policy.transitions import DoesNotFit, kv_landed
 from ..report.histogram import _K, _LOW
 from .kv_transfer import Link, layerwise_done, link_between, serialized_done
 from .metrics import MachineStats, Metrics
@@ -126,22 +126,15 @@ class Simulation:
         n = r.output_tokens
         ref = self.ref
         r.ref_tbt = ref.token_time(1, r.prompt_tokens + n // 2)
-        p, t = self.cls.route(r)
-        for m in (p, t):
-            if r.kv_need > m.kv_capacity:
-                raise UserError(
-                    f"request {r.id} ({r.prompt_tokens} prompt + {n} output tokens) needs "
-                    f"{r.kv_need} tokens of KV cache but one {m.hardware} holds {m.kv_capacity} "
-                    f"for {self.model.name}; use larger machines, a smaller model or shorter requests")
-        r.prompt_machine, r.token_machine = p.id, t.id
-        if p is t or n == 1 or reserve_decode(t, r):
-            self._enqueue(p, r, now)
-        # else: it waits in t's admit queue, holding no memory, until t frees some
-
-    def _enqueue(self, p: Machine, r: Request, now: float) -> None:
-        enqueue_prompt(p, r)
-        if not p.busy:
-            self._start(p, now)
+        try:
+            queued = admit(self.cls, r)
+        except DoesNotFit as e:
+            raise UserError(f"{e} ({self.machines[r.token_machine].hardware}, {self.model.name}); use larger "
+                            f"machines, a smaller model or shorter requests") from None
+        if queued:  # else it waits in its token machine's admit queue, holding no memory
+            p = self.machines[r.prompt_machine]
+            if not p.busy:
+                self._start(p, now)
 
     def _start(self, m: Machine, now: float) -> None:
         batch = form_batch(m, self.cfg.batching)
@@ -192,7 +185,7 @@ class Simulation:
         gap_sum = slow_sum = 0.0
         glo = slo_ = math.inf
         ghi = shi = 0.0
-        for r in m.running:                       # every running decode produced a token now
+        for r in batch.decoding:                  # every decode of the batch produced a token now
             g = now - r.last_token_at
             r.last_token_at = now
             i = int(log(g / _LOW) * _K) + 1
@@ -271,18 +264,18 @@ class Simulation:
     def _transfer_end(self, r: Request, now: float) -> None:
         p = self.machines[r.prompt_machine]
         t = self.machines[r.token_machine]
-        release_prompt_kv(p, r)
-        join_decode(t, r)
+        kv_landed(p, t, r)
         if not t.busy:
             self._start(t, now)
         self._freed(p, now)
 
     def _freed(self, m: Machine, now: float) -> None:
         """KV memory was released on `m`: requests waiting for it may go, and `m` may resume."""
-        for r in admit_waiting(m):
-            p = self.cls.pick_prompt(r)           # chosen now, by the load of this moment
-            r.prompt_machine = p.id
-            self._enqueue(p, r, now)
+        if m.admit_queue:
+            for r in admit_freed(self.cls, m):
+                p = self.machines[r.prompt_machine]
+                if not p.busy:
+                    self._start(p, now)
         if not m.busy:
             self._start(m, now)
 

@@ -1,0 +1,312 @@
+"""Every state transition of a request on a machine, and the only code that changes a machine's
+counters. The simulator (through form_batch / finish_iteration and its events), the live router
+(through its view of the cluster, serve/cluster_state.py) and each live worker's engine (through
+its view of itself, engine/scheduler.py) all call these same functions; nothing else does
+arithmetic on `Machine` state. docs/architecture.md shows where each one is called from.
+
+A request's life on its machines:
+
+    prompt side   enqueue_prompt -> start_chunk -> end_chunk (... more chunks) -> first_token
+                  (a preempted decode: preempt -> requeue_preempted -> start_chunk ...)
+    token side    reserve_decode (or wait: admit_waiting later) -> join_decode (its KV landed)
+                  -> start_decode -> decode_tokens ... (its last token frees its KV)
+    hand-over     first_token leaves it in HANDOFF on the prompt machine; kv_landed frees the
+                  prompt machine's copy and joins it on the token machine
+    early end     release: undo whatever it holds (aborted, failed, or stopped before its last token)
+
+`pending` (the JSQ queue length) is the sum of five counters and moves with them. `isolated`
+counts the isolated requests a machine holds (queued, prefilling, ready or decoding), so that
+batching can keep them alone (policy/machine.py).
+"""
+
+from __future__ import annotations
+
+from .state import Machine, Phase, Request
+
+
+class DoesNotFit(Exception):
+    """The request's KV cannot fit the machine at all (not even alone)."""
+
+
+def decode_reservation(m: Machine, r: Request) -> int:
+    """KV tokens `r` holds on the machine `m` that decodes it: the prompt and every token it will
+    generate, reserved up front (whole blocks) so a running decode batch never outgrows memory."""
+    return m.kv_round(r.kv_need)
+
+
+def prefill_reservation(m: Machine, r: Request) -> int:
+    """KV tokens a prefill of `r` holds on `m`: everything if `m` will decode it too, else only the
+    prompt's KV until it has been sent to the token machine."""
+    return decode_reservation(m, r) if r.token_machine == m.id else m.kv_round(r.prompt_tokens)
+
+
+def check_fits(m: Machine, r: Request) -> None:
+    """DoesNotFit when `r` could never be held by `m`, even with nothing else on it (a capacity is
+    whole blocks, so the unrounded need decides)."""
+    if r.kv_need > m.kv_capacity:
+        raise DoesNotFit(f"request {r.id} ({r.prompt_tokens} prompt + {r.output_tokens} output tokens) needs "
+                         f"{decode_reservation(m, r)} tokens of KV cache but a machine holds {m.kv_capacity}")
+
+
+# ---- prompt side ---------------------------------------------------------------------------------
+def enqueue_prompt(m: Machine, r: Request) -> None:
+    """`r` joins the tail of `m`'s prompt queue (FCFS)."""
+    r.phase = Phase.QUEUED
+    r.prefilled = 0
+    m.prompt_queue.append(r)
+    m.queued_prompt_tokens += r.prefill_len
+    m.pending += r.prefill_len
+    if r.isolated:
+        m.isolated += 1
+
+
+def start_chunk(m: Machine, r: Request, n: int) -> None:
+    """A chunk of `n` prefill tokens of `r` starts on `m` (its whole prefill when not chunked); the
+    first chunk reserves `r`'s KV here. `r` is out of the queue while the chunk runs."""
+    q = m.prompt_queue
+    if q and q[0] is r:
+        q.popleft()
+    else:
+        q.remove(r)
+    if r.prefilled == 0:
+        m.kv_used += prefill_reservation(m, r)
+        r.phase = Phase.PREFILL
+    r.chunk = n
+    m.queued_prompt_tokens -= n
+    m.running_prompt_tokens += n
+
+
+def end_chunk(m: Machine, r: Request) -> bool:
+    """`r`'s running chunk is done. True when its prefill is complete (first_token follows); else
+    the rest waits at the head of the queue: a prefill in progress holds its KV, so no waiter may
+    overtake it (it could wait for that KV forever)."""
+    n, r.chunk = r.chunk, 0
+    r.prefilled += n
+    m.running_prompt_tokens -= n
+    m.pending -= n
+    if r.prefilled < r.prefill_len:
+        m.prompt_queue.appendleft(r)
+        return False
+    return True
+
+
+def first_token(m: Machine, r: Request) -> bool:
+    """`r`'s prefill is complete on `m` and made its next token (the first, or the next one after a
+    recompute). True when that was its last: it is done and its KV here is free. Else it decodes
+    here, or waits in HANDOFF until its KV has reached its token machine (kv_landed)."""
+    r.generated += 1
+    if r.generated == r.output_tokens:
+        r.phase = Phase.DONE
+        m.kv_used -= prefill_reservation(m, r)
+        if r.isolated:
+            m.isolated -= 1
+        return True
+    if r.token_machine == m.id:
+        _run_decode(m, r)
+    else:
+        r.phase = Phase.HANDOFF
+        if r.isolated:
+            m.isolated -= 1
+    return False
+
+
+def release_prompt_kv(m: Machine, r: Request) -> None:
+    """The prompt machine's copy of `r`'s KV has been sent (or dropped): free it."""
+    m.kv_used -= prefill_reservation(m, r)
+
+
+def kv_landed(p: Machine, t: Machine, r: Request) -> None:
+    """`r`'s KV has reached its token machine `t`: `p` frees its copy, `r` joins `t`'s next batch."""
+    release_prompt_kv(p, r)
+    join_decode(t, r)
+
+
+# ---- token side ----------------------------------------------------------------------------------
+def reserve_decode(m: Machine, r: Request, wait: bool = True) -> bool:
+    """Token side: reserve all of `r`'s KV on `m` before its prompt may start elsewhere (FCFS
+    behind earlier waiters). False: `r` waits in `m.admit_queue` (or, with `wait` False, is not
+    taken), holding no memory anywhere, until `admit_waiting` admits it. Reserving first means a
+    prompt machine never holds KV that has nowhere to go, so no two machines can wait on each
+    other's memory."""
+    if not m.admit_queue and decode_reservation(m, r) <= m.kv_free:
+        _reserve(m, r)
+        return True
+    if wait:
+        m.admit_queue.append(r)
+        m.queued_decode_tokens += r.output_tokens - r.generated
+        m.pending += r.output_tokens - r.generated
+    return False
+
+
+def _reserve(m: Machine, r: Request) -> None:
+    m.kv_used += decode_reservation(m, r)
+    m.inbound_tokens += r.output_tokens - 1      # all but the first token, made by the prompt side
+    m.pending += r.output_tokens - 1
+    r.kv_on_token_machine = True
+
+
+def admit_waiting(m: Machine) -> list[Request]:
+    """Memory freed on `m`: reserve for waiting requests in FCFS order; returns those admitted
+    (their prompts may be queued now)."""
+    admitted: list[Request] = []
+    q = m.admit_queue
+    while q and decode_reservation(m, q[0]) <= m.kv_free:
+        r = q.popleft()
+        m.queued_decode_tokens -= r.output_tokens - r.generated
+        m.pending -= r.output_tokens - r.generated
+        _reserve(m, r)
+        admitted.append(r)
+    return admitted
+
+
+def join_decode(m: Machine, r: Request) -> None:
+    """`r`'s KV is in place on `m` (its memory reserved): it decodes from the next iteration."""
+    r.phase = Phase.READY
+    m.ready.append(r)
+    if r.isolated:
+        m.isolated += 1
+
+
+def start_decode(m: Machine, r: Request) -> None:
+    """Ready `r` enters `m`'s decode batch."""
+    m.ready.remove(r)
+    _join(m, r)
+
+
+def start_decodes(m: Machine) -> list[Request]:
+    """Every ready request enters `m`'s decode batch; returns them."""
+    joined, m.ready = m.ready, []
+    for r in joined:
+        _join(m, r)
+    return joined
+
+
+def _join(m: Machine, r: Request) -> None:
+    left = r.output_tokens - r.generated
+    m.inbound_tokens -= left
+    m.pending -= left
+    _run_decode(m, r)
+
+
+def _run_decode(m: Machine, r: Request) -> None:
+    r.phase = Phase.DECODE
+    left = r.output_tokens - r.generated
+    m.running.append(r)
+    m.context_tokens += r.prompt_tokens + r.generated
+    m.decode_tokens_left += left
+    m.pending += left
+
+
+def decode_tokens(m: Machine, rs: list[Request], k: int = 1) -> list[Request]:
+    """Each running decode in `rs` made `k` tokens (at most what it had left). Returns those that
+    made their last: they are done, out of the batch, and their KV is free."""
+    done: list[Request] = []
+    for r in rs:  # the simulator's hottest loop: one token each, most of the time
+        g = r.generated + k
+        r.generated = g
+        if g >= r.output_tokens:
+            done.append(r)
+    made = k * len(rs)
+    for r in done:  # made more than it had left: it made what it had left
+        made -= r.generated - r.output_tokens
+        r.generated = r.output_tokens
+    m.context_tokens += made
+    m.decode_tokens_left -= made
+    m.pending -= made
+    if done:
+        for r in done:
+            _end_decode(m, r)
+        m.running = [r for r in m.running if r.phase is Phase.DECODE]
+    return done
+
+
+def _end_decode(m: Machine, r: Request) -> None:
+    """`r` leaves `m`'s decode batch, with its KV (the caller takes it out of `m.running`)."""
+    r.phase = Phase.DONE
+    m.kv_used -= decode_reservation(m, r)
+    m.context_tokens -= r.prompt_tokens + r.generated
+    m.decode_tokens_left -= r.output_tokens - r.generated
+    m.pending -= r.output_tokens - r.generated
+    if r.isolated:
+        m.isolated -= 1
+
+
+def preempt(m: Machine, r: Request) -> None:
+    """Running decode `r` loses its KV on `m` to make room; it is recomputed later
+    (requeue_preempted, once the iteration that preempted it has been formed)."""
+    m.running.remove(r)
+    _end_decode(m, r)
+    r.preemptions += 1
+    r.kv_on_token_machine = False
+
+
+def requeue_preempted(m: Machine, r: Request) -> None:
+    """Preempted `r` waits at the head of `m`'s prompt queue: it recomputes its prompt and what it
+    had generated, ahead of younger prompts."""
+    r.phase = Phase.QUEUED
+    r.prefilled = 0
+    r.prompt_machine = m.id  # its prefill runs here now
+    m.prompt_queue.appendleft(r)
+    m.queued_prompt_tokens += r.prefill_len
+    m.pending += r.prefill_len
+    if r.isolated:
+        m.isolated += 1
+
+
+# ---- an early end --------------------------------------------------------------------------------
+def release(r: Request, p: Machine | None, t: Machine | None) -> None:
+    """`r` ends before its last token (aborted, failed, or stopped early): undo whatever it holds on
+    its prompt machine `p` and its token machine `t` (either may be None: not in this view; the
+    same machine for an unsplit request, or in an engine's view of itself)."""
+    if r.phase is Phase.DONE:
+        return
+    if r.phase is Phase.DECODE:
+        m = t if t is not None else p
+        m.running.remove(r)
+        _end_decode(m, r)
+        return
+    if r.phase is Phase.READY:
+        t.ready.remove(r)
+        if r.isolated:
+            t.isolated -= 1
+        _drop_reservation(t, r)
+    elif t is not None:
+        if r in t.admit_queue:
+            t.admit_queue.remove(r)
+            t.queued_decode_tokens -= r.output_tokens - r.generated
+            t.pending -= r.output_tokens - r.generated
+        elif r.kv_on_token_machine:
+            _drop_reservation(t, r)
+    if p is not None:
+        if r.phase is Phase.HANDOFF:
+            release_prompt_kv(p, r)
+        elif r.phase in (Phase.QUEUED, Phase.PREFILL):
+            _leave_prefill(p, r)
+    r.phase = Phase.DONE
+
+
+def _drop_reservation(t: Machine, r: Request) -> None:
+    t.kv_used -= decode_reservation(t, r)
+    t.inbound_tokens -= r.output_tokens - 1
+    t.pending -= r.output_tokens - 1
+    r.kv_on_token_machine = False
+
+
+def _leave_prefill(p: Machine, r: Request) -> None:
+    """`r` leaves `p`'s prompt queue or its running chunk, with the KV its prefill reserved."""
+    if r.chunk:
+        p.running_prompt_tokens -= r.chunk
+        p.pending -= r.chunk
+        r.prefilled += r.chunk
+        r.chunk = 0
+    elif r in p.prompt_queue:
+        p.prompt_queue.remove(r)
+    else:
+        return  # not on `p` (it waited for memory on its token machine)
+    rest = r.prefill_len - r.prefilled
+    p.queued_prompt_tokens -= rest
+    p.pending -= rest
+    if r.phase is Phase.PREFILL:
+        p.kv_used -= prefill_reservation(p, r)
+    if r.isolated:
+        p.isolated -= 1
