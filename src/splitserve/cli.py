@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from .errors import UserError
+from .policy.config import PolicyConfig, policy_options
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters.")
@@ -21,6 +22,7 @@ def _root() -> None:
 
 
 @app.command()
+@policy_options
 def simulate(
     design: Annotated[str, typer.Option(help="Cluster design: splitwise-aa|hh|ha|hhcap, baseline-a100|h100|h200.")] = "splitwise-hh",
     prompt_machines: Annotated[Optional[int], typer.Option("--prompt-machines", "-p", help="Prompt-pool machines (Splitwise designs).")] = None,
@@ -36,15 +38,10 @@ def simulate(
     json_out: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout instead of tables.")] = False,
     profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); roofline model otherwise.")] = None,
     tp: Annotated[Optional[int], typer.Option(help="Tensor parallel degree per machine (default: all its GPUs).")] = None,
-    prompt_cap: Annotated[int, typer.Option(help="Max prefill tokens in one batch (paper: 2048).")] = 2048,
-    chunk_size: Annotated[int, typer.Option(help="Chunked prefill token budget per iteration (0: off).")] = 0,
-    preemption_limit: Annotated[int, typer.Option(help="Times one request may be preempted on a mixed machine.")] = 3,
-    layerwise_threshold: Annotated[int, typer.Option(help="Prompt-batch tokens from which KV moves layer by layer.")] = 512,
-    prompt_queue_threshold: Annotated[int, typer.Option(help="Queued prefill tokens beyond which a prompt machine overflows to the mixed pool.")] = 8192,
-    no_mixed_pool: Annotated[bool, typer.Option("--no-mixed-pool", help="Disable the mixed pool and borrowing.")] = False,
     max_context: Annotated[Optional[int], typer.Option(help="Clip prompt+output to this many tokens.")] = None,
     memory_utilization: Annotated[float, typer.Option(help="Fraction of HBM usable for weights and KV.")] = 0.9,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
+    policy: PolicyConfig = PolicyConfig(),
 ) -> None:
     """Simulate a cluster serving a workload; print latency, SLO and cost, write summary.json."""
     from .simulate import run_simulation
@@ -52,10 +49,8 @@ def simulate(
     summary = run_simulation(
         design=design, prompt_machines=prompt_machines, token_machines=token_machines,
         machines=machines, model=model, workload=workload, rps=rps, duration=duration, seed=seed,
-        arrivals=arrivals, profile=str(profile) if profile else None, tp=tp, prompt_cap=prompt_cap,
-        chunk_size=chunk_size, preemption_limit=preemption_limit,
-        layerwise_threshold=layerwise_threshold, prompt_queue_threshold=prompt_queue_threshold,
-        mixed_pool=not no_mixed_pool, max_context=max_context,
+        arrivals=arrivals, profile=str(profile) if profile else None, tp=tp, policy=policy,
+        max_context=max_context,
         memory_utilization=memory_utilization, progress=not (quiet or json_out))
     if out is not None:
         from .report.summary import write_summary

@@ -11,6 +11,7 @@ import math
 import sys
 
 from .errors import UserError
+from .policy.config import PolicyConfig
 
 DEFAULT_SPLIT = (4, 1)
 DEFAULT_MACHINES = 5
@@ -27,16 +28,12 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
                    token_machines: int | None = None, machines: int | None = None,
                    model: str = "llama2-70b", workload: str = "coding", rps: float | None = None,
                    duration: float | None = None, seed: int = 0, arrivals: str = "auto",
-                   profile: str | None = None, tp: int | None = None, prompt_cap: int = 2048,
-                   chunk_size: int = 0, preemption_limit: int = 3, layerwise_threshold: int = 512,
-                   prompt_queue_threshold: int = 8192, mixed_pool: bool = True,
+                   profile: str | None = None, tp: int | None = None, policy: PolicyConfig = PolicyConfig(),
                    max_context: int | None = None, memory_utilization: float = 0.9,
                    progress: bool = False, record_requests: bool = False,
                    return_result: bool = False):
     from .catalog import load_model
     from .designs import load_designs, make_cluster
-    from .policy.cluster import RoutingConfig
-    from .policy.machine import BatchingConfig
     from .report.summary import simulation_summary
     from .sim.simulator import SimConfig, Simulation
     from .workload import make_workload
@@ -45,11 +42,6 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
     duration = DEFAULT_DURATION if duration is None else duration
     _check(math.isfinite(rps) and rps > 0, f"--rps must be a positive number, got {rps}")
     _check(math.isfinite(duration) and duration > 0, f"--duration must be positive seconds, got {duration}")
-    _check(prompt_cap >= 1, f"--prompt-cap must be at least 1, got {prompt_cap}")
-    _check(chunk_size >= 0, f"--chunk-size must be 0 (off) or positive, got {chunk_size}")
-    _check(preemption_limit >= 0, f"--preemption-limit must be >= 0, got {preemption_limit}")
-    _check(layerwise_threshold >= 0, f"--layerwise-threshold must be >= 0, got {layerwise_threshold}")
-    _check(prompt_queue_threshold >= 0, f"--prompt-queue-threshold must be >= 0, got {prompt_queue_threshold}")
     _check(tp is None or tp >= 1, f"--tp must be at least 1, got {tp}")
     _check(0 < memory_utilization <= 1, f"--memory-utilization must be in (0, 1], got {memory_utilization}")
     _check(arrivals in ("auto", "poisson", "trace"), f"--arrivals must be auto, poisson or trace, got {arrivals!r}")
@@ -64,12 +56,8 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
     spec = load_model(model)
     wl = make_workload(workload, rps=rps, duration=duration, seed=seed, arrivals=arrivals,
                        max_context=max_context)
-    cfg = SimConfig(
-        batching=BatchingConfig(prompt_token_cap=prompt_cap, chunk_size=chunk_size,
-                                preemption_limit=preemption_limit),
-        routing=RoutingConfig(prompt_queue_threshold=prompt_queue_threshold, mixed_pool=mixed_pool),
-        layerwise_threshold=layerwise_threshold, tp=tp, memory_utilization=memory_utilization,
-        profile=profile, record_requests=record_requests)
+    cfg = SimConfig(policy=policy, tp=tp, memory_utilization=memory_utilization, profile=profile,
+                    record_requests=record_requests)
     sim = Simulation(cluster, spec, wl, cfg)
     if progress and sys.stderr.isatty():
         result = _run_with_progress(sim, duration)

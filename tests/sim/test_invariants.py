@@ -36,10 +36,11 @@ def scenarios(draw):
 
 
 def simulate(specs, design, counts, util, chunk):
+    from splitserve.policy.config import PolicyConfig
     from splitserve.policy.machine import BatchingConfig
 
     cfg = SimConfig(record_requests=True, memory_utilization=util,
-                    batching=BatchingConfig(chunk_size=chunk))
+                    policy=PolicyConfig(batching=BatchingConfig(chunk_size=chunk)))
     sim = Simulation(make_cluster(design, **counts), load_model("llama2-70b"), specs, cfg)
     cap = {m.id: m.kv_capacity for m in sim.machines}
     peak = {}

@@ -55,6 +55,12 @@ class ClusterScheduler(Protocol):
         """`m` is gone (dead); nothing is routed to it any more."""
 
 
+def moves_kv(r: Request) -> bool:
+    """Whether `r`'s KV moves from its prompt machine to its token machine: they differ, and it
+    makes more than its first token (a one-token request ends where its prompt ran)."""
+    return r.prompt_machine != r.token_machine and r.output_tokens > 1
+
+
 def admit(cls: ClusterScheduler, r: Request) -> bool:
     """A request arrives: route it, check it can ever fit, reserve its KV on its token machine and
     queue its prompt. False: it waits for KV memory on its token machine, holding nothing
@@ -64,7 +70,7 @@ def admit(cls: ClusterScheduler, r: Request) -> bool:
     if r.kv_need > p.kv_capacity or r.kv_need > t.kv_capacity:
         check_fits(p, r)
         check_fits(t, r)
-    if p is t or r.output_tokens == 1 or reserve_decode(t, r):
+    if not moves_kv(r) or reserve_decode(t, r):
         enqueue_prompt(p, r)
         return True
     return False

@@ -15,8 +15,10 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UserError
+from ..policy.config import PolicyConfig, policy_options
 
 
+@policy_options
 def serve(
     model: Annotated[str, typer.Option(help="A Hugging Face-format directory or a preset (tiny, small, ...).")] = "tiny",
     prompt_workers: Annotated[int, typer.Option("--prompt-workers", help="Workers in the prompt pool.")] = 1,
@@ -32,7 +34,6 @@ def serve(
     worker_host: Annotated[str, typer.Option("--worker-host", help="Address for the internal router/KV sockets (reachable by every worker).")] = "127.0.0.1",
     device: Annotated[str, typer.Option(help="Worker device: cpu, cuda or auto.")] = "cpu",
     dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16 or auto.")] = "auto",
-    layerwise_threshold: Annotated[int, typer.Option(help="Prompt-batch tokens from which KV moves layer by layer (else in one shot).")] = 512,
     transfer_timeout: Annotated[float, typer.Option(help="Seconds a KV transfer may go without progress (a step of the prompt starting, a layer arriving) before its blocks are freed and the request restarts; raise it where one prompt step takes longer.")] = 5.0,
     heartbeat_timeout: Annotated[float, typer.Option(help="Seconds of silence after which a worker is taken for hung, killed and replaced; workers report between engine steps, so it must exceed the longest step. A worker whose router is silent for twice as long exits.")] = 15.0,
     worker_start_timeout: Annotated[float, typer.Option(help="Seconds a worker may take to load its model and say hello; a replacement that does not is killed and started again.")] = 180.0,
@@ -44,9 +45,6 @@ def serve(
     max_queue: Annotated[int, typer.Option(help="Requests in flight at most; more get HTTP 429.")] = 256,
     num_blocks: Annotated[Optional[int], typer.Option(help="KV cache blocks per worker (default: the engine's).")] = None,
     max_num_seqs: Annotated[int, typer.Option(help="Sequences per worker batch at most.")] = 256,
-    prompt_cap: Annotated[int, typer.Option(help="Prompt tokens per worker batch at most (a longer prompt runs alone); as in simulate.")] = 2048,
-    chunk_size: Annotated[int, typer.Option(help="Chunked prefill: tokens per worker batch, decodes first (0: whole prompts); as in simulate.")] = 0,
-    preemption_limit: Annotated[int, typer.Option(help="Times one request may be preempted on a mixed worker; as in simulate.")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the workers' samplers (requests without their own seed).")] = 0,
     worker_threads: Annotated[int, typer.Option(help="Torch threads per worker.")] = 1,
     no_restart_workers: Annotated[bool, typer.Option("--no-restart-workers", help="Mark dead workers down instead of replacing them.")] = False,
@@ -57,6 +55,7 @@ def serve(
     orphan_timeout: Annotated[Optional[float], typer.Option(hidden=True, help="Tests only: seconds without word from the router (it pings every second) after which a worker exits (default: twice --heartbeat-timeout).")] = None,
     http_impl: Annotated[str, typer.Option("--http-impl", hidden=True, help="Benchmarks: uvicorn's HTTP parser (auto, h11, httptools).")] = "auto",
     loop_impl: Annotated[str, typer.Option("--loop-impl", hidden=True, help="Benchmarks: uvicorn's event loop (auto, asyncio, uvloop).")] = "auto",
+    policy: PolicyConfig = PolicyConfig(),
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API with phase-split prompt/token workers."""
     from .config import RequestLimits, ServeConfig
@@ -76,9 +75,8 @@ def serve(
     cfg = ServeConfig(model=model, prompt_workers=prompt_workers, token_workers=token_workers,
                       mixed_workers=mixed_workers, design=design, host=host, port=port, api_key=api_key,
                       backend=backend, ray_address=ray_address, worker_host=worker_host, device=device,
-                      dtype=dtype, layerwise_threshold=layerwise_threshold, transfer_timeout_s=transfer_timeout, heartbeat_timeout_s=heartbeat_timeout,
+                      dtype=dtype, policy=policy, transfer_timeout_s=transfer_timeout, heartbeat_timeout_s=heartbeat_timeout,
                       transport=transport, max_queue=max_queue, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
-                      prompt_cap=prompt_cap, chunk_size=chunk_size, preemption_limit=preemption_limit,
                       seed=seed, worker_threads=worker_threads, restart_workers=not no_restart_workers,
                       worker_mode=worker_mode, debug_layer_delay_s=debug_layer_delay, debug_fail_token=debug_fail_token,
                       orphan_timeout_s=orphan_timeout,

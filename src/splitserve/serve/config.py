@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ..errors import UserError
+from ..policy.config import PolicyConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +34,6 @@ class ServeConfig:
     worker_host: str = "127.0.0.1"       # where the router's and workers' internal sockets bind
     worker_mode: str = "engine"          # engine | echo (benchmark tool: no computation)
     transport: str = "tcp"               # tcp | local (workers on this host; see serve/transfer.py)
-    layerwise_threshold: int = 512       # prompt-batch tokens from which KV moves layer by layer
     transfer_timeout_s: float = 5.0
     max_queue: int = 256                 # requests in flight (admitted, not finished) at most
     retry_after_s: int = 1
@@ -41,9 +42,7 @@ class ServeConfig:
     seed: int = 0
     num_blocks: int | None = None        # KV blocks per worker (default: the engine's)
     max_num_seqs: int = 256
-    prompt_cap: int = 2048               # machine-level policy in each worker (policy/machine.py)
-    chunk_size: int = 0
-    preemption_limit: int = 3
+    policy: PolicyConfig = PolicyConfig()  # the scheduling policies: the router's and every worker's
     worker_threads: int = 1
     restart_workers: bool = True         # replace a worker that died (with back-off, never giving up)
     max_attempts: int = 3                # tries of one request across worker deaths
@@ -59,6 +58,11 @@ class ServeConfig:
     debug_layer_delay_s: float = 0.0     # tests only: slow each prefill layer down
     debug_fail_token: int | None = None  # tests only: a step holding a prompt with this token raises
     echo_token_delay_s: float = 0.0      # echo mode only: one token per step, steps this long
+
+    def worker_policy(self) -> PolicyConfig:
+        """The policy as each worker runs it: its engine admits at most max_num_seqs requests."""
+        return dataclasses.replace(self.policy, batching=dataclasses.replace(self.policy.batching,
+                                                                             max_seqs=self.max_num_seqs))
 
     @property
     def worker_orphan_timeout_s(self) -> float:
@@ -98,8 +102,6 @@ class ServeConfig:
             if self.worker_mode == "echo":
                 raise UserError("--transport local writes into the workers' KV caches; echo workers have "
                                 "none: use --transport tcp")
-        if self.prompt_cap < 1 or self.chunk_size < 0 or self.preemption_limit < 0:
-            raise UserError("--prompt-cap must be >= 1, --chunk-size and --preemption-limit >= 0")
         if min(self.transfer_timeout_s, self.heartbeat_timeout_s, self.worker_orphan_timeout_s,
                self.startup_timeout_s) <= 0 or self.drain_timeout_s < 0:
             raise UserError("--transfer-timeout, --heartbeat-timeout, --orphan-timeout and --worker-start-timeout "

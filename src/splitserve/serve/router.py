@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from ..policy.cluster import RoutingConfig
+from ..policy.cluster import moves_kv
 from ..policy.state import Pool, Request
 from .cluster_state import LiveCluster, NoWorkers
 from .config import ServeConfig
@@ -152,7 +152,7 @@ class Router:
         if not cfg.split:
             homes = [Pool.MIXED] * len(homes)
         caps = [self._kv_tokens(w) for w in self.workers]
-        self.cluster = LiveCluster(homes, caps, cfg.split, RoutingConfig(), kv_block=self.workers[0].block_size)
+        self.cluster = LiveCluster(homes, caps, cfg.split, cfg.policy.routing, kv_block=self.workers[0].block_size)
         self.max_request_tokens()
         self._tasks.append(asyncio.create_task(self._monitor_loop()))
         self.ready = True
@@ -177,8 +177,7 @@ class Router:
                 "--seed", str(cfg.seed), "--max-num-seqs", str(cfg.max_num_seqs),
                 "--threads", str(cfg.worker_threads), "--transport", cfg.transport,
                 "--transfer-timeout-s", str(cfg.transfer_timeout_s), "--worker-mode", cfg.worker_mode,
-                "--orphan-timeout-s", str(cfg.worker_orphan_timeout_s), "--prompt-token-cap", str(cfg.prompt_cap),
-                "--chunk-size", str(cfg.chunk_size), "--preemption-limit", str(cfg.preemption_limit)]
+                "--orphan-timeout-s", str(cfg.worker_orphan_timeout_s), "--policy", cfg.worker_policy().to_json()]
         if cfg.echo_token_delay_s:
             argv += ["--echo-token-delay-s", str(cfg.echo_token_delay_s)]
         if cfg.num_blocks:
@@ -406,7 +405,7 @@ class Router:
     def _dispatch(self, req: LiveRequest) -> None:
         r = req.pr
         p, t = self.workers[r.prompt_machine], self.workers[r.token_machine]
-        req.split = p is not t and r.output_tokens > 1
+        req.split = moves_kv(r)
         if req.split:
             req.stage = "reserving"
             self._send(t, {"t": "expect", "rid": req.wire, "ids": req.prompt_ids, "p": req.params, "src": p.id,
@@ -421,7 +420,7 @@ class Router:
         t = self.workers[r.token_machine]
         req.stage = "prefill"
         msg = {"t": "gen", "rid": req.wire, "ids": req.prompt_ids, "p": req.params, "kind": "prefill",
-               "dest": t.id, "dest_ident": t.ident.decode(), "addr": t.kv_addr, "thr": self.cfg.layerwise_threshold,
+               "dest": t.id, "dest_ident": t.ident.decode(), "addr": t.kv_addr, "thr": self.cfg.policy.layerwise_threshold,
                "iso": req.isolated}
         if t.kv_region is not None:  # one-sided transport: the prompt worker writes into these blocks
             msg.update(region=t.kv_region, blocks=blocks)

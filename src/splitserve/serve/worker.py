@@ -38,7 +38,7 @@ import time
 import zmq
 
 from ..errors import UserError
-from ..policy.machine import BatchingConfig
+from ..policy.config import PolicyConfig
 from .protocol import ROUTER_NAME as ROUTER
 from .protocol import BadMessage, Codec, control_message_limit, limit_socket, secret_from_env, worker_identity
 from .transfer import KVReceiver, KVSender, make_transport
@@ -55,11 +55,9 @@ def build_engine(args, kv_alloc=None):
 
     import torch
     torch.set_num_threads(max(1, args.threads))
-    policy = BatchingConfig(prompt_token_cap=args.prompt_token_cap, chunk_size=args.chunk_size,
-                            preemption_limit=args.preemption_limit, max_seqs=args.max_num_seqs)
     return LLMEngine(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                      num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-                     batching=policy, tokenizer=None, kv_alloc=kv_alloc)
+                     batching=args.policy.batching, tokenizer=None, kv_alloc=kv_alloc)
 
 
 def sampling_params(p: dict, echo: bool = False):
@@ -274,9 +272,8 @@ def parse_args(argv=None):
     ap.add_argument("--num-blocks", type=int, default=None)
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--prompt-token-cap", type=int, default=BatchingConfig().prompt_token_cap)
-    ap.add_argument("--chunk-size", type=int, default=BatchingConfig().chunk_size)
-    ap.add_argument("--preemption-limit", type=int, default=BatchingConfig().preemption_limit)
+    ap.add_argument("--policy", type=PolicyConfig.from_json, default=PolicyConfig(),
+                    help="the scheduling policies' settings, as JSON (the router's PolicyConfig)")
     ap.add_argument("--transport", default="tcp")
     ap.add_argument("--transfer-timeout-s", type=float, default=5.0)
     ap.add_argument("--orphan-timeout-s", type=float, default=10.0)

@@ -19,9 +19,10 @@ from ..catalog import kv_capacity_tokens, load_hardware
 from ..designs import ClusterSpec
 from ..errors import UserError
 from ..perf import make_perf_model
-from ..policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler, admit, admit_freed
-from ..policy.kv_transfer import DEFAULT_LAYERWISE_THRESHOLD, TransferMode, choose_mode
-from ..policy.machine import Batch, BatchingConfig, finish_iteration, form_batch
+from ..policy.cluster import JSQScheduler, SplitwiseScheduler, admit, admit_freed
+from ..policy.config import PolicyConfig
+from ..policy.kv_transfer import TransferMode, choose_mode
+from ..policy.machine import Batch, finish_iteration, form_batch
 from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.transitions import DoesNotFit, kv_landed
 from ..report.histogram import _K, _LOW
@@ -32,11 +33,9 @@ _ARRIVAL, _ITER_END, _TRANSFER_END = 0, 1, 2
 REFERENCE_HARDWARE = "dgx-a100"     # SLOs are slowdowns against an uncontended DGX-A100 (Table VI)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
-    batching: BatchingConfig = BatchingConfig()
-    routing: RoutingConfig = RoutingConfig()
-    layerwise_threshold: int = DEFAULT_LAYERWISE_THRESHOLD
+    policy: PolicyConfig = PolicyConfig()    # the scheduling policies' settings (as `serve` runs them)
     tp: int | None = None                    # tensor parallel per machine (default: all its GPUs)
     memory_utilization: float = 0.9
     profile: str | None = None               # profile CSV; roofline model where it has no rows
@@ -62,6 +61,7 @@ class Simulation:
         self.model = model
         self.workload = workload
         self.cfg = cfg
+        self.batching = cfg.policy.batching
         self.metrics = Metrics()
         self.machines: list[Machine] = []
         self.perf = []
@@ -87,7 +87,7 @@ class Simulation:
         self.hw = {name: v[0] for name, v in hw_cache.items()}
         self.links: dict[tuple[str, str], Link] = {}
         if cluster.design.split:
-            self.cls = SplitwiseScheduler(self.machines, cfg.routing)
+            self.cls = SplitwiseScheduler(self.machines, cfg.policy.routing)
         else:
             self.cls = JSQScheduler(self.machines)
         ref_hw = load_hardware(REFERENCE_HARDWARE)
@@ -137,7 +137,7 @@ class Simulation:
                 self._start(p, now)
 
     def _start(self, m: Machine, now: float) -> None:
-        batch = form_batch(m, self.cfg.batching)
+        batch = form_batch(m, self.batching)
         if batch is None:
             m.busy = False
             return
@@ -151,7 +151,7 @@ class Simulation:
         # Splitwise hand-off: with a large batch, KV of prompts finishing now streams to their
         # token machines layer by layer while the batch runs (their KV there is reserved)
         layerwise = self.layerwise[mid]
-        mode = choose_mode(batch.prompt_tokens, self.cfg.layerwise_threshold)
+        mode = choose_mode(batch.prompt_tokens, self.cfg.policy.layerwise_threshold)
         for r, n in zip(batch.prompts, batch.chunks):
             if r.prompt_started_at < 0:
                 r.prompt_started_at = now

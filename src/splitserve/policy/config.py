@@ -1,0 +1,131 @@
+"""The policy's settings, in one object, and their command-line options, written once.
+
+`PolicyConfig` holds every setting of the scheduling policies: the machine-level batching rules
+(BatchingConfig, policy/machine.py), the cluster-level routing (RoutingConfig, policy/cluster.py)
+and the KV transfer mode's threshold (policy/kv_transfer.py). The simulator runs with it, and the
+live router and every worker run with the same object (serve sends it to each worker once).
+
+`policy_options` adds one command-line option per setting to a typer command (`simulate` and
+`serve` both use it), so the two commands accept the same policy options with the same names,
+defaults and help, taken from the dataclasses' own defaults; tests/test_policy_options.py
+compares them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import json
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import UserError
+from .cluster import RoutingConfig
+from .kv_transfer import DEFAULT_LAYERWISE_THRESHOLD
+from .machine import BatchingConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyConfig:
+    batching: BatchingConfig = BatchingConfig()
+    routing: RoutingConfig = RoutingConfig()
+    layerwise_threshold: int = DEFAULT_LAYERWISE_THRESHOLD   # prompt-batch tokens from which KV streams by layer
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "PolicyConfig":
+        d = json.loads(text)
+        return cls(batching=BatchingConfig(**d["batching"]), routing=RoutingConfig(**d["routing"]),
+                   layerwise_threshold=d["layerwise_threshold"])
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One command-line option of a policy setting: `--name` sets `path` (section.field or field)."""
+
+    name: str
+    path: str
+    help: str
+    flag: bool = False   # a boolean switch that turns the setting off (--no-...)
+
+    def default(self) -> Any:
+        obj = PolicyConfig()
+        for part in self.path.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
+OPTIONS = (
+    Option("prompt-cap", "batching.prompt_token_cap",
+           "Prefill tokens in one batch at most; a longer prompt runs alone (paper: 2048)."),
+    Option("chunk-size", "batching.chunk_size",
+           "Chunked prefill: tokens per iteration, decodes first, then prompt chunks (0: whole prompts)."),
+    Option("preemption-limit", "batching.preemption_limit",
+           "Times one request may be preempted (its KV dropped, recomputed later) for a prompt."),
+    Option("prompt-queue-threshold", "routing.prompt_queue_threshold",
+           "Queued prefill tokens beyond which a prompt machine is full and work overflows to the mixed pool."),
+    Option("token-queue-threshold", "routing.token_queue_threshold",
+           "Decode tokens waiting for KV memory beyond which a token machine is full."),
+    Option("no-mixed-pool", "routing.mixed_pool", "No mixed pool: no overflow, no borrowing of machines.",
+           flag=True),
+    Option("layerwise-threshold", "layerwise_threshold",
+           "Prompt-batch tokens from which KV moves layer by layer, overlapped with the prompt (else in one shot)."),
+)
+
+
+def _param(o: Option) -> inspect.Parameter:
+    import typer
+
+    name = o.name.replace("-", "_")
+    if o.flag:
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                                 default=typer.Option(False, f"--{o.name}", help=o.help, rich_help_panel="Policy"))
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=type(o.default()),
+                             default=typer.Option(o.default(), f"--{o.name}", help=o.help, rich_help_panel="Policy"))
+
+
+def policy_options(command: Callable) -> Callable:
+    """Give a typer command one option per policy setting; it receives them as `policy=PolicyConfig`
+    (UserError for a value out of range)."""
+    hints = typing.get_type_hints(command, include_extras=True)  # resolved where the command lives
+    sig = inspect.signature(command)
+    params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()
+              if p.name != "policy"]
+
+    @functools.wraps(command)
+    def wrapper(**kw):
+        values = {o.path: (not kw.pop(o.name.replace("-", "_"))) if o.flag else kw.pop(o.name.replace("-", "_"))
+                  for o in OPTIONS}
+        return command(policy=make_policy(values), **kw)
+
+    extra = [_param(o) for o in OPTIONS]
+    wrapper.__signature__ = sig.replace(parameters=params + extra)
+    wrapper.__annotations__ = {p.name: p.annotation for p in params + extra}
+    return wrapper
+
+
+def make_policy(values: dict[str, Any]) -> PolicyConfig:
+    """A PolicyConfig from {path: value}, checked; UserError names the option to fix."""
+    sections: dict[str, dict] = {"batching": {}, "routing": {}}
+    top = {}
+    for path, v in values.items():
+        section, _, field = path.rpartition(".")
+        (sections[section] if section else top)[field] = v
+    cfg = PolicyConfig(batching=BatchingConfig(**sections["batching"]), routing=RoutingConfig(**sections["routing"]),
+                       **top)
+    b, r = cfg.batching, cfg.routing
+    for ok, msg in ((b.prompt_token_cap >= 1, f"--prompt-cap must be at least 1, got {b.prompt_token_cap}"),
+                    (b.chunk_size >= 0, f"--chunk-size must be 0 (off) or positive, got {b.chunk_size}"),
+                    (b.preemption_limit >= 0, f"--preemption-limit must be >= 0, got {b.preemption_limit}"),
+                    (r.prompt_queue_threshold >= 0,
+                     f"--prompt-queue-threshold must be >= 0, got {r.prompt_queue_threshold}"),
+                    (r.token_queue_threshold >= 0, f"--token-queue-threshold must be >= 0, got {r.token_queue_threshold}"),
+                    (cfg.layerwise_threshold >= 0,
+                     f"--layerwise-threshold must be >= 0, got {cfg.layerwise_threshold}")):
+        if not ok:
+            raise UserError(msg)
+    return cfg
