@@ -43,12 +43,12 @@ def test_defaults_are_written_once_in_the_dataclasses():
 
 def test_the_config_reaches_the_workers_whole():
     from splitserve.serve.config import ServeConfig
-    from splitserve.serve.router import Router
+    from splitserve.serve.supervisor import WorkerInfo
+    from splitserve.serve.worker_args import parse_args, worker_argv
 
     policy = make_policy({"batching.chunk_size": 64, "batching.preemption_limit": 1,
                           "routing.prompt_queue_threshold": 100, "routing.mixed_pool": False,
                           "layerwise_threshold": 7})
-    r = Router(ServeConfig(policy=policy, max_num_seqs=12))
-    argv = r._argv(r.workers[0])
-    sent = PolicyConfig.from_json(argv[argv.index("--policy") + 1])
-    assert sent == dataclasses.replace(policy, batching=dataclasses.replace(policy.batching, max_seqs=12))
+    argv = worker_argv(ServeConfig(policy=policy, max_num_seqs=12), WorkerInfo(0, "prompt"), "tcp://127.0.0.1:1")
+    got = parse_args(argv).policy  # as the worker reads it
+    assert got == dataclasses.replace(policy, batching=dataclasses.replace(policy.batching, max_seqs=12))

@@ -53,22 +53,22 @@ def test_what_reaches_the_workers_is_in_range():
     g = ok({"prompt": "hi", "max_tokens": 5, "top_k": 2 ** 63, "temperature": 1e-300, "seed": 2 ** 63 - 1,
             "logit_bias": {"7": -100, "3": 2.5}, "repetition_penalty": 1.2, "stop_token_ids": [2]})
     assert g.prompt_ids == [1, 107, 108]
-    p = g.params
+    p = g.params.to_wire()                      # what the workers get
     assert p["top_k"] == 0                      # beyond the vocabulary: off, not an overflow
     assert p["temperature"] == 1e-300 and p["seed"] == 2 ** 63 - 1
-    assert p["logit_bias"] == [[3, 2.5], [7, -100.0]] and p["repetition_penalty"] == 1.2
+    assert p["logit_bias"] == [(3, 2.5), (7, -100.0)] and p["repetition_penalty"] == 1.2
     assert "presence_penalty" not in p          # defaults are not sent
-    assert ok({"prompt": [1], "top_k": -1}).params["top_k"] == 0
-    assert ok({"prompt": [1], "top_k": 40}).params["top_k"] == 40
+    assert ok({"prompt": [1], "top_k": -1}).params.top_k == 0
+    assert ok({"prompt": [1], "top_k": 40}).params.top_k == 40
 
 
 def test_defaults_and_max_tokens():
     g = ok({"prompt": [1, 2, 3]})
-    assert g.params["max_tokens"] == 16 and not g.stream and g.stop == [] and g.echo_text is None
+    assert g.params.max_tokens == 16 and not g.stream and g.stop == [] and g.echo_text is None
     chat = ok({"messages": [{"role": "user", "content": "hi"}]}, chat=True)
-    assert chat.params["max_tokens"] == 512 - len(chat.prompt_ids)  # chat: all that fits
+    assert chat.params.max_tokens == 512 - len(chat.prompt_ids)  # chat: all that fits
     assert ok({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9, "max_completion_tokens": 3},
-              chat=True).params["max_tokens"] == 3
+              chat=True).params.max_tokens == 3
     assert err({"prompt": [1] * 500, "max_tokens": 13}).code == "context_length_exceeded"
 
 

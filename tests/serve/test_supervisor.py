@@ -182,8 +182,7 @@ def test_timeouts_derive_from_one_setting():
     for hb in (2.0, 15.0, 60.0):
         cfg = ServeConfig(heartbeat_timeout_s=hb)
         assert cfg.worker_orphan_timeout_s == 2 * hb
-    from splitserve.serve.router import Router
-    r = Router(ServeConfig(heartbeat_timeout_s=7))
-    w = r.workers[0]
-    argv = r._argv(w)
-    assert float(argv[argv.index("--orphan-timeout-s") + 1]) == 14.0
+    from splitserve.serve.supervisor import WorkerInfo
+    from splitserve.serve.worker_args import parse_args, worker_argv
+    argv = worker_argv(ServeConfig(heartbeat_timeout_s=7), WorkerInfo(0, "prompt"), "tcp://127.0.0.1:1")
+    assert parse_args(argv).orphan_timeout_s == 14.0

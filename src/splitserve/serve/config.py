@@ -33,7 +33,7 @@ class ServeConfig:
     ray_address: str | None = None
     worker_host: str = "127.0.0.1"       # where the router's and workers' internal sockets bind
     worker_mode: str = "engine"          # engine | echo (benchmark tool: no computation)
-    transport: str = "tcp"               # tcp | local (workers on this host; see serve/transfer.py)
+    transport: str = "tcp"               # tcp | local (workers on this host; see serve/kv/)
     transfer_timeout_s: float = 5.0
     max_queue: int = 256                 # requests in flight (admitted, not finished) at most
     retry_after_s: int = 1
@@ -58,6 +58,16 @@ class ServeConfig:
     debug_layer_delay_s: float = 0.0     # tests only: slow each prefill layer down
     debug_fail_token: int | None = None  # tests only: a step holding a prompt with this token raises
     echo_token_delay_s: float = 0.0      # echo mode only: one token per step, steps this long
+
+    def max_model_len(self) -> int:
+        """The served model's context, from its config (a preset or a checkpoint's config.json)."""
+        from pathlib import Path
+
+        from ..engine.config import ModelConfig
+        from ..engine.presets import get_preset
+
+        p = Path(self.model)
+        return (ModelConfig.from_dir(p) if p.is_dir() else get_preset(self.model)).max_position_embeddings
 
     def worker_policy(self) -> PolicyConfig:
         """The policy as each worker runs it: its engine admits at most max_num_seqs requests."""

@@ -98,6 +98,6 @@ class ServeMetrics:
             self.blocks_free.labels(wid).set(w.free)
             self.blocks_used.labels(wid).set(w.blocks - w.free)
             self.bad_messages.labels(f"worker{wid}").set(w.rejected)
-        self.bad_messages.labels("router").set(router.codec.rejected + router.strangers)
+        self.bad_messages.labels("router").set(router.chan.rejected)
         self.in_flight.set(len(router.active))
         return generate_latest(self.registry)

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .config import RequestLimits
+from .messages import WireParams
 from .openai_io import ApiError, ModelInfo, bad, parse_json, render_chat
 
 
@@ -188,7 +189,7 @@ def chat_messages(msgs: Any) -> list[dict]:
 @dataclass(slots=True)
 class GenRequest:
     prompt_ids: list[int]
-    params: dict                   # the workers' sampling parameters (worker.sampling_params)
+    params: WireParams             # the workers' sampling parameters
     stream: bool
     include_usage: bool
     stop: list[str]                # stop strings, cut by the front end's Detokenizer
@@ -222,7 +223,7 @@ def _token_list(ids: list[int], info: ModelInfo, limits: RequestLimits, param: s
     return ids
 
 
-def _logit_bias(bias: dict[str, float], info: ModelInfo, limits: RequestLimits) -> list[list]:
+def _logit_bias(bias: dict[str, float], info: ModelInfo, limits: RequestLimits) -> list[tuple[int, float]]:
     ids = []
     for k in bias:
         try:
@@ -234,7 +235,7 @@ def _logit_bias(bias: dict[str, float], info: ModelInfo, limits: RequestLimits) 
     for t, v in zip(ids, bias.values()):
         if not -100 <= v <= 100:
             raise bad(f"'logit_bias' values must be in [-100, 100], got {v}", "logit_bias", "invalid_value")
-        out.append([t, float(v)])
+        out.append((t, float(v)))
     return sorted(out)
 
 
@@ -284,17 +285,12 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
         ids, text = prompt_ids(m.prompt, info)
         if m.echo:
             echo_text = text if text is not None else (info.tokenizer.decode(ids) if info.tokenizer else "")
-    params = {"max_tokens": _max_tokens(m, chat, len(ids), info),
-              "temperature": m.temperature, "top_p": m.top_p,
-              "top_k": m.top_k if 0 < m.top_k < info.vocab_size else 0,  # -1, 0 and >= vocab: off
-              "ignore_eos": m.ignore_eos,
-              "stop_token_ids": _token_list(m.stop_token_ids or [], info, limits, "stop_token_ids")}
-    if m.seed is not None:
-        params["seed"] = m.seed
-    for name, default in (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0)):
-        if getattr(m, name) != default:
-            params[name] = getattr(m, name)
-    if m.logit_bias:
-        params["logit_bias"] = _logit_bias(m.logit_bias, info, limits)
+    params = WireParams(max_tokens=_max_tokens(m, chat, len(ids), info), temperature=m.temperature, top_p=m.top_p,
+                        top_k=m.top_k if 0 < m.top_k < info.vocab_size else 0,  # -1, 0 and >= vocab: off
+                        ignore_eos=m.ignore_eos,
+                        stop_token_ids=_token_list(m.stop_token_ids or [], info, limits, "stop_token_ids"),
+                        seed=m.seed, presence_penalty=m.presence_penalty, frequency_penalty=m.frequency_penalty,
+                        repetition_penalty=m.repetition_penalty,
+                        logit_bias=_logit_bias(m.logit_bias, info, limits) if m.logit_bias else [])
     so = m.stream_options or StreamOptions()
     return GenRequest(ids, params, m.stream, so.include_usage, stop, echo_text)

@@ -71,6 +71,11 @@ class WorkerInfo:
     def up(self) -> bool:
         return self.state is State.UP
 
+    @property
+    def kv_tokens(self) -> int:
+        """Its KV cache in tokens (the policy reserves whole blocks: Machine.kv_block)."""
+        return self.blocks * self.block_size
+
 
 class Supervisor:
     def __init__(self, cfg: ServeConfig, secret: bytes, launcher, argv: Callable[[WorkerInfo], list[str]],

@@ -5,7 +5,7 @@
 
 The pool is the router's business: any worker runs what it is sent. "gen" with kind "full" runs
 a request here from prompt to last token (mixed / baseline); kind "prefill" runs the prompt only
-and ships its KV to the token worker named in the message (see transfer.py); "expect" reserves
+and ships its KV to the token worker named in the message (see kv/); "expect" reserves
 blocks for KV that is about to arrive, after which the request decodes here. Batching and
 preemption within the worker are the simulator's machine-level policy (policy/machine.py, run by
 the engine's scheduler on its view of itself): FCFS prompts under the prompt-token cap, every decode
@@ -29,7 +29,6 @@ model's prompts and KV need (protocol.limit_socket).
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -38,10 +37,10 @@ import time
 import zmq
 
 from ..errors import UserError
-from ..policy.config import PolicyConfig
 from .protocol import ROUTER_NAME as ROUTER
 from .protocol import BadMessage, Codec, control_message_limit, limit_socket, secret_from_env, worker_identity
-from .transfer import KVReceiver, KVSender, make_transport
+from .kv import BothSides, KVReceiver, KVSender, make_transport
+from .worker_args import parse_args
 
 HEARTBEAT_S = 0.2
 MAX_STEP_FAILURES = 3
@@ -86,12 +85,15 @@ class Worker:
         limit_socket(self.ctl, control, hwm=100_000)
         self.ctl.connect(args.router)
         # KV messages: a whole request's KV in one frame at most
-        kv_limit = control + engine.max_model_len * engine.cfg.kv_bytes_per_token(_itemsize(engine))
-        self.transport = make_transport(args.transport, self.ctx, codec, args.host, region, max_message=kv_limit)
-        self.sender = KVSender(engine, self.transport, args.debug_layer_delay_s)
+        kv_limit = control + engine.max_model_len * engine.kv_layout.bytes_per_token
+        self.transport = make_transport(args.transport, self.ctx, codec, args.host, region, max_message=kv_limit,
+                                        slot_ids=getattr(engine, "kv_slot_ids", None))
+        self.sender = KVSender(self.transport, args.debug_layer_delay_s)
         if args.debug_fail_token is not None:
             _fail_on_token(engine, args.debug_fail_token)
-        self.receiver = KVReceiver(engine, args.transfer_timeout_s, one_sided=self.transport.one_sided)
+        self.receiver = KVReceiver(args.transfer_timeout_s, one_sided=self.transport.one_sided,
+                                   notify=self.on_kv_event)
+        engine.connector = BothSides(self.sender, self.receiver)  # the engine drives both (engine/kv_connector.py)
         self.kinds: dict[str, str] = {}  # rid -> "full" | "prefill" | "decode"
         self.items: list = []  # tokens for the router, flushed once per loop
         self.item_tokens = 0
@@ -132,16 +134,14 @@ class Worker:
                 return
             self.kinds[rid] = h["kind"]
             if h["kind"] == "prefill":
-                self.sender.plan(rid, h["dest"], h["dest_ident"], h["addr"], h["thr"], h.get("region"),
-                                 h.get("blocks"))
+                self.sender.plan(rid, h["dest"], h["dest_ident"], h["addr"], h["thr"],
+                                 where={"region": h.get("region"), "blocks": h.get("blocks")})
         elif t == "expect":
             try:
-                blocks = self.receiver.expect(rid, h["ids"], sampling_params(h["p"], self.echo), h.get("src"),
-                                              isolated=h.get("iso", False))
-                ok = {"t": "reserved", "rid": rid, "ok": True}
-                if self.transport.one_sided:  # the prompt worker writes into these blocks
-                    ok["blocks"] = blocks
-                self.send(ok)
+                where = self.receiver.expect(rid, h["ids"], sampling_params(h["p"], self.echo), h.get("src"),
+                                             isolated=h.get("iso", False))
+                # `where`: one-sided, the blocks the prompt worker writes into
+                self.send({"t": "reserved", "rid": rid, "ok": True, **where})
             except UserError as e:
                 self.send({"t": "reserved", "rid": rid, "ok": False, "msg": str(e)})
         elif t in ("abort", "cancel"):
@@ -154,9 +154,8 @@ class Worker:
 
     def drop(self, rid: str, prefill_sent: bool = True) -> None:
         """Forget `rid` everywhere in this worker (idempotent)."""
-        self.engine.abort(rid)
+        self.engine.abort(rid)  # its connector hears of it (a prefill's plan goes)
         self.receiver.release(rid, prefill_sent)
-        self.sender.forget(rid)
         self.kinds.pop(rid, None)
 
     def report_step(self, rep) -> None:
@@ -173,7 +172,6 @@ class Worker:
         except Exception as e:
             if not hasattr(e, "request_ids"):  # engine.StepFailed (not imported: echo workers have no torch)
                 raise
-            self.sender.step_failed()
             for rid in e.request_ids:
                 self.drop(rid)
             self.send({"t": "step_failed", "rids": list(e.request_ids), "error": repr(e.cause)[:500]})
@@ -186,11 +184,13 @@ class Worker:
         self.on_outputs(outs)
 
     def on_kv(self, h: dict, data: list) -> None:
-        ev = self.receiver.handle(h, data)
-        if ev is not None:
-            if ev["t"] == "kv_in":
-                self.kinds[ev["rid"]] = "decode"
-            self.send(ev)
+        self.receiver.handle(h, data)
+
+    def on_kv_event(self, ev: dict) -> None:
+        """The receiver's `kv_in` / `kv_fail` for the router (kv_in: the request decodes here now)."""
+        if ev["t"] == "kv_in":
+            self.kinds[ev["rid"]] = "decode"
+        self.send(ev)
 
     # ---- engine outputs ---------------------------------------------------------------------
     def on_outputs(self, outs) -> None:
@@ -199,13 +199,11 @@ class Worker:
             kind = self.kinds.get(rid)
             if kind is None:
                 continue  # aborted meanwhile
-            if o.finish_reason == "prefill":
-                self.sender.prefill_done(rid, o.token_ids[0], o.kv)
+            if o.finish_reason == "prefill":  # the engine closed its transfer (connector.request_finished)
                 del self.kinds[rid]
                 self.items.append([rid, o.new_token_ids, False, "prefill"])
                 continue
             if o.finished:
-                self.sender.forget(rid)
                 del self.kinds[rid]
             self.items.append([rid, o.new_token_ids, o.finished, o.finish_reason])
             self.item_tokens += len(o.new_token_ids)
@@ -241,8 +239,7 @@ class Worker:
             if self.transport.inbound in ready:
                 for h, data in self.transport.recv_all():
                     self.on_kv(h, data)
-            for ev in self.receiver.expire():
-                self.send(ev)
+            self.receiver.expire()  # kv_fail events go out through on_kv_event
             if self.engine.has_unfinished():
                 self.step()
             self.flush()
@@ -257,31 +254,6 @@ class Worker:
                     break
         self.transport.close()
         self.ctl.close(linger=0)
-
-
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="splitserve-worker", description=__doc__.splitlines()[0])
-    ap.add_argument("--id", type=int, required=True)
-    ap.add_argument("--gen", type=int, default=1, help="generation (the router's launch count of this worker id)")
-    ap.add_argument("--router", required=True, help="the router's control endpoint, tcp://host:port")
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--host", default="127.0.0.1", help="address to bind the inbound KV endpoint on")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--num-blocks", type=int, default=None)
-    ap.add_argument("--max-num-seqs", type=int, default=256)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--policy", type=PolicyConfig.from_json, default=PolicyConfig(),
-                    help="the scheduling policies' settings, as JSON (the router's PolicyConfig)")
-    ap.add_argument("--transport", default="tcp")
-    ap.add_argument("--transfer-timeout-s", type=float, default=5.0)
-    ap.add_argument("--orphan-timeout-s", type=float, default=10.0)
-    ap.add_argument("--worker-mode", choices=["engine", "echo"], default="engine")
-    ap.add_argument("--echo-token-delay-s", type=float, default=0.0, help=argparse.SUPPRESS)
-    ap.add_argument("--debug-layer-delay-s", type=float, default=0.0, help=argparse.SUPPRESS)
-    ap.add_argument("--debug-fail-token", type=int, default=None, help=argparse.SUPPRESS)
-    return ap.parse_args(argv)
 
 
 def _unlink_on_sigterm(region) -> None:
@@ -310,13 +282,8 @@ def _fail_on_token(engine, token: int) -> None:
     engine.model.layers[0].register_forward_pre_hook(hook)
 
 
-def _itemsize(engine) -> int:
-    kv = getattr(engine, "kv", None)
-    return kv.data.element_size() if kv is not None else 1
-
-
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv, __doc__.splitlines()[0])
     secret = secret_from_env()
     codec = Codec(secret, worker_identity(secret, args.id, args.gen).decode())
     region = None

@@ -10,7 +10,6 @@ pulled from the workload one at a time, so memory follows the requests in flight
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,9 +22,8 @@ from ..policy.cluster import JSQScheduler, SplitwiseScheduler, admit, admit_free
 from ..policy.config import PolicyConfig
 from ..policy.kv_transfer import TransferMode, choose_mode
 from ..policy.machine import Batch, finish_iteration, form_batch
-from ..policy.state import Machine, Phase, Pool, Request
+from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import DoesNotFit, kv_landed
-from ..report.histogram import _K, _LOW
 from .kv_transfer import Link, layerwise_done, link_between, serialized_done
 from .metrics import MachineStats, Metrics
 
@@ -179,42 +177,7 @@ class Simulation:
         self.batches[m.id] = None
         mt = self.metrics
         tbt, slow = mt.tbt, mt.slow_tbt
-        tc, sc = tbt.counts, slow.counts
-        log = math.log
-        ngap = 0
-        gap_sum = slow_sum = 0.0
-        glo = slo_ = math.inf
-        ghi = shi = 0.0
-        for r in batch.decoding:                  # every decode of the batch produced a token now
-            g = now - r.last_token_at
-            r.last_token_at = now
-            i = int(log(g / _LOW) * _K) + 1
-            tc[i] = tc.get(i, 0) + 1
-            s = g / r.ref_tbt
-            j = int(log(s / _LOW) * _K) + 1
-            sc[j] = sc.get(j, 0) + 1
-            ngap += 1
-            gap_sum += g
-            slow_sum += s
-            if g < glo:
-                glo = g
-            if g > ghi:
-                ghi = g
-            if s < slo_:
-                slo_ = s
-            if s > shi:
-                shi = s
-            if r.token_times is not None:
-                r.token_times.append(now)
-        if ngap:
-            tbt.n += ngap
-            tbt.total += gap_sum
-            tbt.lo = min(tbt.lo, glo)
-            tbt.hi = max(tbt.hi, ghi)
-            slow.n += ngap
-            slow.total += slow_sum
-            slow.lo = min(slow.lo, slo_)
-            slow.hi = max(slow.hi, shi)
+        ngap = mt.decode_gaps(batch.decoding, now)  # every decode of the batch produced a token now
         res = finish_iteration(m, batch)
         mt.tokens += ngap + len(res.first_tokens)
         freed = bool(res.finished)

@@ -1,0 +1,113 @@
+"""The router's end of the control channel: one ZeroMQ ROUTER socket that every worker connects
+to. Frames are signed and addressed (protocol.py: a worker's identity is derived from the
+cluster secret, so nobody else can take it), headers are typed (messages/), and the socket
+refuses frames larger than a control message can be (protocol.control_message_limit).
+
+It runs on the front end's event loop. ZeroMQ's file descriptor is edge-triggered: it fires when
+the socket's state changes, and any send or receive can consume that change. So the reader
+drains until nothing is left (a bounded number at a time, then it lets the HTTP side run and
+comes back), every send schedules another drain, and the router's monitor drains too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Callable
+
+import zmq
+
+from .messages import TO_ROUTER, MalformedMessage, Message, decode, encode
+from .protocol import BadMessage, Codec, limit_socket
+from .supervisor import WorkerInfo
+
+
+class RouterChannel:
+    def __init__(self, codec: Codec, lookup: Callable[[bytes], WorkerInfo | None],
+                 on_message: Callable[[WorkerInfo, Message], None]) -> None:
+        """lookup(identity): the worker of a current identity (None: a stale generation or a
+        stranger); on_message(worker, message): a verified, typed message from it."""
+        self.codec, self.lookup, self.on_message = codec, lookup, on_message
+        self.ctx: zmq.Context | None = None
+        self.sock: zmq.Socket | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.address = ""
+        self.strangers = 0   # frames from identities of no current worker (dropped unread)
+        self.malformed = 0   # signed messages whose header is no valid message
+        self._scheduled = False
+
+    def open(self, host: str, max_message: int) -> str:
+        """Bind on `host` (a random port); the address workers connect to."""
+        self.loop = asyncio.get_running_loop()
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.codec.max_head = max_message
+        limit_socket(self.sock, max_message, hwm=100_000)
+        port = self.sock.bind_to_random_port(f"tcp://{host}")
+        self.address = f"tcp://{host}:{port}"
+        self.loop.add_reader(self.sock.getsockopt(zmq.FD), self.kick)
+        return self.address
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.loop.remove_reader(self.sock.getsockopt(zmq.FD))
+            self.sock.close(linger=0)
+            self.sock = None
+        if self.ctx is not None:
+            self.ctx.destroy(linger=0)
+            self.ctx = None
+
+    @property
+    def rejected(self) -> int:
+        return self.codec.rejected + self.strangers + self.malformed
+
+    def send(self, w: WorkerInfo, msg: Message) -> None:
+        if self.sock is None:
+            return
+        try:
+            self.sock.send_multipart([w.ident, *self.codec.encode(encode(msg), to=w.ident.decode())],
+                                     flags=zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # an unroutable (dead) worker: the supervisor notices, its requests are restarted
+        self.kick()
+
+    def kick(self) -> None:
+        if not self._scheduled and self.loop is not None:
+            self._scheduled = True
+            self.loop.call_soon(self.drain)
+
+    def drain(self, limit: int = 2000) -> bool:
+        """Handle up to `limit` queued messages; True if none are left."""
+        self._scheduled = False
+        sock = self.sock
+        if sock is None or sock.closed:
+            return True
+        for _ in range(limit):
+            try:
+                fr = sock.recv_multipart(flags=zmq.NOBLOCK)  # bytes: cheaper than Frames for small messages
+            except zmq.Again:
+                return True
+            w = self.lookup(fr[0])
+            if w is None:
+                self.strangers += 1
+                continue
+            try:
+                h, _ = self.codec.decode(fr[1:], sender=fr[0].decode())
+                msg = decode(h, TO_ROUTER)
+            except BadMessage:
+                continue  # counted by the codec
+            except MalformedMessage as e:
+                self.malformed += 1
+                print(f"router: worker {w.id} sent a malformed message: {e.reason}", file=sys.stderr)
+                continue
+            try:
+                self.on_message(w, msg)
+            except Exception as e:  # a bug must not kill the router
+                print(f"router: error handling {msg.T} from worker {w.id}: {e!r}", file=sys.stderr)
+        self.kick()
+        return False
+
+    def drain_all(self) -> None:
+        while not self.drain(limit=10_000):
+            pass

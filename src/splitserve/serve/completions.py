@@ -1,0 +1,257 @@
+"""The two generation endpoints, `POST /v1/completions` and `POST /v1/chat/completions`, served
+on a short path: `App.__call__` (api.py) hands their POSTs straight to `Completions.handler`,
+without FastAPI's routing, dependency and middleware layers (37% of the profile samples of a
+request's path through the app, benchmarks/serve/README.md).
+
+In order, a request's handler checks the API key (401), the announced body size (413), reads the
+body up to the limit (413), checks and tokenizes the request (schema.py; on a thread when the body
+is large, so that the event loop, which also runs the router and its heartbeats, never stalls on
+one request), submits it to the router, and answers: one JSON body, or server-sent events, one
+chunk per step's tokens, the finish reason in the last chunk, `usage` in a final chunk when
+`stream_options.include_usage` is set, then `data: [DONE]`; a stream that fails (or is cut by
+shutdown) ends with an error event and `data: [DONE]` too. A client that disconnects before its
+answer cancels its request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import random
+import time
+from concurrent.futures import Executor
+
+from fastapi.responses import Response, StreamingResponse
+
+from .config import ServeConfig
+from .detokenize import Detokenizer
+from .metrics import ServeMetrics
+from .openai_io import ApiError, ModelInfo, dumps
+from .router import Overloaded, Router, TooLarge, Unavailable
+from .schema import GenRequest, prepare
+
+JSON = "application/json"
+INLINE_BYTES = 4096  # bodies up to this size are checked and tokenized on the event loop itself
+_ids = random.Random()  # response ids: unique, not secret (uuid4 costs a getrandom call each)
+
+
+def json_response(obj, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(dumps(obj), status_code=status, media_type=JSON, headers=headers)
+
+
+def error_response(e: ApiError) -> Response:
+    return json_response(e.body(), e.status, e.headers or None)
+
+
+def _server_error(ev: tuple) -> ApiError:
+    """The router's ("error", message, status[, code]) event as an ApiError."""
+    status = ev[2]
+    return ApiError(status, ev[1], "server_error" if status >= 500 else "invalid_request_error", None,
+                    ev[3] if len(ev) > 3 else None)
+
+
+def too_large(limit: int) -> ApiError:
+    return ApiError(413, f"the request body is larger than {limit} bytes (--max-body-mb)",
+                    "invalid_request_error", None, "request_too_large", {"Connection": "close"})
+
+
+async def _read_body(receive, limit: int) -> bytes | None:
+    """The whole request body, or None if the client went away first; 413 past `limit` bytes."""
+    chunks, size = [], 0
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request":
+            return None  # http.disconnect
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+        if not msg.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _cancel_when_gone(receive, task: asyncio.Task, left: list) -> None:
+    """Once the body is read, uvicorn's next message is the client's disconnect: cancel `task`
+    (the request's handler) then, and say so in `left`."""
+    if (await receive())["type"] == "http.disconnect":
+        left.append(True)
+        task.cancel()
+
+
+class Completions:
+    """The generation endpoints of one server: its router, model, limits and API key."""
+
+    def __init__(self, cfg: ServeConfig, router: Router, info: ModelInfo, metrics: ServeMetrics,
+                 prep: Executor) -> None:
+        self.cfg, self.router, self.info, self.metrics, self.prep = cfg, router, info, metrics, prep
+        self.limits = cfg.limits
+        self.key = cfg.api_key.encode() if cfg.api_key else None
+
+    def check_key(self, auth: str) -> None:
+        """401 unless `auth` is "Bearer <the key>" (no key set: anyone)."""
+        if self.key is None:
+            return
+        if not auth:
+            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'",
+                           "invalid_request_error", None, "invalid_api_key")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.key):
+            raise ApiError(401, "incorrect API key", "invalid_request_error", None, "invalid_api_key")
+
+    def submit(self, gen: GenRequest, name: str):
+        try:
+            return self.router.submit(gen.prompt_ids, gen.params, name)
+        except Overloaded as e:
+            self.metrics.rejected.labels("429").inc()
+            raise ApiError(429, f"server overloaded: {e}; retry later", "rate_limit_error", None,
+                           "overloaded", {"Retry-After": str(self.cfg.retry_after_s)}) from None
+        except TooLarge as e:
+            raise ApiError(400, str(e), "invalid_request_error", "prompt", "context_length_exceeded") from None
+        except Unavailable as e:
+            self.metrics.rejected.labels("503").inc()
+            raise ApiError(503, f"service unavailable: {e}", "server_error", None, "unavailable",
+                           {"Retry-After": str(self.cfg.retry_after_s)}) from None
+
+    async def generate(self, raw: bytes, chat: bool) -> Response:
+        """The response to one completion (chat: True) request; ApiError for bad input."""
+        if len(raw) <= INLINE_BYTES:
+            gen = prepare(raw, chat, self.info, self.limits)
+        else:
+            gen = await asyncio.get_running_loop().run_in_executor(self.prep, prepare, raw, chat, self.info,
+                                                                   self.limits)
+        rid = f"{'chatcmpl-' if chat else 'cmpl-'}{_ids.getrandbits(96):024x}"
+        req = self.submit(gen, rid)
+        created = int(time.time())
+        detok = Detokenizer(self.info.tokenizer, gen.stop)
+        try:
+            first = await req.queue.get()
+        except BaseException:
+            self.router.cancel(req)
+            raise
+        if first[0] == "error":
+            raise _server_error(first)
+        if gen.stream:
+            return StreamingResponse(self._stream(req, first, rid, created, chat, gen, detok),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        tokens: list[int] = []
+        ev = first
+        try:
+            while True:
+                if ev[0] == "tokens":
+                    tokens += ev[1]
+                    if gen.stop:  # else the text is decoded once, at the end
+                        detok.push(ev[1])
+                    if detok.stopped:
+                        self.router.cancel(req)
+                        reason = "stop"
+                        break
+                elif ev[0] == "done":
+                    reason = ev[1]
+                    break
+                else:
+                    raise _server_error(ev)
+                ev = await req.queue.get()
+        except BaseException:
+            self.router.cancel(req)
+            raise
+        if not gen.stop:
+            detok.push(tokens)
+        text = detok.text()[0]
+        n = len(gen.prompt_ids)
+        usage = {"prompt_tokens": n, "completion_tokens": len(tokens), "total_tokens": n + len(tokens)}
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "finish_reason": reason, "logprobs": None, "token_ids": tokens}
+            return json_response({"id": rid, "object": "chat.completion", "created": created,
+                                  "model": self.info.name, "choices": [choice], "usage": usage})
+        if gen.echo_text is not None:
+            text = gen.echo_text + text
+        choice = {"index": 0, "text": text, "token_ids": tokens, "logprobs": None, "finish_reason": reason}
+        return json_response({"id": rid, "object": "text_completion", "created": created, "model": self.info.name,
+                              "choices": [choice], "usage": usage})
+
+    async def _stream(self, req, first, rid, created, chat, gen: GenRequest, detok: Detokenizer):
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        head = f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{dumps(self.info.name).decode()},'
+
+        def chunk(text: str, toks: list[int], reason: str | None) -> str:
+            if chat:
+                delta = {"content": text} if text or toks else {}
+                c = {"index": 0, "delta": delta, "token_ids": toks, "logprobs": None, "finish_reason": reason}
+            else:
+                c = {"index": 0, "text": text, "token_ids": toks, "logprobs": None, "finish_reason": reason}
+            return f"data: {head}\"choices\":[{dumps(c).decode()}]}}\n\n"
+
+        n_out = 0
+        ev = first
+        try:
+            if chat:
+                yield f"data: {head}\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+            elif gen.echo_text:
+                yield chunk(gen.echo_text, [], None)
+            while True:
+                if ev[0] == "tokens":
+                    n_out += len(ev[1])
+                    text = detok.push(ev[1])
+                    if detok.stopped:
+                        self.router.cancel(req)
+                        yield chunk(text, ev[1], "stop")
+                        break
+                    yield chunk(text, ev[1], None)
+                elif ev[0] == "done":
+                    yield chunk(detok.push([], final=True), [], ev[1])
+                    break
+                else:
+                    yield f"data: {dumps(_server_error(ev).body()).decode()}\n\n"
+                    break
+                ev = await req.queue.get()
+            if gen.include_usage:
+                n = len(gen.prompt_ids)
+                usage = {"prompt_tokens": n, "completion_tokens": n_out, "total_tokens": n + n_out}
+                yield f"data: {head}\"choices\":[],\"usage\":{dumps(usage).decode()}}}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            self.router.cancel(req)  # a no-op once the request has ended; stops the work if the client left
+
+    def handler(self, chat: bool):
+        """The ASGI handler of one endpoint (chat: True for /v1/chat/completions)."""
+        async def handle(scope, receive, send) -> None:
+            try:
+                auth, length = "", None
+                for k, v in scope["headers"]:
+                    if k == b"authorization":
+                        auth = v.decode("latin-1")
+                    elif k == b"content-length":
+                        length = v
+                if self.key is not None:
+                    self.check_key(auth)  # before a byte of the body is read
+                if length is not None and (not length.isdigit() or int(length) > self.limits.max_body_bytes):
+                    raise too_large(self.limits.max_body_bytes)
+                raw = await _read_body(receive, self.limits.max_body_bytes)
+            except ApiError as e:
+                await error_response(e)(scope, receive, send)
+                return
+            if raw is None:
+                return  # the client left before sending its request
+            left: list[bool] = []
+            watch = asyncio.ensure_future(_cancel_when_gone(receive, asyncio.current_task(), left))
+            try:
+                resp = await self.generate(raw, chat)
+            except asyncio.CancelledError:
+                if not left:
+                    raise
+                asyncio.current_task().uncancel()  # the client left: generate cancelled its request
+                return
+            except ApiError as e:
+                resp = error_response(e)
+            except Exception as e:  # as FastAPI's stack does: an OpenAI 500 body, then re-raise
+                await error_response(ApiError(500, f"internal error: {e!r}", "server_error", None,
+                                              "internal_error"))(scope, receive, send)
+                raise
+            finally:
+                watch.cancel()
+            await resp(scope, receive, send)
+        return handle
+

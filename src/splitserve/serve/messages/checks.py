@@ -1,0 +1,226 @@
+"""The checkers of header values: each takes a value from the wire and returns it as stored, or
+raises _Bad saying what was expected. The common case of the simple ones is inlined by the
+compiled decoders (codec.py's _FAST)."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from operator import countOf
+from typing import Any, Callable
+
+from .kinds import OutItem, StepChunk, WireParams
+
+# ---- checkers: value -> value as stored, or _Bad(what was expected) ----------------------------
+class _Bad(Exception):
+    """A checker's complaint: `why`, and `field` (a sub-field, e.g. of "p") where it has one."""
+
+    def __init__(self, why: str, field: str | None = None) -> None:
+        super().__init__(why)
+        self.why, self.field = why, field
+
+
+def _got(v: Any) -> str:
+    return type(v).__name__
+
+
+def _str(v: Any) -> str:
+    if type(v) is str:
+        return v
+    raise _Bad(f"expected a string, got {_got(v)}")
+
+
+def _bool(v: Any) -> bool:
+    if type(v) is bool:
+        return v
+    raise _Bad(f"expected a bool, got {_got(v)}")
+
+
+def _int_at_least(lo: int | None) -> Callable[[Any], int]:
+    what = "an int" if lo is None else "a non-negative int" if lo == 0 else f"an int >= {lo}"
+
+    def check(v: Any) -> int:
+        if type(v) is int and (lo is None or v >= lo):
+            return v
+        raise _Bad(f"expected {what}, got {v!r}" if type(v) is int else f"expected {what}, got {_got(v)}")
+    return check
+
+
+_int = _int_at_least(None)
+_nat = _int_at_least(0)
+_pos = _int_at_least(1)
+
+
+def _float_at_least(lo: float | None) -> Callable[[Any], float]:
+    what = "a finite number" if lo is None else "a finite number >= 0" if lo == 0 else f"a finite number >= {lo}"
+    isfinite = math.isfinite
+
+    def check(v: Any) -> float:
+        t = type(v)
+        if t is float:
+            if isfinite(v) and (lo is None or v >= lo):
+                return v
+        elif t is int:
+            if lo is None or v >= lo:
+                return float(v)
+        else:
+            raise _Bad(f"expected {what}, got {_got(v)}")
+        raise _Bad(f"expected {what}, got {v!r}")
+    return check
+
+
+_float = _float_at_least(None)
+_float_nn = _float_at_least(0.0)
+
+
+def _enum(*values: str) -> Callable[[Any], str]:
+    allowed = frozenset(values)
+    what = " or ".join(repr(x) for x in values)
+
+    def check(v: Any) -> str:
+        if type(v) is str and v in allowed:
+            return v
+        raise _Bad(f"expected {what}, got {v!r}" if type(v) is str else f"expected {what}, got {_got(v)}")
+    return check
+
+
+def _seq(v: Any, what: str) -> list:
+    """v as a list (a tuple is copied into one), or _Bad."""
+    if type(v) is list:
+        return v
+    if isinstance(v, tuple):
+        return list(v)
+    raise _Bad(f"expected {what}, got {_got(v)}")
+
+
+def _strs(v: Any) -> list[str]:
+    if type(v) is not list:
+        v = _seq(v, "a list of strings")
+    if countOf(map(type, v), str) == len(v):
+        return v
+    bad = next(x for x in v if type(x) is not str)
+    raise _Bad(f"expected a list of strings, got a list with item {bad!r}")
+
+
+def _map(v: Any) -> dict:
+    """An opaque map with string keys (a KV region handle)."""
+    if type(v) is not dict:
+        raise _Bad(f"expected a map with string keys, got {_got(v)}")
+    if countOf(map(type, v), str) != len(v):
+        raise _Bad(f"expected a map with string keys, got key {next(k for k in v if type(k) is not str)!r}")
+    return v
+
+
+_META = {"num_layers": _nat, "num_tokens": _nat, "num_kv_heads": _nat, "head_dim": _nat, "dtype": _str}
+
+
+def _meta(v: Any) -> dict:
+    if type(v) is not dict:
+        raise _Bad(f"expected a map, got {_got(v)}")
+    if v.keys() != _META.keys():
+        raise _Bad(f"expected the keys {sorted(_META)}, got {sorted(map(str, v))}")
+    for k, check in _META.items():
+        try:
+            check(v[k])
+        except _Bad as e:
+            raise _Bad(f"key {k!r}: {e}") from None
+    return v
+
+
+def _ids_ok(v: list) -> bool:
+    """Whether the list v holds only non-negative ints (exact ints, no bools) below 2**64."""
+    n = len(v)
+    if n == 1:
+        x = v[0]
+        return type(x) is int and 0 <= x < 1 << 64
+    if countOf(map(type, v), int) != n:  # every item an int (a bool's type is bool)
+        return False
+    try:
+        array("Q", v)  # and each in [0, 2**64): at C speed
+        return True
+    except OverflowError:
+        return False
+
+
+_IDS = "a list of non-negative ints"
+
+
+def _ids(v: Any) -> list[int]:
+    """A list of non-negative ints (token ids, block ids)."""
+    if type(v) is not list:
+        v = _seq(v, _IDS)
+    if _ids_ok(v):
+        return v
+    bad = next(x for x in v if type(x) is not int or not 0 <= x < 1 << 64)
+    raise _Bad(f"expected {_IDS}, got a list with item {bad!r}")
+
+
+_ITEM = "[rid: str, tokens: list[int], finished: bool, reason: str | None]"
+_new = tuple.__new__
+
+
+def _items(v: Any) -> list[OutItem]:
+    if type(v) is list:  # the common case, as msgpack gives it: one pass, no copies
+        out = []
+        append = out.append
+        for it in v:
+            if type(it) is list and len(it) == 4:
+                rid, toks, fin, reason = it
+                if (type(rid) is str and type(fin) is bool and (reason is None or type(reason) is str)
+                        and type(toks) is list and (len(toks) == 1 and type(toks[0]) is int
+                                                    and 0 <= toks[0] < 1 << 64 or _ids_ok(toks))):
+                    append(_new(OutItem, it))
+                    continue
+            break
+        else:
+            return out
+    out = []  # tuples to convert, or an error to name
+    for i, it in enumerate(_seq(v, f"a list of {_ITEM}")):
+        if (type(it) is list or isinstance(it, tuple)) and len(it) == 4:
+            rid, toks, fin, reason = it
+            if type(rid) is str and type(fin) is bool and (reason is None or type(reason) is str):
+                try:
+                    out.append(_new(OutItem, (rid, _ids(toks), fin, reason)))
+                    continue
+                except _Bad as e:
+                    raise _Bad(f"item {i}: tokens: {e.why}") from None
+        raise _Bad(f"item {i}: expected {_ITEM}, got {it!r:.80}")
+    return out
+
+
+def _chunks(v: Any) -> list[StepChunk]:
+    if type(v) is not list:
+        v = _seq(v, "a list of [rid: str, n: int]")
+    out = []
+    for i, c in enumerate(v):
+        if (type(c) is list or isinstance(c, tuple)) and len(c) == 2:
+            rid, n = c
+            if type(rid) is str and type(n) is int and n >= 0:
+                out.append(_new(StepChunk, (rid, n)))
+                continue
+        raise _Bad(f"item {i}: expected [rid: str, n: non-negative int], got {c!r:.80}")
+    return out
+
+
+def _bias(v: Any) -> list[tuple[int, float]]:
+    if type(v) is not list:
+        v = _seq(v, "a list of [token: int, bias: float]")
+    out = []
+    for i, pair in enumerate(v):
+        if (type(pair) is list or isinstance(pair, tuple)) and len(pair) == 2:
+            tok, b = pair
+            if type(tok) is int and tok >= 0:
+                try:
+                    out.append((tok, _float(b)))
+                    continue
+                except _Bad:
+                    pass
+        raise _Bad(f"item {i}: expected [token: non-negative int, bias: finite number], got {pair!r:.80}")
+    return out
+
+
+def _params(v: Any) -> WireParams:
+    if type(v) is not dict:
+        raise _Bad(f"expected a map, got {_got(v)}")
+    from .codec import DECODERS
+    return DECODERS[WireParams](v)

@@ -1,0 +1,298 @@
+"""The message kinds: one frozen, slotted, keyword-only dataclass each (its wire name in `T`), the
+records inside them, the sampling parameters as `gen` and `expect` carry them, and the router's
+`Stage` of a request. The table of docs/architecture.md describes every field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar, Literal, NamedTuple
+
+# Python attribute -> wire name, for the attributes named differently (the same in every message)
+WIRE_NAMES: dict[str, str] = {
+    "prompt_ids": "ids", "params": "p", "isolated": "iso", "threshold": "thr", "dest_addr": "addr",
+    "kv_addr": "kv", "worker_id": "id", "first_token": "first", "nbytes": "bytes", "sent_at": "sent",
+    "prefill_end": "end", "inplace_bytes": "inplace",
+}
+
+
+class MalformedMessage(ValueError):
+    """A header that is no valid message. `reason`: what is wrong, naming the kind and field;
+    `kind`, `field`, `rid`: the message's "t", the field at fault, and its "rid" (a str) where known."""
+
+    def __init__(self, reason: str, kind: str | None = None, field: str | None = None,
+                 rid: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.kind, self.field, self.rid = reason, kind, field, rid
+
+
+class Stage(StrEnum):
+    """A request's stage in the router (router.py LiveRequest.stage). A StrEnum: each member is
+    its string (Stage.DECODE == "decode", str() and f-strings give "decode"), so it can replace the
+    strings router.py uses today one place at a time. `Stage.X.__doc__` says what X means."""
+
+    def __new__(cls, value: str, doc: str) -> Stage:
+        m = str.__new__(cls, value)
+        m._value_ = value
+        m.__doc__ = doc
+        return m
+
+    NEW = "new", "Admitted by submit, not routed yet (momentary: routing follows at once)."
+    PARKED = "parked", "No live worker could take it; it waits (at most park_timeout_s) for one to come up."
+    WAITING = "waiting", "Routed, but the policy has not admitted it yet (no room): queued until memory frees."
+    RESERVING = "reserving", "Split: `expect` sent to its token worker; the router waits for `reserved`."
+    PREFILL = "prefill", "`gen` sent to its prompt worker (kind full, or prefill after `reserved`); no first token yet."
+    HANDOFF = "handoff", "Split: its first token came from the prompt worker; its KV is on the way (`kv_in` next)."
+    DECODE = "decode", "Generating output tokens: after its first token (unsplit) or after `kv_in` (split)."
+    DONE = "done", "Ended (completed, failed or cancelled); the router holds nothing of it any more."
+
+
+# ---- records inside messages -----------------------------------------------------------------
+class OutItem(NamedTuple):
+    """One request's share of an `out`: its new tokens, whether it finished, and why."""
+
+    rid: str
+    tokens: list[int]
+    finished: bool
+    reason: str | None
+
+
+class StepChunk(NamedTuple):
+    """A prefill chunk that starts in an engine step: the request and its prompt tokens in it."""
+
+    rid: str
+    n_tokens: int
+
+
+class Message:
+    """Base of every message class. `T`: the wire name (the header's "t")."""
+
+    __slots__ = ()
+    T: ClassVar[str]
+
+
+_msg = dataclass(slots=True, frozen=True, kw_only=True)
+
+
+@_msg
+class WireParams:
+    """The sampling parameters of a request, as `gen` and `expect` carry them (the header's "p")."""
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    ignore_eos: bool
+    stop_token_ids: list[int]
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: list[tuple[int, float]] = field(default_factory=list)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The map on the wire: optional fields at their defaults left out."""
+        d = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+             "top_k": self.top_k, "ignore_eos": self.ignore_eos, "stop_token_ids": self.stop_token_ids}
+        if self.seed is not None:
+            d["seed"] = self.seed
+        if self.presence_penalty != 0.0:
+            d["presence_penalty"] = self.presence_penalty
+        if self.frequency_penalty != 0.0:
+            d["frequency_penalty"] = self.frequency_penalty
+        if self.repetition_penalty != 1.0:
+            d["repetition_penalty"] = self.repetition_penalty
+        if self.logit_bias:
+            d["logit_bias"] = self.logit_bias
+        return d
+
+    @staticmethod
+    def from_wire(d: Any) -> WireParams:
+        """The checked WireParams of a wire map; MalformedMessage (kind "p") otherwise."""
+        from .codec import params_from_wire
+
+        return params_from_wire(d)
+
+
+# ---- router -> worker ------------------------------------------------------------------------
+@_msg
+class Gen(Message):
+    T: ClassVar[str] = "gen"
+    rid: str
+    prompt_ids: list[int]
+    params: WireParams
+    kind: Literal["full", "prefill"]
+    isolated: bool = False
+    dest: int | None = None            # kind prefill: required from here to threshold
+    dest_ident: str | None = None
+    dest_addr: str | None = None
+    threshold: int | None = None
+    region: dict | None = None         # kind prefill, one-sided transport
+    blocks: list[int] | None = None
+
+
+@_msg
+class Expect(Message):
+    T: ClassVar[str] = "expect"
+    rid: str
+    prompt_ids: list[int]
+    params: WireParams
+    src: int
+    isolated: bool = False
+
+
+@_msg
+class Cancel(Message):
+    T: ClassVar[str] = "cancel"
+    rid: str
+
+
+@_msg
+class Abort(Message):
+    T: ClassVar[str] = "abort"
+    rid: str
+    prefill_sent: bool
+
+
+@_msg
+class PeerDown(Message):
+    T: ClassVar[str] = "peer_down"
+    peer: int
+
+
+@_msg
+class Ping(Message):
+    T: ClassVar[str] = "ping"
+
+
+@_msg
+class Stop(Message):
+    T: ClassVar[str] = "stop"
+
+
+# ---- worker -> router ------------------------------------------------------------------------
+@_msg
+class Hello(Message):
+    T: ClassVar[str] = "hello"
+    worker_id: int
+    pid: int
+    kv_addr: str
+    blocks: int
+    block_size: int
+    free: int
+    max_len: int
+    region: dict | None = None
+
+
+@_msg
+class Heartbeat(Message):
+    T: ClassVar[str] = "hb"
+    worker_id: int
+    free: int
+    blocks: int
+    reserved: int
+    running: int
+    rejected: int
+    stray: int
+    preempted: int
+
+
+@_msg
+class Out(Message):
+    T: ClassVar[str] = "out"
+    items: list[OutItem]
+
+
+@_msg
+class Reserved(Message):
+    T: ClassVar[str] = "reserved"
+    rid: str
+    ok: bool
+    blocks: list[int] | None = None
+    msg: str | None = None
+
+
+@_msg
+class KvIn(Message):
+    T: ClassVar[str] = "kv_in"
+    rid: str
+    first_token: int
+    nbytes: int
+    mode: Literal["layerwise", "serialized"]
+    seconds: float
+    exposed: float
+
+
+@_msg
+class KvFail(Message):
+    T: ClassVar[str] = "kv_fail"
+    rid: str
+    reason: str
+
+
+@_msg
+class Err(Message):
+    T: ClassVar[str] = "err"
+    rid: str
+    msg: str
+
+
+@_msg
+class StepFailed(Message):
+    T: ClassVar[str] = "step_failed"
+    rids: list[str]
+    error: str
+
+
+@_msg
+class Step(Message):
+    T: ClassVar[str] = "step"
+    chunks: list[StepChunk]
+    preempted: list[str]
+    joined: list[str] = field(default_factory=list)
+
+
+# ---- worker -> worker (KV transport) ---------------------------------------------------------
+@_msg
+class KvStart(Message):
+    T: ClassVar[str] = "kvs"
+    rid: str
+
+
+@_msg
+class KvLayer(Message):
+    T: ClassVar[str] = "kvl"
+    rid: str
+    layer: int
+    sent_at: float
+    inplace_bytes: int | None = None
+
+
+@_msg
+class KvDone(Message):
+    T: ClassVar[str] = "kvd"
+    rid: str
+    first_token: int
+    prefill_end: float
+    mode: Literal["layerwise", "serialized"]
+    sent_at: float
+    meta: dict | None = None
+    inplace_bytes: int | None = None
+    fail: str | None = None
+
+
+@_msg
+class KvDrop(Message):
+    T: ClassVar[str] = "kvx"
+    rid: str
+
+
+_CLASSES = (Gen, Expect, Cancel, Abort, PeerDown, Ping, Stop,
+            Hello, Heartbeat, Out, Reserved, KvIn, KvFail, Err, StepFailed, Step,
+            KvStart, KvLayer, KvDone, KvDrop)
+MESSAGES: dict[str, type[Message]] = {c.T: c for c in _CLASSES}
+TO_WORKER = frozenset(c.T for c in _CLASSES[:7])
+TO_ROUTER = frozenset(c.T for c in _CLASSES[7:16])
+KV = frozenset(c.T for c in _CLASSES[16:])
+
+

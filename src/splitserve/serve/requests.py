@@ -1,0 +1,86 @@
+"""The router's requests: each one as the router tracks it across its tries, and the table that
+finds it by its id, its current try's wire id and its policy request."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+
+from ..policy.state import Request
+from .messages import Stage, WireParams
+
+
+@dataclass(eq=False)
+class LiveRequest:
+    id: int
+    name: str                  # the id the client sees (cmpl-...): errors and logs name it
+    prompt_ids: list[int]
+    params: WireParams
+    created: float
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)   # events for the HTTP handler
+    delivered: list[int] = field(default_factory=list)
+    produced: int = 0          # tokens seen from the current try
+    tries: int = 0             # tries so far; each has its own wire id <id>.<try>
+    attempt: int = 0           # failed tries that count against max_attempts
+    wire: str = ""
+    pr: Request | None = None  # the current try in the policy's view
+    stage: Stage = Stage.NEW
+    split: bool = False
+    strikes: int = 0           # failed engine steps it was in
+    isolated: bool = False     # run in engine steps of its own (it was in a failed step)
+    first_at: float = 0.0
+    last_at: float = 0.0
+    parked_at: float = 0.0
+    finish_reason: str | None = None
+
+
+class RequestTable:
+    """Requests in flight (admitted, not ended), by id, by wire id and by policy request id."""
+
+    def __init__(self) -> None:
+        self.active: dict[int, LiveRequest] = {}
+        self.by_wire: dict[str, LiveRequest] = {}
+        self.by_policy: dict[int, LiveRequest] = {}
+        self.parked: list[LiveRequest] = []
+        self._ids = itertools.count()
+        self._pids = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self.active)
+
+    def new(self, name: str, prompt_ids: list[int], params: WireParams, now: float) -> LiveRequest:
+        req = LiveRequest(next(self._ids), name, list(prompt_ids), params, now)
+        self.active[req.id] = req
+        return req
+
+    def new_try(self, req: LiveRequest, now: float) -> Request:
+        """A policy request for the next try of `req`, with its own wire id."""
+        r = Request(next(self._pids), now, len(req.prompt_ids), req.params.max_tokens, isolated=req.isolated)
+        req.pr = r
+        req.wire = f"{req.id}.{req.tries}"
+        req.tries += 1
+        req.produced = 0
+        return r
+
+    def track(self, req: LiveRequest) -> None:
+        """Its current try is routed: messages about it can find it."""
+        self.by_wire[req.wire] = req
+        self.by_policy[req.pr.id] = req
+
+    def untrack(self, req: LiveRequest) -> None:
+        """Its current try is over: what it still says is ignored."""
+        self.by_wire.pop(req.wire, None)
+        if req.pr is not None:
+            self.by_policy.pop(req.pr.id, None)
+
+    def end(self, req: LiveRequest) -> None:
+        req.stage = Stage.DONE
+        self.active.pop(req.id, None)
+        self.untrack(req)
+        if req in self.parked:
+            self.parked.remove(req)
+
+    def on_worker(self, wid: int) -> list[LiveRequest]:
+        """Requests whose current try runs (or waits) on worker `wid`."""
+        return [q for q in self.by_wire.values() if q.pr is not None and wid in (q.pr.prompt_machine, q.pr.token_machine)]

@@ -1,0 +1,54 @@
+"""A worker's command line: built by the router (`worker_argv`), read by the worker (`parse_args`).
+One place for both ends, so they cannot drift apart. The cluster secret is not on it (it comes in
+the environment, protocol.SECRET_ENV), nor the worker's identity (derived from the secret)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..policy.config import PolicyConfig
+from .config import ServeConfig
+
+
+def worker_argv(cfg: ServeConfig, w, router_address: str) -> list[str]:
+    """The arguments of worker `w` (a supervisor.WorkerInfo) of the cluster `cfg`."""
+    argv = ["--id", str(w.id), "--gen", str(w.gen), "--router", router_address, "--model", cfg.model,
+            "--host", cfg.worker_host, "--device", cfg.device, "--dtype", cfg.dtype,
+            "--seed", str(cfg.seed), "--max-num-seqs", str(cfg.max_num_seqs),
+            "--threads", str(cfg.worker_threads), "--transport", cfg.transport,
+            "--transfer-timeout-s", str(cfg.transfer_timeout_s), "--worker-mode", cfg.worker_mode,
+            "--orphan-timeout-s", str(cfg.worker_orphan_timeout_s), "--policy", cfg.worker_policy().to_json()]
+    if cfg.echo_token_delay_s:
+        argv += ["--echo-token-delay-s", str(cfg.echo_token_delay_s)]
+    if cfg.num_blocks:
+        argv += ["--num-blocks", str(cfg.num_blocks)]
+    if cfg.debug_layer_delay_s and w.home == "prompt":
+        argv += ["--debug-layer-delay-s", str(cfg.debug_layer_delay_s)]
+    if cfg.debug_fail_token is not None:
+        argv += ["--debug-fail-token", str(cfg.debug_fail_token)]
+    return argv
+
+
+def parse_args(argv=None, description: str = "a splitserve worker") -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="splitserve-worker", description=description)
+    ap.add_argument("--id", type=int, required=True)
+    ap.add_argument("--gen", type=int, default=1, help="generation (the router's launch count of this worker id)")
+    ap.add_argument("--router", required=True, help="the router's control endpoint, tcp://host:port")
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--host", default="127.0.0.1", help="address to bind the inbound KV endpoint on")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--num-blocks", type=int, default=None)
+    ap.add_argument("--max-num-seqs", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--policy", type=PolicyConfig.from_json, default=PolicyConfig(),
+                    help="the scheduling policies' settings, as JSON (the router's PolicyConfig)")
+    ap.add_argument("--transport", default="tcp")
+    ap.add_argument("--transfer-timeout-s", type=float, default=5.0)
+    ap.add_argument("--orphan-timeout-s", type=float, default=10.0)
+    ap.add_argument("--worker-mode", choices=["engine", "echo"], default="engine")
+    ap.add_argument("--echo-token-delay-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--debug-layer-delay-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--debug-fail-token", type=int, default=None, help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
