@@ -1,4 +1,4 @@
-"""`summary.json` of a live benchmark: the simulator's names (DESIGN.md contract) plus `bench`.
+"""`summary.json` of a live benchmark: the simulator's names (docs/architecture.md, "summary.json") plus `bench`.
 
 Shared with `report.summary.simulation_summary`: `workload` {name, rps, duration_s}, `requests`,
 `completed`, `failed`, `throughput_rps` (completed / span from the first scheduled arrival to the

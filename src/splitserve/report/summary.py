@@ -1,4 +1,4 @@
-"""`summary.json`: the one result format of every run, simulated or live (see DESIGN.md)."""
+"""`summary.json`: the one result format of every run, simulated or live (docs/architecture.md, "summary.json")."""
 
 from __future__ import annotations
 
