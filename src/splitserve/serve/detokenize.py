@@ -1,15 +1,17 @@
 """Tokens back into text as they stream out, with stop strings: the front end's one detokenizer,
 for streamed and whole responses alike.
 
-Incremental: each push decodes only the tokens since the last complete character (the window
-`ids[prefix:]`) and the chunk before it (`ids[prefix:read]`); the new text is the difference. A
-window is advanced only when its text ends on a complete character (not U+FFFD, the mark of a
-UTF-8 sequence still missing bytes), and UTF-8 decoding after a complete character does not depend
-on what went before, so the concatenated pieces are the text of decoding every token at once
-(tests/serve/test_detokenize.py checks it). Decoding the chunk before the new tokens with them
-gives decoders that look at the previous token (SentencePiece's leading space) their context. A
-push costs the window, not the whole output; only a stream of bytes that never completes a
-character (garbage) keeps a window growing, and costs what decoding everything did.
+Incremental: each push decodes only the tokens since the last complete character with the chunk
+before them (the window `ids[prefix:]`) and the new chunk alone; the new text is the window's
+text past the earlier chunk's. A window is advanced only when its text ends on a complete
+character (not U+FFFD, the mark of a UTF-8 sequence still missing bytes), and UTF-8 decoding after
+a complete character does not depend on what went before, so the concatenated pieces are the text
+of decoding every token at once (tests/serve/test_detokenize.py checks it). The earlier chunk in
+the window gives decoders that look at the previous token their context: SentencePiece strips the
+leading space of a decode's first token, so a window must not start with a chunk that shows no
+text (special tokens only), which would leave the next token first. A push costs the window, not
+the whole output; only a stream of bytes that never completes a character (garbage) keeps a
+window growing, and costs what decoding everything did.
 
 Stop strings are searched only where the new text can have completed one, and text is released
 only where it is final: no half character at the end, and no tail that could still become a stop
@@ -26,7 +28,7 @@ class Detokenizer:
         self.ids: list[int] = []
         self.prefix = 0           # the window starts here: the chunk before the newest tokens
         self.read = 0             # tokens up to here are in `out`
-        self.prefix_text: str | None = ""  # decode(ids[prefix:read]) alone (None: not decoded yet)
+        self.prefix_text = ""     # decode(ids[prefix:read]) alone: never empty once prefix > 0
         self.out = ""             # text of ids[:read]
         self.searched = 0         # stop strings were looked for in out[:searched] already
         self.cut: int | None = None  # where the earliest stop string begins
@@ -36,14 +38,16 @@ class Detokenizer:
     def _advance(self, final: bool) -> None:
         if self.read == len(self.ids):
             return
-        if self.prefix_text is None:  # decoded when first needed: a single push never needs it
-            self.prefix_text = self.tok.decode(self.ids[self.prefix:self.read])
         window = self.tok.decode(self.ids[self.prefix:])
         if window.endswith("\ufffd") and not final:
             return  # a character still lacks bytes
         self.out += window[len(self.prefix_text):]
-        self.prefix, self.read = self.read, len(self.ids)
-        self.prefix_text = None
+        chunk = self.tok.decode(self.ids[self.read:])
+        if chunk:  # the next window starts at this chunk; one that shows nothing (special tokens)
+            self.prefix, self.prefix_text = self.read, chunk  # would leave the next token first, and a
+        else:      # decoder strips the first token's leading space (SentencePiece): keep the context
+            self.prefix_text = window
+        self.read = len(self.ids)
         if self.stop and self.cut is None:
             start = max(0, self.searched - self.hold)
             hits = [i for i in (self.out.find(s, start) for s in self.stop) if i >= 0]
