@@ -82,7 +82,7 @@ def model_shape(model: str, device: str, dtype: str) -> dict:
     import torch
 
     from splitserve.engine.config import ModelConfig
-    from splitserve.engine.engine import resolve_dtype
+    from splitserve.engine.device import resolve_dtype
     from splitserve.engine.presets import get_preset
 
     cfg = ModelConfig.from_dir(Path(model)) if Path(model).is_dir() else get_preset(model)

@@ -118,15 +118,16 @@ def test_transfer_timeout_frees_blocks_on_both_sides(reference_engine):
 
     from splitserve.engine.engine import LLMEngine
     from splitserve.engine.sampler import SamplingParams
+    from splitserve.serve.kv import KVReceiver, KVSender, TcpTransport
     from splitserve.serve.protocol import Codec
-    from splitserve.serve.transfer import KVReceiver, KVSender, TcpTransport
 
     params = SamplingParams(max_tokens=4, ignore_eos=True)
     prompt = list(range(20, 60))
     tok = LLMEngine("tiny", num_blocks=64, tokenizer=None)
     free0 = tok.blocks.num_free
-    rx = KVReceiver(tok, timeout_s=0.2)
-    rx.expect("r1", prompt, params)
+    events = []
+    tok.connector = rx = KVReceiver(timeout_s=0.2, notify=events.append)
+    assert rx.expect("r1", prompt, params) == {}  # tcp: nothing for the writer to know
     assert tok.blocks.num_free == free0 - tok.blocks.blocks_for(len(prompt) + 1)
 
     # a prompt worker streams layer 0 to a peer that is gone (nobody listens there)
@@ -135,11 +136,10 @@ def test_transfer_timeout_frees_blocks_on_both_sides(reference_engine):
     tx = TcpTransport(ctx, codec)
     pr = LLMEngine("tiny", num_blocks=64, tokenizer=None)
     pfree0 = pr.blocks.num_free
-    sender = KVSender(pr, tx)
+    pr.connector = sender = KVSender(tx)
     sender.plan("r1", 99, "w", "tcp://127.0.0.1:1", threshold=0)
-    first = pr.prefill_only(prompt, params, request_id="r1")
-    sender.prefill_done("r1", first.token, first.kv)
-    assert pr.blocks.num_free == pfree0          # the prompt side freed its blocks after the prefill
+    first = pr.prefill_only(prompt, params, request_id="r1")  # the engine sends the kvd
+    assert pr.blocks.num_free == pfree0 and not sender.plans  # the prompt side freed its blocks after the prefill
     tx.drop_peer(99)                              # the router said the peer is down: queue dropped
     assert 99 not in tx.peers
 
@@ -147,16 +147,19 @@ def test_transfer_timeout_frees_blocks_on_both_sides(reference_engine):
     assert first.kv is None                       # streamed layer by layer: no whole-cache copy
     kv = LLMEngine("tiny", num_blocks=64, tokenizer=None).prefill_only(prompt, params).kv
     layer0 = kv.layer(0).contiguous().numpy()
-    assert rx.handle({"t": "kvl", "rid": "r1", "layer": 0, "sent": time.time()}, [memoryview(layer0).cast("B")]) is None
-    assert rx.expire() == []
+    rx.handle({"t": "kvl", "rid": "r1", "layer": 0, "sent": time.time()}, [memoryview(layer0).cast("B")])
+    assert rx.inbound["r1"].got == {0} and events == []
+    assert rx.expire() == 0
     time.sleep(0.25)
-    (ev,) = rx.expire()
+    assert rx.expire() == 1
+    (ev,) = events
     assert ev["t"] == "kv_fail" and "timed out" in ev["reason"]
+    assert not tok.has_unfinished()  # the engine hears of it before it steps
     assert tok.blocks.num_free == free0 and tok.num_reserved == 0
     tok.blocks.check()
     # a late message for the expired transfer is ignored
-    assert rx.handle({"t": "kvd", "rid": "r1", "first": first.token, "end": 0, "sent": 0, "mode": "layerwise"}, []) is None
-    assert rx.stray == 1 and tok.blocks.num_free == free0
+    rx.handle({"t": "kvd", "rid": "r1", "first": first.token, "end": 0, "sent": 0, "mode": "layerwise"}, [])
+    assert rx.stray == 1 and tok.blocks.num_free == free0 and len(events) == 1
     tx.close()
     ctx.destroy(linger=0)
 
@@ -167,8 +170,8 @@ def test_complete_transfer_in_process_matches_engine(reference_engine):
 
     from splitserve.engine.engine import LLMEngine
     from splitserve.engine.sampler import SamplingParams
+    from splitserve.serve.kv import KVReceiver, KVSender, TcpTransport
     from splitserve.serve.protocol import Codec
-    from splitserve.serve.transfer import KVReceiver, KVSender, TcpTransport
 
     params = SamplingParams(max_tokens=6, ignore_eos=True)
     prompt = list(range(30, 80))
@@ -178,18 +181,19 @@ def test_complete_transfer_in_process_matches_engine(reference_engine):
     for thr, mode in ((0, "layerwise"), (10_000, "serialized")):
         a, b = TcpTransport(ctx, codec), TcpTransport(ctx, codec)
         pr, tok = LLMEngine("tiny", num_blocks=64, tokenizer=None), LLMEngine("tiny", num_blocks=64, tokenizer=None)
-        rx = KVReceiver(tok, timeout_s=5)
+        events = []
+        tok.connector = rx = KVReceiver(timeout_s=5, notify=events.append)
         rx.expect("r", prompt, params)
-        sender = KVSender(pr, a)
+        pr.connector = sender = KVSender(a)
         sender.plan("r", 1, "w", b.address, threshold=thr)
         first = pr.prefill_only(prompt, params, request_id="r")
-        sender.prefill_done("r", first.token, first.kv)
-        ev = None
         deadline = time.monotonic() + 5
-        while ev is None and time.monotonic() < deadline:
+        while not events and time.monotonic() < deadline:
             for h, data in b.recv_all():
-                ev = rx.handle(h, data) or ev
+                rx.handle(h, data)
+            tok.has_unfinished()  # the engine starts what landed: kv_in
             time.sleep(0.005)
+        (ev,) = events
         assert ev["t"] == "kv_in" and ev["mode"] == mode and ev["bytes"] == 512 * len(prompt)
         assert ev["exposed"] <= ev["seconds"] + 1e-6 or mode == "serialized"
         out = [first.token]

@@ -200,8 +200,8 @@ def zmq_pair():
 def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, reference_engine):
     from splitserve.engine.engine import LLMEngine
     from splitserve.engine.sampler import SamplingParams
+    from splitserve.serve.kv import KVReceiver, KVSender, LocalTransport
     from splitserve.serve.shm import SharedKVRegion
-    from splitserve.serve.transfer import KVReceiver, KVSender, LocalTransport
 
     ctx, codec = zmq_pair
     params = SamplingParams(max_tokens=7, ignore_eos=True)
@@ -210,16 +210,19 @@ def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, 
     ra, rb = SharedKVRegion(), SharedKVRegion()
     a_eng = LLMEngine("tiny", num_blocks=64, tokenizer=None, kv_alloc=ra)   # prompt side
     b_eng = LLMEngine("tiny", num_blocks=64, tokenizer=None, kv_alloc=rb)   # token side
-    a, b = LocalTransport(ctx, codec, region=ra), LocalTransport(ctx, codec, region=rb)
+    a = LocalTransport(ctx, codec, region=ra, slot_ids=a_eng.kv_slot_ids)
+    b = LocalTransport(ctx, codec, region=rb, slot_ids=b_eng.kv_slot_ids)
     try:
         assert os.path.exists(f"{SHM}/{rb.handle.name}") and b.region["name"] == rb.handle.name
         free0 = b_eng.blocks.num_free
-        rx = KVReceiver(b_eng, timeout_s=5, one_sided=True)
-        blocks = rx.expect("r", prompt, params, writer=0)
-        sender = KVSender(a_eng, a)
-        sender.plan("r", 1, "w", b.address, threshold, b.region, blocks)
-        first = a_eng.prefill_only(prompt, params, request_id="r")
-        assert sender.prefill_done("r", first.token, first.kv)["ok"]
+        events, done = [], []
+        b_eng.connector = rx = KVReceiver(timeout_s=5, one_sided=True, notify=events.append)
+        where = rx.expect("r", prompt, params, writer=0)
+        blocks = where["blocks"]
+        a_eng.connector = sender = KVSender(a, on_done=done.append)
+        sender.plan("r", 1, "w", b.address, threshold, where={"region": b.region, **where})
+        first = a_eng.prefill_only(prompt, params, request_id="r")  # the engine closes the transfer
+        assert [d["ok"] for d in done] == [True]
 
         # the K/V is in B's blocks already, before B has read a single message
         slots = b_eng.kv.slots(blocks, 0, len(prompt))
@@ -227,14 +230,16 @@ def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, 
         assert (first.kv is None) == (mode == "layerwise")  # streamed: no whole-cache copy made
         whole = LLMEngine("tiny", num_blocks=64, tokenizer=None).prefill_only(prompt, params).kv
         assert torch.equal(flat[:, :, slots], whole.data)
-        ev, frames = None, 0
+        frames = 0
         deadline = time.monotonic() + 5
-        while ev is None and time.monotonic() < deadline:
+        while not events and time.monotonic() < deadline:
             for h, data in b.recv_all():
                 frames += len(data)
-                ev = rx.handle(h, data) or ev
+                rx.handle(h, data)
+            b_eng.has_unfinished()  # the engine starts what landed: kv_in
             time.sleep(0.002)
         assert frames == 0  # only control messages travelled
+        (ev,) = events
         assert ev["t"] == "kv_in" and ev["mode"] == mode and ev["bytes"] == 512 * len(prompt)
         assert ev["seconds"] >= 0 and ev["exposed"] >= 0
         out = [first.token]
@@ -256,98 +261,136 @@ def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, 
 def test_one_sided_receiver_holds_blocks_until_the_writer_is_done():
     from splitserve.engine.engine import LLMEngine
     from splitserve.engine.sampler import SamplingParams
-    from splitserve.serve.transfer import KVReceiver
+    from splitserve.serve.kv import KVReceiver
 
     eng = LLMEngine("tiny", num_blocks=64, tokenizer=None)
     free0 = eng.blocks.num_free
     params = SamplingParams(max_tokens=4)
     prompt = list(range(5, 40))  # 3 blocks with the first generated token
-    rx = KVReceiver(eng, timeout_s=0.05, one_sided=True, hold_s=0.3)
+    events = []
+    eng.connector = rx = KVReceiver(timeout_s=0.05, one_sided=True, hold_s=0.3, notify=events.append)
+
+    def synced():  # the engine frees what the receiver lets go when it next looks (before a step)
+        eng.sync_kv()
+        return eng
 
     # timeout: reported at once, but the blocks stay while writer 3 may still write
     rx.expect("a", prompt, params, writer=3)
     rx.handle({"t": "kvl", "rid": "a", "layer": 0, "sent": time.time(), "inplace": 100}, [])
     time.sleep(0.06)
-    (ev,) = rx.expire()
+    assert rx.expire() == 1
+    (ev,) = events
     assert ev["t"] == "kv_fail" and "timed out" in ev["reason"]
-    assert eng.blocks.num_free == free0 - 3 and eng.num_reserved == 1
+    assert synced().blocks.num_free == free0 - 3 and eng.num_reserved == 1
     rx.release("a", prefill_sent=True)          # the router's abort: the writer got the prefill
-    assert eng.num_reserved == 1
+    assert synced().num_reserved == 1
     rx.handle({"t": "kvl", "rid": "a", "layer": 1, "sent": 0, "inplace": 100}, [])  # late: ignored
-    assert eng.num_reserved == 1 and rx.stray == 1
+    assert synced().num_reserved == 1 and rx.stray == 1
     rx.handle({"t": "kvx", "rid": "a"}, [])    # the writer dropped its plan: free
-    assert eng.blocks.num_free == free0 and eng.num_reserved == 0
+    assert synced().blocks.num_free == free0 and eng.num_reserved == 0
 
     # abort before the prefill was sent: nobody can write, free at once
     rx.expect("b", prompt, params, writer=3)
     rx.release("b", prefill_sent=False)
-    assert eng.blocks.num_free == free0
+    assert synced().blocks.num_free == free0
 
     # the writer dies: held and pending reservations it was to write are freed
     rx.expect("c", prompt, params, writer=3)
     rx.expect("d", prompt, params, writer=4)
     rx.expect("e", prompt, params, writer=3)
     rx.release("c")
-    assert eng.num_reserved == 3
+    assert synced().num_reserved == 3
     rx.peer_down(3)
-    assert eng.num_reserved == 1 and eng.blocks.num_free == free0 - 3
+    assert synced().num_reserved == 1 and eng.blocks.num_free == free0 - 3
     # a writer that never answers: freed after hold_s, and counted
     rx.release("d")
-    assert rx.expire() == [] and eng.num_reserved == 1
+    assert rx.expire() == 0 and synced().num_reserved == 1
     time.sleep(0.35)
-    assert rx.expire() == [] and eng.num_reserved == 0 and rx.forced == 1
+    assert rx.expire() == 0 and synced().num_reserved == 0 and rx.forced == 1
     assert eng.blocks.num_free == free0
     eng.blocks.check()
 
     # a writer that failed says so in kvd: freed and reported
     rx.expect("f", prompt, params, writer=3)
-    ev = rx.handle({"t": "kvd", "rid": "f", "first": 5, "end": 0, "sent": 0, "mode": "layerwise",
-                    "fail": "boom"}, [])
-    assert ev["t"] == "kv_fail" and "boom" in ev["reason"] and eng.blocks.num_free == free0
+    rx.handle({"t": "kvd", "rid": "f", "first": 5, "end": 0, "sent": 0, "mode": "layerwise", "fail": "boom"}, [])
+    ev = events[-1]
+    assert ev["t"] == "kv_fail" and "boom" in ev["reason"] and synced().blocks.num_free == free0
+
+    # a malformed KV message is dropped and counted by reason, never raised
+    rx.expect("m", prompt, params, writer=3)
+    rx.handle({"t": "kvl", "rid": "m", "sent": 0.0}, [])                            # no layer
+    rx.handle({"t": "kvl", "rid": "m", "layer": -1, "sent": 0.0}, [])               # out of range
+    rx.handle({"t": "kvl", "rid": "m", "layer": 9, "sent": 0.0, "inplace": 1}, [])  # no such layer
+    rx.handle({"t": "kvd", "rid": "m", "first": 1}, [])                             # fields missing
+    rx.handle({"t": "nope", "rid": "m"}, [])
+    rx.handle({"t": "kvs"}, [])
+    assert rx.malformed == {"kvl.layer": 3, "kvd.end": 1, "?.t": 1, "kvs.rid": 1}
+    assert "m" in rx.inbound and len(events) == 2  # the reservation still waits
+    rx.release("m", prefill_sent=False)
+    assert synced().blocks.num_free == free0
 
     # tcp (not one-sided): the clock runs from the latest progress, and the blocks are freed at once
-    tcp = KVReceiver(eng, timeout_s=0.05, start_s=0.3)
+    eng.connector = tcp = KVReceiver(timeout_s=0.05, start_s=0.3, notify=events.append)
     tcp.expect("g", prompt, params, writer=3)
     time.sleep(0.1)
-    assert tcp.expire() == []                    # waiting for the prompt worker to begin: start_s
+    assert tcp.expire() == 0                     # waiting for the prompt worker to begin: start_s
     tcp.handle({"t": "kvs", "rid": "g"}, [])     # a step of its prompt starts
     time.sleep(0.03)
     tcp.handle({"t": "kvs", "rid": "g"}, [])     # the next chunk: 0.06 s in, never 0.05 s idle
     time.sleep(0.03)
-    assert tcp.expire() == [] and eng.num_reserved == 1
+    assert tcp.expire() == 0 and synced().num_reserved == 1
     time.sleep(0.03)
-    assert len(tcp.expire()) == 1 and eng.blocks.num_free == free0 and eng.num_reserved == 0
+    assert tcp.expire() == 1 and synced().blocks.num_free == free0 and eng.num_reserved == 0
     tcp.expect("h", prompt, params, writer=3)    # a prompt worker that never begins
     time.sleep(0.31)
-    assert len(tcp.expire()) == 1 and eng.blocks.num_free == free0
+    assert tcp.expire() == 1 and synced().blocks.num_free == free0
+    assert [e["t"] for e in events[2:]] == ["kv_fail", "kv_fail"]
 
 
 def test_local_transport_refuses_what_it_cannot_write(zmq_pair):
+    from splitserve.engine.engine import LLMEngine
+    from splitserve.serve.kv import LocalTransport, Target, TransportError, TransportUnavailable
     from splitserve.serve.shm import SharedKVRegion
-    from splitserve.serve.transfer import LocalTransport, Target, TransportError, TransportUnavailable
 
     ctx, codec = zmq_pair
     with pytest.raises(TransportUnavailable, match="--transport tcp"):
         LocalTransport(ctx, codec, region=None)
     ra, rb = SharedKVRegion(), SharedKVRegion()
-    ra((2, 2, 9, 16, 2, 16), torch.float32, torch.device("cpu"))
+    eng = LLMEngine("tiny", num_blocks=8, tokenizer=None, kv_alloc=ra)  # its cache: (2, 2, 9, 16, 2, 16)
     rb((2, 2, 9, 16, 2, 16), torch.float32, torch.device("cpu"))
-    a = LocalTransport(ctx, codec, region=ra)
+    with pytest.raises(TransportUnavailable, match="kv_slot_ids"):
+        LocalTransport(ctx, codec, region=ra)
+    a = LocalTransport(ctx, codec, region=ra, slot_ids=eng.kv_slot_ids)  # slot ids: the engine's
+    addr = "tcp://127.0.0.1:1"
+
+    def to(peer, region, blocks=None):
+        return Target(peer, "w", addr, {"region": region, "blocks": blocks})
+
     try:
         kv = torch.ones(2, 20, 2, 16)
         region = rb.handle.to_wire()
         with pytest.raises(TransportError, match="no KV region"):
-            a.put(Target(1, "w", "tcp://127.0.0.1:1"), 0, kv)
+            a.put(Target(1, "w", addr), 0, kv)
+        with pytest.raises(TransportError, match="no KV region"):
+            a.put(to(1, None, [0, 1]), 0, kv)
         with pytest.raises(TransportError, match="do not hold 20 tokens"):
-            a.put(Target(1, "w", "tcp://127.0.0.1:1", region, [0]), 0, kv)        # one block: 16 tokens
+            a.put(to(1, region, [0]), 0, kv)        # one block: 16 tokens
         with pytest.raises(TransportError, match="do not hold"):
-            a.put(Target(1, "w", "tcp://127.0.0.1:1", region, [0, 8]), 0, kv)     # 8 is the null block
+            a.put(to(1, region, [0, 8]), 0, kv)     # 8 is the null block
         with pytest.raises(TransportError, match="does not fit"):
-            a.put(Target(1, "w", "tcp://127.0.0.1:1", region, [0, 1]), 0, kv.double())
+            a.put(to(1, region, [0, 1]), 0, kv.double())
         with pytest.raises(TransportError, match="another host"):
-            a.put(Target(2, "w", "tcp://127.0.0.1:1", {**region, "host": "elsewhere/0"}, [0, 1]), 0, kv)
-        fields, frames = a.put(Target(1, "w", "tcp://127.0.0.1:1", region, [3, 5]), 1, kv)
-        assert fields == {"inplace": kv.numel() * 4} and frames == []
+            a.put(to(2, {**region, "host": "elsewhere/0"}, [0, 1]), 0, kv)
+        rd = SharedKVRegion()
+        rd((2, 2, 9, 8, 2, 16), torch.float32, torch.device("cpu"))  # blocks of 8 tokens, ours hold 16
+        try:
+            with pytest.raises(TransportError, match="hold 8 tokens, ours 16"):
+                a.put(to(4, rd.handle.to_wire(), [0, 1, 2]), 0, kv)
+        finally:
+            a.drop_peer(4)
+            rd.close()
+        put = a.put(to(1, region, [3, 5]), 1, kv)
+        assert put.inplace_bytes == kv.numel() * 4 and put.frames == [] and put.meta is None
         assert rb._shm is not None
         mine = torch.frombuffer(rb._shm.buf, dtype=torch.float32).view(2, 2, 9, 16, 2, 16)
         assert mine[1, :, 3].sum() == 2 * 16 * 32 and mine[1, :, 5, :4].sum() == 2 * 4 * 32
@@ -357,7 +400,7 @@ def test_local_transport_refuses_what_it_cannot_write(zmq_pair):
         rc((2, 2, 9, 16, 2, 16), torch.float32, torch.device("cpu"))
         rc.close()  # its owner exited
         with pytest.raises(TransportError, match="not found"):
-            a.put(Target(3, "w", "tcp://127.0.0.1:1", rc.handle.to_wire(), [0, 1]), 0, kv)
+            a.put(to(3, rc.handle.to_wire(), [0, 1]), 0, kv)
     finally:
         a.close()
         ra.close()
@@ -419,18 +462,19 @@ def test_segments_are_unlinked_on_close_sigterm_sigkill_and_sweep(tmp_path):
 
 
 def test_tcp_put_sends_raw_bytes_of_any_dtype(zmq_pair):
-    from splitserve.serve.transfer import Target, TcpTransport
+    from splitserve.serve.kv import Target, TcpTransport
 
     ctx, codec = zmq_pair
     t = TcpTransport(ctx, codec)
     try:
         kv = torch.arange(2 * 3 * 2 * 16, dtype=torch.float32).view(2, 3, 2, 16).to(torch.bfloat16)
-        fields, (frame,) = t.put(Target(0, "w", "tcp://127.0.0.1:1"), 0, kv)
-        assert fields == {} and frame.nbytes == kv.numel() * 2
+        put = t.put(Target(0, "w", "tcp://127.0.0.1:1"), 0, kv)
+        (frame,) = put.frames
+        assert put.meta is None and put.inplace_bytes is None and frame.nbytes == kv.numel() * 2
         assert torch.equal(torch.frombuffer(bytearray(frame.tobytes()), dtype=torch.bfloat16).view(2, 3, 2, 16), kv)
-        fields, (frame,) = t.put(Target(0, "w", "tcp://127.0.0.1:1"), None, kv[None])
-        assert fields["meta"] == {"num_layers": 1, "num_tokens": 3, "num_kv_heads": 2, "head_dim": 16,
-                                  "dtype": "bfloat16"}
+        put = t.put(Target(0, "w", "tcp://127.0.0.1:1"), None, kv[None])
+        assert put.meta == {"num_layers": 1, "num_tokens": 3, "num_kv_heads": 2, "head_dim": 16,
+                            "dtype": "bfloat16"} and len(put.frames) == 1
     finally:
         t.close()
 
@@ -449,9 +493,9 @@ def test_transport_option_is_checked():
         ServeConfig(transport="nccl").validate()
     with pytest.raises(UserError, match="tcp or local"):
         ServeConfig(transport="cuda-ipc").validate()
-    import splitserve.serve.transfer as transfer
-    assert set(transfer.TRANSPORTS) == {"tcp", "local"}
-    assert not hasattr(transfer, "CudaIpcTransport") and not hasattr(transfer, "NcclTransport")
+    import splitserve.serve.kv.transports as transports
+    assert set(transports.TRANSPORTS) == {"tcp", "local"}
+    assert not hasattr(transports, "CudaIpcTransport") and not hasattr(transports, "NcclTransport")
 
 
 # ---- CUDA IPC (skipped without a GPU) --------------------------------------------------------
@@ -500,8 +544,8 @@ def test_a_serialized_write_after_a_layerwise_one_reuses_the_mapping(zmq_pair, r
     used to fail: "Inplace update to inference tensor outside InferenceMode")."""
     from splitserve.engine.engine import LLMEngine
     from splitserve.engine.sampler import SamplingParams
+    from splitserve.serve.kv import KVReceiver, KVSender, LocalTransport
     from splitserve.serve.shm import SharedKVRegion
-    from splitserve.serve.transfer import KVReceiver, KVSender, LocalTransport
 
     ctx, codec = zmq_pair
     params = SamplingParams(max_tokens=5, ignore_eos=True)
@@ -509,16 +553,19 @@ def test_a_serialized_write_after_a_layerwise_one_reuses_the_mapping(zmq_pair, r
     ra, rb = SharedKVRegion(), SharedKVRegion()
     a_eng = LLMEngine("tiny", num_blocks=64, tokenizer=None, kv_alloc=ra)
     b_eng = LLMEngine("tiny", num_blocks=64, tokenizer=None, kv_alloc=rb)
-    a, b = LocalTransport(ctx, codec, region=ra), LocalTransport(ctx, codec, region=rb)
+    a = LocalTransport(ctx, codec, region=ra, slot_ids=a_eng.kv_slot_ids)
+    b = LocalTransport(ctx, codec, region=rb, slot_ids=b_eng.kv_slot_ids)
     try:
-        rx = KVReceiver(b_eng, timeout_s=5, one_sided=True)
-        sender = KVSender(a_eng, a)
+        b_eng.connector = rx = KVReceiver(timeout_s=5, one_sided=True)
+        results = []
+        a_eng.connector = sender = KVSender(a, on_done=results.append)
         for rid, prompt in prompts.items():  # threshold 20: the long prompt streams, the short one not
-            blocks = rx.expect(rid, prompt, params, writer=0)
-            sender.plan(rid, 1, "w", b.address, 20, b.region, blocks)
-            first = a_eng.prefill_only(prompt, params, request_id=rid)
-            done = sender.prefill_done(rid, first.token, first.kv)
-            assert done["ok"], done
+            where = rx.expect(rid, prompt, params, writer=0)
+            blocks = where["blocks"]
+            sender.plan(rid, 1, "w", b.address, 20, where={"region": b.region, **where})
+            a_eng.prefill_only(prompt, params, request_id=rid)
+            (done,) = results[-1:]
+            assert done["rid"] == rid and done["ok"], done
             assert done["mode"] == ("layerwise" if rid == "long" else "serialized")
             whole = LLMEngine("tiny", num_blocks=64, tokenizer=None).prefill_only(prompt, params).kv
             slots = b_eng.kv.slots(blocks, 0, len(prompt))

@@ -8,7 +8,8 @@
     supervisor.py     worker processes: start, watch, replace with back-off; /health's view
     cluster_state.py  the simulator's policy objects kept in step with the live workers
     worker.py         a worker process: one engine, prompt / token / mixed work
-    transfer.py       KV transports (tcp; local: shared memory / CUDA IPC) and both transfer ends
+    kv/               KV transfer: transports (tcp; local: shared memory / CUDA IPC), the prompt side
+                      (sender) and token side (receiver) of the engine's KV connector
     shm.py            a KV cache in memory that same-host peers map (--transport local)
     protocol.py       signed msgpack messages over ZeroMQ: identities, replay protection, size limits
     launcher.py       local processes or Ray actors

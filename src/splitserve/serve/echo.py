@@ -6,6 +6,8 @@ router_overhead.py). Token i of a request is `(last prompt id + 1 + i) % vocab`;
 out in the step after the request arrives. It has the slice of LLMEngine's interface the worker
 uses, with a KV cache of zero layers (a split request's "transfer" is just the closing message),
 and reports its steps as the engine does (a prompt's one chunk when it starts, a decode that joins).
+Like the engine, it calls its KV connector (engine/kv_connector.py): a prefill handed over or
+dropped, the reservations complete or let go; it streams nothing (no layers).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ..engine.kv_connector import KVLayout
 from ..policy.machine import BatchReport
 
 
@@ -48,10 +51,10 @@ class EchoEngine:
     cfg: _Cfg = field(default_factory=_Cfg)
     blocks: _Blocks = field(default_factory=_Blocks)
     max_model_len: int = 1 << 16
-    model: object = None
     token_delay_s: float = 0.0  # > 0: one token per request per step, and each step sleeps this long
-    current_batch: list = field(default_factory=list)
     on_schedule: object = None                    # called with each step's BatchReport
+    connector: object = None                      # a KVConnector, bound by the worker
+    kv_layout: KVLayout = KVLayout(0, 0, 0, None, 16)
     _queue: dict = field(default_factory=dict)   # rid -> (first token, count, prefill_only, done)
     _new: dict = field(default_factory=dict)     # rid -> prompt tokens (first step not run yet), or 0: joins
     _reserved: dict = field(default_factory=dict)
@@ -62,7 +65,28 @@ class EchoEngine:
         return request_id
 
     def reserve_kv(self, prompt_ids, params, rid, isolated=False):
+        self.sync_kv()
         self._reserved[rid] = params
+        return []
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name == "connector" and value is not None:
+            value.bind(self)
+
+    def sync_kv(self):
+        c = self.connector
+        if c is None:
+            return
+        news = c.get_finished()
+        for rid in news.freed:
+            self.release_kv(rid)
+        for rid, first in news.loaded:
+            if rid in self._reserved:
+                self.start_reserved(rid, first)
+                c.load_started(rid, None)
+            else:
+                c.load_started(rid, f"request {rid!r} has no KV reservation")
 
     def write_kv_layer(self, rid, layer, data, start=0):
         pass
@@ -76,10 +100,12 @@ class EchoEngine:
         self._new[request_id] = 0
 
     def abort(self, rid):
-        self._queue.pop(rid, None)
         self._new.pop(rid, None)
+        if self._queue.pop(rid, None) is not None and self.connector is not None:
+            self.connector.request_dropped(rid)
 
     def has_unfinished(self):
+        self.sync_kv()
         return bool(self._queue)
 
     @property
@@ -87,6 +113,7 @@ class EchoEngine:
         return len(self._reserved)
 
     def step(self):
+        self.sync_kv()
         if self._new and self.on_schedule is not None:
             self.on_schedule(BatchReport(chunks=[(r, n) for r, n in self._new.items() if n],
                                         joined=[r for r, n in self._new.items() if not n]))
@@ -99,6 +126,11 @@ class EchoEngine:
             if prefill_only:
                 outs.append(EchoOutput(rid, [first], [first], True, "prefill" if n > 1 else "length"))
                 del self._queue[rid]
+                if self.connector is not None:  # serialized, of zero layers: just the closing message
+                    if n > 1:
+                        self.connector.request_finished(rid, first, None)
+                    else:
+                        self.connector.request_dropped(rid)
                 continue
             stop = n if self.token_delay_s <= 0 else done + 1
             toks = [(first + i) % v for i in range(done, stop)]

@@ -3,8 +3,8 @@
 The token worker allocates its KV cache with a `SharedKVRegion` (the `kv_alloc` of `LLMEngine`);
 its `handle` (a small `RegionHandle`, sent once in the worker's `hello`) lets a prompt worker on
 the same host map that cache with `MappedRegion` and write K/V straight into the token worker's
-reserved blocks: a one-sided write, as over NVLink or RDMA in the paper. transfer.LocalTransport
-does those writes; this module only allocates, describes, maps and unmaps the memory.
+reserved blocks: a one-sided write, as over NVLink or RDMA in the paper. kv/transports.py's
+LocalTransport does those writes; this module only allocates, describes, maps and unmaps the memory.
 
 - CPU: the cache is a named POSIX shared-memory segment (`multiprocessing.shared_memory`, mode
   0600, so only the same user can map it), viewed as a tensor with `torch.frombuffer`. Its space

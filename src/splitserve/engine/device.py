@@ -1,0 +1,34 @@
+"""The device and dtype an engine runs on, from what the user asked for."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import UserError
+from .config import ModelConfig
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
+          "float64": torch.float64}
+CPU_KV_BYTES = 1 << 30  # default KV cache size on CPU
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device, cfg: ModelConfig | None = None) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        if device.type == "cpu":
+            return torch.float32
+        return DTYPES.get(cfg.torch_dtype or "", torch.bfloat16) if cfg else torch.bfloat16
+    if dtype not in DTYPES:
+        raise UserError(f"unknown dtype {dtype!r}; use float32, bfloat16, float16 or auto")
+    return DTYPES[dtype]
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("device cuda requested but no CUDA device is available")
+    return dev

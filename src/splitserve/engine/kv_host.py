@@ -1,0 +1,194 @@
+"""The engine's side of a KV hand-over between processes (Splitwise's prompt -> token transfer),
+as a part of LLMEngine: it is the KVHost a KV connector works through (kv_connector.py), and it
+hooks the engine's own layers so that a connector gets each layer's K/V of the prompts it streams.
+
+Token side: `reserve_kv` holds what the request's decode will hold here (the policy's reservation,
+engine/scheduler.py) and allocates its prompt positions, `write_kv_layer` fills them, and
+`start_reserved` starts the decode from the first token made elsewhere; `release_kv` drops a
+reservation. `add_request_with_kv` does all of it at once with a whole exported KV. Prompt side:
+the step tells the connector its prompt chunks (`_kv_start`), a hook hands it each layer, and a
+finished prefill-only request its KV (engine.py `_append_token`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import UserError
+from .kv_cache import KVExport
+from .kv_connector import KVConnector, KVLayout, PromptChunk
+from .sampler import SamplingParams
+from .sequence import Sequence
+from .stopping import stop_reason
+
+
+class KVHostMixin:
+    """LLMEngine's KV-transfer methods (the engine provides cfg, kv, blocks, model, scheduler,
+    _seqs, _reserved, _connector, _kv_hooked, _kv_saves and _new_sequence)."""
+
+    @property
+    def connector(self) -> KVConnector | None:
+        return self._connector
+
+    @connector.setter
+    def connector(self, connector: KVConnector | None) -> None:
+        """Attach a KV connector (None: detach): it is bound to this engine (its KVHost), and the
+        engine's own layers get a forward hook that hands it each layer's K/V of streamed prompts."""
+        if connector is not None and not self._kv_hooked:
+            for i, layer in enumerate(self.model.layers):
+                layer.register_forward_hook(self._kv_layer_hook(i))
+            self._kv_hooked = True
+        self._connector = connector
+        if connector is not None:
+            connector.bind(self)
+
+    @property
+    def kv_layout(self) -> KVLayout:
+        return KVLayout(self.cfg.num_layers, self.cfg.num_kv_heads, self.cfg.head_dim, self.kv.data.dtype,
+                        self.blocks.block_size)
+
+    def kv_slot_ids(self, block_ids: list[int], num_tokens: int) -> torch.Tensor:
+        """Slot ids of positions 0..num_tokens of a sequence holding `block_ids` in a cache of this
+        engine's layout (block size): KVHost's, for a one-sided writer into a peer's cache too."""
+        if len(block_ids) * self.blocks.block_size < num_tokens:
+            raise ValueError(f"{len(block_ids)} blocks do not hold {num_tokens} tokens")
+        return torch.tensor(self.kv.slots(block_ids, 0, num_tokens), dtype=torch.long, device=self.device)
+
+    def sync_kv(self) -> None:
+        """Apply the connector's news (`get_finished`): start the complete reservations, free the
+        ones it lets go. `step()`, `has_unfinished()` and `reserve_kv()` call it first."""
+        c = self._connector
+        if c is None:
+            return
+        news = c.get_finished()
+        if not news:
+            return
+        for rid in news.freed:
+            self.release_kv(rid)
+        for rid, first in news.loaded:
+            try:
+                self.start_reserved(rid, first)
+            except UserError as e:
+                self.release_kv(rid)
+                c.load_started(rid, str(e))
+            else:
+                c.load_started(rid, None)
+
+    def _kv_start(self, batch: list[tuple[Sequence, int]]) -> bool:
+        """A step starts: tell the connector its prompt chunks, note the prompts it streams.
+        Whether it was told (the step then ends with `end_step`)."""
+        c = self._connector
+        if c is None:
+            return False
+        chunks = [PromptChunk(seq.request_id, n, len(seq.prompt_ids), seq.num_computed + n >= len(seq.prompt_ids))
+                  for seq, n in batch if seq.num_computed < len(seq.prompt_ids)]
+        if not chunks:
+            return False
+        streamed = c.start_step(chunks)
+        if streamed:
+            for seq, n in batch:
+                p = len(seq.prompt_ids)
+                if seq.request_id in streamed and seq.num_computed + n >= p:
+                    seq.export_kv = False  # streamed layer by layer: no whole-cache copy at the step's end
+                    self._kv_saves[seq.request_id] = self.kv_slot_ids(self.blocks.block_table(seq.request_id), p)
+        return True
+
+    def _kv_layer_hook(self, i: int):
+        def hook(module, args, output):
+            saves = self._kv_saves
+            if saves:
+                flat = self.kv.data[i].view(2, -1, self.cfg.num_kv_heads, self.cfg.head_dim)
+                self._connector.save_layer(i, {rid: flat[:, slots] for rid, slots in saves.items()})
+        return hook
+
+    # ---- the token side ----------------------------------------------------------------------
+    def add_request_with_kv(self, prompt_ids: list[int], first_token: int, kv: KVExport,
+                            params: SamplingParams | None = None, request_id: str | None = None,
+                            isolated: bool = False) -> str:
+        """Continue a request prefilled elsewhere: reserve its KV (UserError if it does not fit),
+        import the prompt's KV, then decode from `first_token` on. isolated: as in `add_request`."""
+        if kv.num_tokens != len(prompt_ids):
+            raise UserError(f"KV covers {kv.num_tokens} tokens but the prompt has {len(prompt_ids)}")
+        rid = self._reserve(prompt_ids, params, request_id, isolated)
+        try:
+            self.blocks.free(rid)  # import_request allocates the blocks it fills
+            self.kv.import_request(kv, self.blocks, rid, reserve=1)
+        except ValueError as e:
+            self.release_kv(rid)
+            raise UserError(str(e)) from None
+        self.start_reserved(rid, first_token)
+        return rid
+
+    # ---- KV received layer by layer (the token side of a streamed transfer) -----------------
+    def reserve_kv(self, prompt_ids: list[int], params: SamplingParams | None, request_id: str,
+                   isolated: bool = False) -> list[int]:
+        """Before an incoming request's KV arrives: reserve what its decode will hold here (the
+        policy's reservation) and allocate the blocks of its prompt positions and first token;
+        their ids. UserError when it does not fit. The connector's news is applied first (blocks
+        it let go are free for this one)."""
+        self.sync_kv()
+        rid = self._reserve(prompt_ids, params, request_id, isolated)
+        return self.blocks.block_table(rid)
+
+    def _reserve(self, prompt_ids, params, request_id, isolated) -> str:
+        seq = self._new_sequence(prompt_ids, params, request_id, isolated)
+        try:
+            self.scheduler.reserve(seq)
+        except UserError:
+            del self._seqs[seq.request_id]
+            raise
+        self.blocks.allocate(seq.request_id, len(seq.prompt_ids) + 1)  # within the reservation
+        self._reserved.add(seq.request_id)
+        return seq.request_id
+
+    def write_kv_layer(self, request_id: str, layer: int, data: torch.Tensor, start: int = 0) -> None:
+        """Write layer `layer`'s K/V (2, tokens, kv_heads, head_dim) of positions start.. into a
+        reservation. UserError for no reservation, or a layer or shape that does not fit it."""
+        if request_id not in self._reserved:
+            raise UserError(f"request {request_id!r} has no KV reservation")
+        expect = (2, self.cfg.num_kv_heads, self.cfg.head_dim)
+        n = data.shape[1] if data.dim() == 4 else -1
+        if (not 0 <= layer < self.cfg.num_layers or data.dim() != 4 or (data.shape[0], *data.shape[2:]) != expect
+                or start < 0 or start + n > len(self._seqs[request_id].prompt_ids) + 1):
+            raise UserError(f"KV of layer {layer}, shape {tuple(data.shape)} from position {start} does not fit "
+                            f"request {request_id!r}")
+        table = self.blocks.block_table(request_id)
+        slots = torch.tensor(self.kv.slots(table, start, start + n), dtype=torch.long, device=self.device)
+        flat = self.kv.data[layer].view(2, -1, self.cfg.num_kv_heads, self.cfg.head_dim)
+        flat[:, slots] = data.to(device=self.device, dtype=self.kv.data.dtype)
+
+    def release_kv(self, request_id: str) -> bool:
+        """Drop a reservation whose transfer failed; True if there was one."""
+        if request_id not in self._reserved:
+            return False
+        self._reserved.discard(request_id)
+        self.scheduler.finish(self._seqs.pop(request_id))
+        return True
+
+    def start_reserved(self, request_id: str, first_token: int) -> str:
+        """Every layer of a reservation has been written: decode from `first_token` on."""
+        if request_id not in self._reserved:
+            raise UserError(f"request {request_id!r} has no KV reservation")
+        seq = self._seqs[request_id]
+        if not 0 <= first_token < self.cfg.vocab_size:
+            self.release_kv(request_id)
+            raise UserError(f"first token {first_token} is outside the vocabulary")
+        seq.output_ids.append(first_token)
+        if stop_reason(seq, first_token, self.eos_ids, self.tokenizer) is not None:
+            self.release_kv(request_id)
+            raise UserError("the request already finished at its first token; nothing to decode")
+        self._reserved.discard(request_id)
+        seq.num_computed = len(seq.prompt_ids)
+        self.scheduler.arrived(seq)
+        return request_id
+
+    @property
+    def num_reserved(self) -> int:
+        return len(self._reserved)
+
+    def export_kv(self, request_id: str) -> KVExport:
+        """The K/V of every position of a live request that has been computed so far."""
+        seq = self._seqs.get(request_id)
+        if seq is None or not self.blocks.has(request_id):
+            raise UserError(f"request {request_id!r} holds no KV in this engine")
+        return self.kv.export_request(self.blocks.block_table(request_id), seq.num_computed)
