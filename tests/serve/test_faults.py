@@ -153,7 +153,7 @@ def test_transfer_timeout_frees_blocks_on_both_sides(reference_engine):
     time.sleep(0.25)
     assert rx.expire() == 1
     (ev,) = events
-    assert ev["t"] == "kv_fail" and "timed out" in ev["reason"]
+    assert ev.T == "kv_fail" and "timed out" in ev.reason
     assert not tok.has_unfinished()  # the engine hears of it before it steps
     assert tok.blocks.num_free == free0 and tok.num_reserved == 0
     tok.blocks.check()
@@ -194,8 +194,8 @@ def test_complete_transfer_in_process_matches_engine(reference_engine):
             tok.has_unfinished()  # the engine starts what landed: kv_in
             time.sleep(0.005)
         (ev,) = events
-        assert ev["t"] == "kv_in" and ev["mode"] == mode and ev["bytes"] == 512 * len(prompt)
-        assert ev["exposed"] <= ev["seconds"] + 1e-6 or mode == "serialized"
+        assert ev.T == "kv_in" and ev.mode == mode and ev.nbytes == 512 * len(prompt)
+        assert ev.exposed <= ev.seconds + 1e-6 or mode == "serialized"
         out = [first.token]
         while tok.has_unfinished():
             for o in tok.step():

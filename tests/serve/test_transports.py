@@ -240,8 +240,8 @@ def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, 
             time.sleep(0.002)
         assert frames == 0  # only control messages travelled
         (ev,) = events
-        assert ev["t"] == "kv_in" and ev["mode"] == mode and ev["bytes"] == 512 * len(prompt)
-        assert ev["seconds"] >= 0 and ev["exposed"] >= 0
+        assert ev.T == "kv_in" and ev.mode == mode and ev.nbytes == 512 * len(prompt)
+        assert ev.seconds >= 0 and ev.exposed >= 0
         out = [first.token]
         while b_eng.has_unfinished():
             for o in b_eng.step():
@@ -280,7 +280,7 @@ def test_one_sided_receiver_holds_blocks_until_the_writer_is_done():
     time.sleep(0.06)
     assert rx.expire() == 1
     (ev,) = events
-    assert ev["t"] == "kv_fail" and "timed out" in ev["reason"]
+    assert ev.T == "kv_fail" and "timed out" in ev.reason
     assert synced().blocks.num_free == free0 - 3 and eng.num_reserved == 1
     rx.release("a", prefill_sent=True)          # the router's abort: the writer got the prefill
     assert synced().num_reserved == 1
@@ -314,7 +314,7 @@ def test_one_sided_receiver_holds_blocks_until_the_writer_is_done():
     rx.expect("f", prompt, params, writer=3)
     rx.handle({"t": "kvd", "rid": "f", "first": 5, "end": 0, "sent": 0, "mode": "layerwise", "fail": "boom"}, [])
     ev = events[-1]
-    assert ev["t"] == "kv_fail" and "boom" in ev["reason"] and synced().blocks.num_free == free0
+    assert ev.T == "kv_fail" and "boom" in ev.reason and synced().blocks.num_free == free0
 
     # a malformed KV message is dropped and counted by reason, never raised
     rx.expect("m", prompt, params, writer=3)
@@ -344,7 +344,7 @@ def test_one_sided_receiver_holds_blocks_until_the_writer_is_done():
     tcp.expect("h", prompt, params, writer=3)    # a prompt worker that never begins
     time.sleep(0.31)
     assert tcp.expire() == 1 and synced().blocks.num_free == free0
-    assert [e["t"] for e in events[2:]] == ["kv_fail", "kv_fail"]
+    assert [e.T for e in events[2:]] == ["kv_fail", "kv_fail"]
 
 
 def test_local_transport_refuses_what_it_cannot_write(zmq_pair):

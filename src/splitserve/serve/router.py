@@ -19,11 +19,8 @@ up to `park_timeout_s` for one. KV transfers that time out on the token worker r
 request.
 
 A request in a failed engine step is retried isolated, and quarantined after a second
-(reports.py, with the other reactions to worker messages).
-
-Before judging a worker silent, the monitor reads every message already queued, and time during
-which the router's own loop stood still (a long callback, a stopped process) does not count as a
-worker's silence.
+(reports.py, with the other reactions to worker messages). Restarts, parking and the liveness
+monitor are in recovery.py.
 """
 
 from __future__ import annotations
@@ -37,18 +34,16 @@ from .channel import RouterChannel
 from .cluster_state import LiveCluster, NoWorkers
 from .config import ServeConfig
 from .launcher import make_launcher
-from .messages import Abort, Expect, Gen, PeerDown, Ping, Stage, Stop, WireParams
+from .messages import Abort, Expect, Gen, Stage, Stop, WireParams
 from .metrics import ServeMetrics
 from .protocol import ROUTER_NAME, Codec, control_message_limit, new_secret
 from .requests import LiveRequest, RequestTable
+from .recovery import Recovery
 from .reports import WorkerReports
 from .supervisor import Supervisor, WorkerInfo
 from .worker_args import worker_argv
 
 POOLS = {"prompt": Pool.PROMPT, "token": Pool.TOKEN, "mixed": Pool.MIXED}
-PING_S = 1.0
-MONITOR_S = 0.05
-PAUSE_S = 0.5  # a monitor tick this late means the router itself stood still
 
 
 class Overloaded(Exception):
@@ -63,7 +58,7 @@ class TooLarge(Exception):
     """No worker of this cluster could ever hold the request (HTTP 400)."""
 
 
-class Router(WorkerReports):
+class Router(WorkerReports, Recovery):
     def __init__(self, cfg: ServeConfig, metrics: ServeMetrics | None = None) -> None:
         self.cfg = cfg
         self.metrics = metrics or ServeMetrics()
@@ -181,15 +176,6 @@ class Router(WorkerReports):
         else:
             req.stage = Stage.WAITING
 
-    def _park(self, req: LiveRequest, why: str) -> None:
-        if not req.parked_at:
-            req.parked_at = time.monotonic()
-        req.stage = Stage.PARKED
-        if time.monotonic() - req.parked_at > self.cfg.park_timeout_s:
-            self._fail(req, f"no worker could take the request: {why}", 503)
-        else:
-            self.reqs.parked.append(req)
-
     def _dispatch(self, req: LiveRequest) -> None:
         r = req.pr
         p, t = self.workers[r.prompt_machine], self.workers[r.token_machine]
@@ -281,51 +267,6 @@ class Router(WorkerReports):
         self._release(req)
         self.reqs.end(req)
         self.metrics.requests.labels("cancelled").inc()
-
-    def _restart(self, req: LiveRequest, why: str, penalty: bool = True) -> None:
-        """Try `req` again from the start; `penalty`: this counts against its `max_attempts`."""
-        if req.stage is Stage.DONE:
-            return
-        self._release(req)
-        if penalty:
-            req.attempt += 1
-            if req.attempt >= self.cfg.max_attempts:
-                self._fail(req, f"the request failed {req.attempt} times; last: {why}", 503)
-                return
-        self.metrics.restarts.inc()
-        self._begin(req)
-
-    # ---- liveness ----------------------------------------------------------------------------
-    async def _monitor_loop(self) -> None:
-        next_ping = 0.0
-        tick = time.monotonic()
-        while True:
-            await asyncio.sleep(MONITOR_S)
-            self.chan.drain_all()  # read what is queued before judging anyone silent
-            now = time.monotonic()
-            if now - tick > MONITOR_S + PAUSE_S:  # this loop stood still: a pause of ours is no one's silence
-                self.sup.paused(now - tick - MONITOR_S)
-            tick = now
-            self.sup.check(now)
-            if now >= next_ping:
-                next_ping = now + PING_S
-                for w in self.workers:
-                    if w.up:
-                        self.chan.send(w, Ping())
-            if self.reqs.parked:
-                parked, self.reqs.parked = self.reqs.parked, []
-                for req in parked:
-                    if req.stage is Stage.PARKED:
-                        self._begin(req)
-
-    def _worker_down(self, w: WorkerInfo, why: str) -> None:
-        """The supervisor took w out (dead or hung): restart what it held, tell its peers."""
-        self.cluster.down(w.id)
-        for req in self.reqs.on_worker(w.id):
-            self._restart(req, f"worker {w.id} failed ({why})")
-        for other in self.workers:
-            if other.up:
-                self.chan.send(other, PeerDown(peer=w.id))
 
     # ---- views -------------------------------------------------------------------------------
     def health(self) -> tuple[bool, dict]:

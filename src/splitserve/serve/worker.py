@@ -37,41 +37,16 @@ import time
 import zmq
 
 from ..errors import UserError
+from .kv import BothSides, KVReceiver, KVSender, make_transport
+from .messages import (TO_WORKER, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail, KvIn, MalformedMessage,
+                       Message, Out, OutItem, PeerDown, Ping, Reserved, Step, StepChunk, StepFailed, Stop, decode, encode)
 from .protocol import ROUTER_NAME as ROUTER
 from .protocol import BadMessage, Codec, control_message_limit, limit_socket, secret_from_env, worker_identity
-from .kv import BothSides, KVReceiver, KVSender, make_transport
 from .worker_args import parse_args
+from .worker_engine import build_engine, sampling_params
 
 HEARTBEAT_S = 0.2
 MAX_STEP_FAILURES = 3
-
-
-def build_engine(args, kv_alloc=None):
-    if args.worker_mode == "echo":
-        from .echo import EchoEngine
-        return EchoEngine(token_delay_s=args.echo_token_delay_s)
-    from ..engine.engine import LLMEngine
-
-    import torch
-    torch.set_num_threads(max(1, args.threads))
-    return LLMEngine(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
-                     num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-                     batching=args.policy.batching, tokenizer=None, kv_alloc=kv_alloc)
-
-
-def sampling_params(p: dict, echo: bool = False):
-    if echo:  # the echo stand-in reads max_tokens only; importing the sampler would import torch
-        from types import SimpleNamespace
-        return SimpleNamespace(max_tokens=p["max_tokens"])
-    from ..engine.sampler import SamplingParams
-    return SamplingParams(max_tokens=p["max_tokens"], temperature=p.get("temperature", 0.0),
-                          top_p=p.get("top_p", 1.0), top_k=p.get("top_k", 0), seed=p.get("seed"),
-                          stop_token_ids=tuple(p.get("stop_token_ids", ())),
-                          ignore_eos=p.get("ignore_eos", False),
-                          presence_penalty=p.get("presence_penalty", 0.0),
-                          frequency_penalty=p.get("frequency_penalty", 0.0),
-                          repetition_penalty=p.get("repetition_penalty", 1.0),
-                          logit_bias=tuple((int(t), float(b)) for t, b in p.get("logit_bias", ())))
 
 
 class Worker:
@@ -89,68 +64,71 @@ class Worker:
         self.transport = make_transport(args.transport, self.ctx, codec, args.host, region, max_message=kv_limit,
                                         slot_ids=getattr(engine, "kv_slot_ids", None))
         self.sender = KVSender(self.transport, args.debug_layer_delay_s)
-        if args.debug_fail_token is not None:
-            _fail_on_token(engine, args.debug_fail_token)
         self.receiver = KVReceiver(args.transfer_timeout_s, one_sided=self.transport.one_sided,
                                    notify=self.on_kv_event)
         engine.connector = BothSides(self.sender, self.receiver)  # the engine drives both (engine/kv_connector.py)
         self.kinds: dict[str, str] = {}  # rid -> "full" | "prefill" | "decode"
-        self.items: list = []  # tokens for the router, flushed once per loop
+        self.items: list[OutItem] = []  # tokens for the router, flushed once per loop
         self.item_tokens = 0
         self.last_router = time.monotonic()
         self.running = True
         self.echo = args.worker_mode == "echo"
         self.step_failures = 0  # in a row
         self.stepped = False    # a step report went out: its "out" must follow, even empty
+        self.malformed = 0      # signed router messages that were no valid message (a bug, or versions apart)
         engine.on_schedule = self.report_step
 
-    def send(self, header: dict) -> None:
-        self.ctl.send_multipart(self.codec.encode(header, to=ROUTER), copy=False)
+    def send(self, msg: Message) -> None:
+        self.ctl.send_multipart(self.codec.encode(encode(msg), to=ROUTER), copy=False)
 
     def hello(self) -> None:
         e = self.engine
-        self.send({"t": "hello", "id": self.args.id, "pid": os.getpid(), "kv": self.transport.address,
-                   "blocks": e.blocks.num_blocks, "block_size": e.blocks.block_size,
-                   "free": e.blocks.num_free, "max_len": e.max_model_len, "region": self.transport.region})
+        self.send(Hello(worker_id=self.args.id, pid=os.getpid(), kv_addr=self.transport.address,
+                        blocks=e.blocks.num_blocks, block_size=e.blocks.block_size, free=e.blocks.num_free,
+                        max_len=e.max_model_len, region=self.transport.region))
 
     def heartbeat(self) -> None:
         e = self.engine
-        self.send({"t": "hb", "id": self.args.id, "free": e.blocks.num_free, "blocks": e.blocks.num_blocks,
-                   "reserved": e.num_reserved, "running": len(self.kinds),
-                   "rejected": self.codec.rejected, "stray": self.receiver.stray,
-                   "preempted": getattr(getattr(e, "scheduler", None), "num_preemptions", 0)})
+        self.send(Heartbeat(worker_id=self.args.id, free=e.blocks.num_free, blocks=e.blocks.num_blocks,
+                            reserved=e.num_reserved, running=len(self.kinds),
+                            rejected=self.codec.rejected + self.malformed + sum(self.receiver.malformed.values()),
+                            stray=self.receiver.stray,
+                            preempted=getattr(getattr(e, "scheduler", None), "num_preemptions", 0)))
 
     # ---- messages from the router ----------------------------------------------------------
-    def on_ctl(self, h: dict) -> None:
-        t = h["t"]
-        rid = h.get("rid")
-        if t == "gen":
-            try:
-                params = sampling_params(h["p"], self.echo)
-                self.engine.add_request(h["ids"], params, rid, prefill_only=h["kind"] == "prefill",
-                                        isolated=h.get("iso", False))
-            except UserError as e:
-                self.send({"t": "err", "rid": rid, "msg": str(e)})
-                return
-            self.kinds[rid] = h["kind"]
-            if h["kind"] == "prefill":
-                self.sender.plan(rid, h["dest"], h["dest_ident"], h["addr"], h["thr"],
-                                 where={"region": h.get("region"), "blocks": h.get("blocks")})
-        elif t == "expect":
-            try:
-                where = self.receiver.expect(rid, h["ids"], sampling_params(h["p"], self.echo), h.get("src"),
-                                             isolated=h.get("iso", False))
+    def on_ctl(self, msg: Message) -> None:
+        match msg:
+            case Gen(rid=rid, kind=kind):
+                try:
+                    self.engine.add_request(msg.prompt_ids, sampling_params(msg.params, self.echo), rid,
+                                            prefill_only=kind == "prefill", isolated=msg.isolated)
+                except UserError as e:
+                    self.send(Err(rid=rid, msg=str(e)))
+                    return
+                self.kinds[rid] = kind
+                if kind == "prefill":
+                    self.sender.plan(rid, msg.dest, msg.dest_ident, msg.dest_addr, msg.threshold,
+                                     where={"region": msg.region, "blocks": msg.blocks})
+            case Expect(rid=rid):
+                try:
+                    where = self.receiver.expect(rid, msg.prompt_ids, sampling_params(msg.params, self.echo),
+                                                 msg.src, isolated=msg.isolated)
+                except UserError as e:
+                    self.send(Reserved(rid=rid, ok=False, msg=str(e)))
+                    return
                 # `where`: one-sided, the blocks the prompt worker writes into
-                self.send({"t": "reserved", "rid": rid, "ok": True, **where})
-            except UserError as e:
-                self.send({"t": "reserved", "rid": rid, "ok": False, "msg": str(e)})
-        elif t in ("abort", "cancel"):
-            self.drop(rid, h.get("prefill_sent", True))
-        elif t == "peer_down":
-            self.transport.drop_peer(h["peer"])
-            self.receiver.peer_down(h["peer"])
-        elif t == "stop":
-            self.running = False
+                self.send(Reserved(rid=rid, ok=True, blocks=where.get("blocks")))
+            case Abort(rid=rid, prefill_sent=sent):
+                self.drop(rid, sent)
+            case Cancel(rid=rid):
+                self.drop(rid)
+            case PeerDown(peer=peer):
+                self.transport.drop_peer(peer)
+                self.receiver.peer_down(peer)
+            case Stop():
+                self.running = False
+            case Ping():
+                pass  # the router is alive (last_router is set on any message)
 
     def drop(self, rid: str, prefill_sent: bool = True) -> None:
         """Forget `rid` everywhere in this worker (idempotent)."""
@@ -162,7 +140,8 @@ class Worker:
         """The engine formed a step: tell the router what the policy decided (its view of this
         worker follows the same transitions); the step's "out" closes it."""
         if rep.chunks or rep.preempted or rep.joined:
-            self.send({"t": "step", "chunks": rep.chunks, "preempted": rep.preempted, "joined": rep.joined})
+            self.send(Step(chunks=[StepChunk(*c) for c in rep.chunks], preempted=list(rep.preempted),
+                           joined=list(rep.joined)))
             self.stepped = True
 
     def step(self) -> None:
@@ -174,7 +153,7 @@ class Worker:
                 raise
             for rid in e.request_ids:
                 self.drop(rid)
-            self.send({"t": "step_failed", "rids": list(e.request_ids), "error": repr(e.cause)[:500]})
+            self.send(StepFailed(rids=list(e.request_ids), error=repr(e.cause)[:500]))
             print(f"worker {self.args.id}: engine step failed: {e.cause!r}", file=sys.stderr, flush=True)
             self.step_failures += 1
             if self.step_failures >= MAX_STEP_FAILURES:
@@ -186,10 +165,10 @@ class Worker:
     def on_kv(self, h: dict, data: list) -> None:
         self.receiver.handle(h, data)
 
-    def on_kv_event(self, ev: dict) -> None:
+    def on_kv_event(self, ev: KvIn | KvFail) -> None:
         """The receiver's `kv_in` / `kv_fail` for the router (kv_in: the request decodes here now)."""
-        if ev["t"] == "kv_in":
-            self.kinds[ev["rid"]] = "decode"
+        if type(ev) is KvIn:
+            self.kinds[ev.rid] = "decode"
         self.send(ev)
 
     # ---- engine outputs ---------------------------------------------------------------------
@@ -201,18 +180,18 @@ class Worker:
                 continue  # aborted meanwhile
             if o.finish_reason == "prefill":  # the engine closed its transfer (connector.request_finished)
                 del self.kinds[rid]
-                self.items.append([rid, o.new_token_ids, False, "prefill"])
+                self.items.append(OutItem(rid, o.new_token_ids, False, "prefill"))
                 continue
             if o.finished:
                 del self.kinds[rid]
-            self.items.append([rid, o.new_token_ids, o.finished, o.finish_reason])
+            self.items.append(OutItem(rid, o.new_token_ids, o.finished, o.finish_reason))
             self.item_tokens += len(o.new_token_ids)
             if self.item_tokens > self.engine.max_model_len:  # keep `out` within the router's message limit
                 self.flush()
 
     def flush(self) -> None:
         if self.items or self.stepped:
-            self.send({"t": "out", "items": self.items})
+            self.send(Out(items=self.items))
             self.items, self.item_tokens, self.stepped = [], 0, False
 
     def run(self) -> None:
@@ -235,7 +214,13 @@ class Worker:
                     except BadMessage:
                         continue
                     self.last_router = time.monotonic()
-                    self.on_ctl(h)
+                    try:
+                        msg = decode(h, TO_WORKER)
+                    except MalformedMessage as e:
+                        self.malformed += 1
+                        print(f"worker {self.args.id}: dropped a malformed message: {e.reason}", file=sys.stderr)
+                        continue
+                    self.on_ctl(msg)
             if self.transport.inbound in ready:
                 for h, data in self.transport.recv_all():
                     self.on_kv(h, data)
@@ -270,16 +255,6 @@ def _unlink_on_sigterm(region) -> None:
         signal.signal(signal.SIGTERM, on_term)
     except ValueError:
         pass  # not the main thread (a Ray actor): the resource tracker unlinks it (shm.py)
-
-
-def _fail_on_token(engine, token: int) -> None:
-    """Tests only: the model's first layer raises in any step that holds a prompt with `token`
-    (a stand-in for an input that breaks the engine, to exercise the quarantine)."""
-    def hook(module, args):
-        if any(token in seq.prompt_ids for seq, _ in engine.current_batch):
-            raise RuntimeError(f"debug: a prompt holds token {token}")
-
-    engine.model.layers[0].register_forward_pre_hook(hook)
 
 
 def main(argv=None) -> int:

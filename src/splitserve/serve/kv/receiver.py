@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from ...engine.kv_connector import KVFinished, TokenSideOnly
 from ...errors import UserError
-from ..messages import KV, KvDone, KvDrop, KvFail, KvIn, KvLayer, MalformedMessage, Message, decode, encode
+from ..messages import KV, KvDone, KvDrop, KvFail, KvIn, KvLayer, MalformedMessage, Message, decode
 
 _ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}  # what KVExport.from_bytes reads
 
@@ -77,10 +77,10 @@ class Landed:
 
 class KVReceiver(TokenSideOnly):
     """The token side of the worker's connector (see the module docstring). `notify` gets each
-    `kv_in` / `kv_fail` event for the router (a header dict), as it happens."""
+    `kv_in` / `kv_fail` message for the router (KvIn / KvFail), as it happens."""
 
     def __init__(self, timeout_s: float, one_sided: bool = False, hold_s: float | None = None,
-                 start_s: float | None = None, notify: Callable[[dict], None] | None = None) -> None:
+                 start_s: float | None = None, notify: Callable[[KvIn | KvFail], None] | None = None) -> None:
         self.timeout_s, self.one_sided = timeout_s, one_sided
         # how long a reservation waits for its prompt worker's first step (queueing included)
         self.start_s = start_s if start_s is not None else max(30.0, 6 * timeout_s)
@@ -144,7 +144,7 @@ class KVReceiver(TokenSideOnly):
 
     def _fail(self, rid: str, reason: str) -> None:
         self._free(rid)
-        self.notify(encode(KvFail(rid=rid, reason=reason)))
+        self.notify(KvFail(rid=rid, reason=reason))
 
     # ---- KV messages ---------------------------------------------------------------------------
     def _reject(self, kind: str | None, why: str) -> None:
@@ -249,7 +249,7 @@ class KVReceiver(TokenSideOnly):
         late = [i for i in self.inbound.values() if i.deadline < now]
         for inb in late:
             self._drop(inb, may_write=True)
-            self.notify(encode(KvFail(rid=inb.rid, reason=f"KV transfer timed out after {self.timeout_s:g} s")))
+            self.notify(KvFail(rid=inb.rid, reason=f"KV transfer timed out after {self.timeout_s:g} s"))
         for rid in [r for r, h in self.held.items() if h.until < now]:
             self._free(rid)
             self.forced += 1
@@ -270,7 +270,7 @@ class KVReceiver(TokenSideOnly):
         if ld is None:
             return
         if error is not None:
-            self.notify(encode(KvFail(rid=request_id, reason=error)))
+            self.notify(KvFail(rid=request_id, reason=error))
         else:
-            self.notify(encode(KvIn(rid=request_id, first_token=ld.first, nbytes=ld.nbytes, mode=ld.mode,
-                                    seconds=ld.seconds, exposed=ld.exposed)))
+            self.notify(KvIn(rid=request_id, first_token=ld.first, nbytes=ld.nbytes, mode=ld.mode,
+                             seconds=ld.seconds, exposed=ld.exposed))

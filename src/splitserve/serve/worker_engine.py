@@ -1,0 +1,51 @@
+"""What a worker runs: its engine, built from its command line (worker_args.py), and a request's
+sampling parameters, turned from the wire's `WireParams` into the engine's SamplingParams.
+
+An echo worker (--worker-mode echo) runs serve/echo.py's stand-in and never imports torch."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from .messages import WireParams
+
+
+def build_engine(args, kv_alloc=None):
+    """The engine of a worker with options `args`; `kv_alloc` allocates its KV cache (a shared
+    region for same-host peers, shm.py) where given."""
+    if args.worker_mode == "echo":
+        from .echo import EchoEngine
+        return EchoEngine(token_delay_s=args.echo_token_delay_s)
+    import torch
+
+    from ..engine.engine import LLMEngine
+    torch.set_num_threads(max(1, args.threads))
+    engine = LLMEngine(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
+                       num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
+                       batching=args.policy.batching, tokenizer=None, kv_alloc=kv_alloc)
+    if args.debug_fail_token is not None:
+        fail_on_token(engine, args.debug_fail_token)
+    return engine
+
+
+def sampling_params(p: WireParams, echo: bool = False):
+    """The engine's SamplingParams of `p` (UserError where the engine refuses them). The echo
+    stand-in reads max_tokens only (and importing the sampler would import torch)."""
+    if echo:
+        return SimpleNamespace(max_tokens=p.max_tokens)
+    from ..engine.sampler import SamplingParams
+    return SamplingParams(max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
+                          seed=p.seed, stop_token_ids=tuple(p.stop_token_ids), ignore_eos=p.ignore_eos,
+                          presence_penalty=p.presence_penalty, frequency_penalty=p.frequency_penalty,
+                          repetition_penalty=p.repetition_penalty, logit_bias=tuple(p.logit_bias))
+
+
+def fail_on_token(engine, token: int) -> None:
+    """Tests only (--debug-fail-token): the model's first layer raises in any step that holds a
+    prompt with `token` (a stand-in for an input that breaks the engine, to exercise the
+    router's quarantine)."""
+    def hook(module, args):
+        if any(token in seq.prompt_ids for seq, _ in engine.current_batch):
+            raise RuntimeError(f"debug: a prompt holds token {token}")
+
+    engine.model.layers[0].register_forward_pre_hook(hook)
