@@ -269,7 +269,7 @@ def test_round_trip_through_a_codec(msg):
 
 # ---- what today's code sends decodes ----------------------------------------------------------------
 P = {"max_tokens": 16, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "ignore_eos": False, "stop_token_ids": []}
-TODAY = [  # headers as router.py, worker.py and transfer.py build them by hand
+TODAY = [  # headers as router.py, worker.py and the KV transfer code built them by hand before messages/
     {"t": "expect", "rid": "1.0", "ids": [1, 2, 3], "p": P, "src": 0, "iso": False},
     {"t": "gen", "rid": "1.0", "ids": [1, 2, 3], "p": P, "kind": "full", "iso": False},
     {"t": "gen", "rid": "1.0", "ids": [1, 2, 3], "p": P, "kind": "prefill", "dest": 1, "dest_ident": W1,
