@@ -1,7 +1,9 @@
 """The router's end of the control channel: one ZeroMQ ROUTER socket that every worker connects
 to. Frames are signed and addressed (protocol.py: a worker's identity is derived from the
 cluster secret, so nobody else can take it), headers are typed (messages/), and the socket
-refuses frames larger than a control message can be (protocol.control_message_limit).
+refuses frames larger than a control message can be (protocol.control_message_limit). A worker
+sends its messages in bundles (worker.py's outbox): one ZeroMQ message of (mac, head) pairs,
+each pair a signed message of its own, handled in order.
 
 It runs on the front end's event loop. ZeroMQ's file descriptor is edge-triggered: it fires when
 the socket's state changes, and any send or receive can consume that change. So the reader
@@ -18,7 +20,7 @@ from typing import Callable
 import zmq
 
 from .messages import TO_ROUTER, MalformedMessage, Message, decode, encode
-from .protocol import BadMessage, Codec, limit_socket
+from .protocol import BUNDLE_MAX, BadMessage, Codec, limit_socket
 from .supervisor import WorkerInfo
 
 
@@ -34,6 +36,7 @@ class RouterChannel:
         self.address = ""
         self.strangers = 0   # frames from identities of no current worker (dropped unread)
         self.malformed = 0   # signed messages whose header is no valid message
+        self.oversized = 0   # bundles of more than BUNDLE_MAX messages (dropped unread)
         self._scheduled = False
 
     def open(self, host: str, max_message: int) -> str:
@@ -60,7 +63,7 @@ class RouterChannel:
 
     @property
     def rejected(self) -> int:
-        return self.codec.rejected + self.strangers + self.malformed
+        return self.codec.rejected + self.strangers + self.malformed + self.oversized
 
     def send(self, w: WorkerInfo, msg: Message) -> None:
         if self.sock is None:
@@ -92,19 +95,24 @@ class RouterChannel:
             if w is None:
                 self.strangers += 1
                 continue
-            try:
-                h, _ = self.codec.decode(fr[1:], sender=fr[0].decode())
-                msg = decode(h, TO_ROUTER)
-            except BadMessage:
-                continue  # counted by the codec
-            except MalformedMessage as e:
-                self.malformed += 1
-                print(f"router: worker {w.id} sent a malformed message: {e.reason}", file=sys.stderr)
+            if len(fr) > 1 + 2 * BUNDLE_MAX:
+                self.oversized += 1
                 continue
-            try:
-                self.on_message(w, msg)
-            except Exception as e:  # a bug must not kill the router
-                print(f"router: error handling {msg.T} from worker {w.id}: {e!r}", file=sys.stderr)
+            sender = fr[0].decode()
+            for i in range(1, len(fr), 2):  # a worker's outbox: (mac, head) pairs, each signed
+                try:
+                    h, _ = self.codec.decode(fr[i:i + 2], sender=sender)
+                    msg = decode(h, TO_ROUTER)
+                except BadMessage:
+                    continue  # counted by the codec
+                except MalformedMessage as e:
+                    self.malformed += 1
+                    print(f"router: worker {w.id} sent a malformed message: {e.reason}", file=sys.stderr)
+                    continue
+                try:
+                    self.on_message(w, msg)
+                except Exception as e:  # a bug must not kill the router
+                    print(f"router: error handling {msg.T} from worker {w.id}: {e!r}", file=sys.stderr)
         self.kick()
         return False
 

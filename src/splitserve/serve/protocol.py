@@ -242,6 +242,7 @@ def limit_socket(sock: zmq.Socket, max_message_bytes: int, hwm: int) -> None:
 
 
 CONTROL_BASE_BYTES = 64 << 10
+BUNDLE_MAX = 64  # messages a worker sends to the router in one ZeroMQ message at most (its outbox)
 
 
 def control_message_limit(max_model_len: int, max_num_seqs: int = 256) -> int:

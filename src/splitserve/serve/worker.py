@@ -7,13 +7,13 @@ The pool is the router's business: any worker runs what it is sent. "gen" with k
 a request here from prompt to last token (mixed / baseline); kind "prefill" runs the prompt only
 and ships its KV to the token worker named in the message (see kv/); "expect" reserves
 blocks for KV that is about to arrive, after which the request decodes here. Batching and
-preemption within the worker are the simulator's machine-level policy (policy/machine.py, run by
-the engine's scheduler on its view of itself): FCFS prompts under the prompt-token cap, every decode
-in every batch, KV reserved for a request's whole length, and on a mixed worker prompts that
-preempt the youngest decodes (each at most --preemption-limit times).
+preemption inside are the simulator's machine-level policy, run by the engine's scheduler
+(policy/machine.py).
 
 Loop: wait for messages (not at all while the engine has work), handle them, run one engine step,
 send that step's tokens to the router in one message, expire late KV reservations, heartbeat.
+Messages to the router wait in an outbox and go together, one ZeroMQ message of signed pairs,
+before each engine step runs and at the end of the loop (docs/architecture.md, Messages).
 A worker whose router has gone quiet for `--orphan-timeout` seconds (twice the router's heartbeat
 timeout) exits.
 
@@ -38,10 +38,12 @@ import zmq
 
 from ..errors import UserError
 from .kv import BothSides, KVReceiver, KVSender, make_transport
-from .messages import (TO_WORKER, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail, KvIn, MalformedMessage,
-                       Message, Out, OutItem, PeerDown, Ping, Reserved, Step, StepChunk, StepFailed, Stop, decode, encode)
+from .messages import (TO_WORKER, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail, KvIn,
+                       MalformedMessage, Message, Out, OutItem, PeerDown, Ping, Reserved, Step, StepChunk,
+                       StepFailed, Stop, decode, encode)
 from .protocol import ROUTER_NAME as ROUTER
-from .protocol import BadMessage, Codec, control_message_limit, limit_socket, secret_from_env, worker_identity
+from .protocol import (BUNDLE_MAX, BadMessage, Codec, control_message_limit, limit_socket, secret_from_env,
+                       worker_identity)
 from .worker_args import parse_args
 from .worker_engine import build_engine, sampling_params
 
@@ -68,24 +70,36 @@ class Worker:
                                    notify=self.on_kv_event)
         engine.connector = BothSides(self.sender, self.receiver)  # the engine drives both (engine/kv_connector.py)
         self.kinds: dict[str, str] = {}  # rid -> "full" | "prefill" | "decode"
-        self.items: list[OutItem] = []  # tokens for the router, flushed once per loop
+        self.items: list[OutItem] = []  # tokens for the router, into the outbox once per loop
         self.item_tokens = 0
         self.last_router = time.monotonic()
         self.running = True
         self.echo = args.worker_mode == "echo"
         self.step_failures = 0  # in a row
         self.stepped = False    # a step report went out: its "out" must follow, even empty
+        self.formed = False     # the engine formed a batch in this loop (report_step ran)
+        self.outbox: list = []  # signed frames for the router, not sent yet
         self.malformed = 0      # signed router messages that were no valid message (a bug, or versions apart)
         engine.on_schedule = self.report_step
 
     def send(self, msg: Message) -> None:
-        self.ctl.send_multipart(self.codec.encode(encode(msg), to=ROUTER), copy=False)
+        """Sign `msg` into the outbox (post() sends it)."""
+        self.outbox += self.codec.encode(encode(msg), to=ROUTER)
+        if len(self.outbox) >= 2 * BUNDLE_MAX:
+            self.post()
+
+    def post(self) -> None:
+        """Send what the outbox holds, in order, as one message of (mac, head) pairs."""
+        if self.outbox:
+            self.ctl.send_multipart(self.outbox, copy=False)
+            self.outbox = []
 
     def hello(self) -> None:
         e = self.engine
         self.send(Hello(worker_id=self.args.id, pid=os.getpid(), kv_addr=self.transport.address,
                         blocks=e.blocks.num_blocks, block_size=e.blocks.block_size, free=e.blocks.num_free,
                         max_len=e.max_model_len, region=self.transport.region))
+        self.post()
 
     def heartbeat(self) -> None:
         e = self.engine
@@ -137,12 +151,15 @@ class Worker:
         self.kinds.pop(rid, None)
 
     def report_step(self, rep) -> None:
-        """The engine formed a step: tell the router what the policy decided (its view of this
-        worker follows the same transitions); the step's "out" closes it."""
+        """The engine formed a step and is about to run it: tell the router what the policy
+        decided (its view of this worker follows the same transitions; the step's `out` closes
+        it), and send the outbox, where the previous step's `out` may still wait (run())."""
+        self.formed = True
         if rep.chunks or rep.preempted or rep.joined:
             self.send(Step(chunks=[StepChunk(*c) for c in rep.chunks], preempted=list(rep.preempted),
                            joined=list(rep.joined)))
             self.stepped = True
+        self.post()
 
     def step(self) -> None:
         """One engine step; a step that raises costs its requests, not the worker."""
@@ -225,6 +242,7 @@ class Worker:
                 for h, data in self.transport.recv_all():
                     self.on_kv(h, data)
             self.receiver.expire()  # kv_fail events go out through on_kv_event
+            self.formed = False
             if self.engine.has_unfinished():
                 self.step()
             self.flush()
@@ -232,11 +250,14 @@ class Worker:
             if now >= next_hb:
                 self.heartbeat()
                 next_hb = now + HEARTBEAT_S
+            if not (self.formed and self.engine.has_unfinished()):
+                self.post()  # else the next step's report, in a moment, takes it along
                 # after one long step the router's pings are queued, not missing: read them first
                 if now - self.last_router > self.args.orphan_timeout_s and not self.ctl.poll(0):
                     print(f"worker {self.args.id}: no word from the router for "
                           f"{self.args.orphan_timeout_s:g} s; exiting", file=sys.stderr)
                     break
+        self.post()
         self.transport.close()
         self.ctl.close(linger=0)
 
