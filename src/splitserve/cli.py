@@ -169,6 +169,8 @@ def reproduce_splitwise(
 
 from .bench.cli import bench as _bench_cmd; app.command("bench")(_bench_cmd)
 from .serve.cli import serve as _serve_cmd; app.command("serve")(_serve_cmd)
+from .twin.cli import profile as _profile_cmd; app.command("profile")(_profile_cmd)
+from .twin.cli import twin as _twin_cmd; app.command("twin")(_twin_cmd)
 
 
 def main(argv: list[str] | None = None) -> int:

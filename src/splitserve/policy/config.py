@@ -129,3 +129,17 @@ def make_policy(values: dict[str, Any]) -> PolicyConfig:
         if not ok:
             raise UserError(msg)
     return cfg
+
+
+def cli_args(cfg: PolicyConfig) -> list[str]:
+    """The command-line options that give `cfg` (to start `serve` with a simulation's policy)."""
+    args: list[str] = []
+    for o in OPTIONS:
+        v: Any = cfg
+        for part in o.path.split("."):
+            v = getattr(v, part)
+        if o.flag:
+            args += [] if v else [f"--{o.name}"]
+        else:
+            args += [f"--{o.name}", str(v)]
+    return args

@@ -28,7 +28,7 @@ def simulation_summary(result, workload, slo: SLO = SLO()) -> dict:
     machines: dict[str, dict] = {}
     cost = power = energy = 0.0
     for st in mt.machines:
-        hw = load_hardware(st.hardware)
+        hw = result.hardware.get(st.hardware) or load_hardware(st.hardware)
         key = f"{st.pool}:{st.hardware}"
         g = machines.setdefault(key, {"pool": st.pool, "hardware": st.hardware, "count": 0,
                                       "utilization": 0.0, "peak_kv_fraction": 0.0})

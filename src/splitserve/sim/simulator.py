@@ -38,6 +38,8 @@ class SimConfig:
     memory_utilization: float = 0.9
     profile: str | None = None               # profile CSV; roofline model where it has no rows
     record_requests: bool = False            # keep every Request with its token times
+    machine: object = None                   # a measured machine (twin.machine.MachineProfile) in
+                                             # place of the catalog's hardware, for every machine
 
 
 @dataclass(slots=True)
@@ -51,6 +53,7 @@ class SimResult:
     borrowed: int
     perf_sources: dict[str, str]
     requests: list[Request] = field(default_factory=list)
+    hardware: dict = field(default_factory=dict)  # name -> spec with cost_per_hour and power_kw
 
 
 class Simulation:
@@ -68,7 +71,10 @@ class Simulation:
         hw_cache: dict[str, tuple] = {}
         self.perf_sources: dict[str, str] = {}
         for hw_name, pool, count in cluster.groups:
-            if hw_name not in hw_cache:
+            if hw_name not in hw_cache and cfg.machine is not None:
+                hw_cache[hw_name] = (cfg.machine, cfg.machine.perf, cfg.machine.power, cfg.machine.kv_capacity)
+                self.perf_sources[hw_name] = cfg.machine.perf.source
+            elif hw_name not in hw_cache:
                 hw = load_hardware(hw_name)
                 perf, power = make_perf_model(model, hw, cfg.tp, cfg.profile)
                 cap = kv_capacity_tokens(model, hw, cfg.tp, cfg.memory_utilization)
@@ -88,8 +94,10 @@ class Simulation:
             self.cls = SplitwiseScheduler(self.machines, cfg.policy.routing)
         else:
             self.cls = JSQScheduler(self.machines)
-        ref_hw = load_hardware(REFERENCE_HARDWARE)
-        self.ref, _ = make_perf_model(model, ref_hw, cfg.tp, cfg.profile)
+        if cfg.machine is not None:  # SLO slowdowns against the same request alone on this machine
+            self.ref = cfg.machine.perf
+        else:
+            self.ref, _ = make_perf_model(model, load_hardware(REFERENCE_HARDWARE), cfg.tp, cfg.profile)
         self.kv_bytes = model.kv_bytes_per_token
         self.layers = model.layers
         self.batches: list[tuple[Batch, float, float, float] | None] = [None] * len(self.machines)
@@ -103,7 +111,8 @@ class Simulation:
         key = (src.hardware, dst.hardware)
         link = self.links.get(key)
         if link is None:
-            link = self.links[key] = link_between(self.hw[src.hardware], self.hw[dst.hardware])
+            link = self.links[key] = (self.cfg.machine.link if self.cfg.machine is not None
+                                      else link_between(self.hw[src.hardware], self.hw[dst.hardware]))
         return link
 
     def _push(self, t: float, kind: int, obj) -> None:
@@ -288,4 +297,4 @@ class Simulation:
         return SimResult(metrics=mt, cluster=self.cluster, model=self.model.name, events=events,
                          wall_s=time.perf_counter() - wall0, sim_end=now,
                          borrowed=self.cls.borrowed, perf_sources=self.perf_sources,
-                         requests=self.kept)
+                         requests=self.kept, hardware=self.hw)

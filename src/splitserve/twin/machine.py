@@ -1,0 +1,82 @@
+"""A machine measured by `splitserve profile`, as the simulator uses it: the perf model fitted to
+its profile.csv (perf/profile.py, the same fit as the Splitwise authors' profile), its KV capacity
+in tokens, the KV link of a transport, and the model's shape. `simulate --machine-profile DIR`
+and `splitserve twin` simulate clusters of such machines."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..catalog import ModelSpec
+from ..designs import ClusterSpec, Design
+from ..errors import UserError
+from ..perf.profile import ProfilePerfModel, read_profile_rows
+from ..policy.state import Pool
+from ..sim.kv_transfer import Link
+
+
+class NoPower:
+    """Power is not measured on this machine: every figure is 0 W."""
+
+    def prompt_power_w(self, tokens: int) -> float:
+        return 0.0
+
+    def token_power_w(self, batch: int) -> float:
+        return 0.0
+
+    def idle_power_w(self) -> float:
+        return 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MachineProfile:
+    name: str
+    facts: dict
+    perf: ProfilePerfModel
+    model: ModelSpec
+    link: Link
+    transport: str
+    power: NoPower = NoPower()
+    cost_per_hour: float = 0.0   # not a catalog machine: no price, no provisioned power
+    power_kw: float = 0.0
+
+    @property
+    def kv_capacity(self) -> int:
+        return int(self.facts["kv_capacity_tokens"])
+
+    def cluster(self, design: str, *, prompt: int = 1, token: int = 1, machines: int = 2) -> ClusterSpec:
+        """Splitwise with `prompt` + `token` machines, or the unsplit baseline with `machines`."""
+        if design == "splitwise":
+            d = Design(name="splitwise", scheduler="splitwise", prompt=self.name, token=self.name,
+                       description=f"Splitwise on {self.name}")
+            return ClusterSpec(d, ((self.name, Pool.PROMPT, prompt), (self.name, Pool.TOKEN, token)))
+        if design == "baseline":
+            d = Design(name="baseline", scheduler="mixed", machine=self.name, description=f"unsplit on {self.name}")
+            return ClusterSpec(d, ((self.name, Pool.MIXED, machines),))
+        raise UserError(f"design must be splitwise or baseline on a measured machine, got {design!r}")
+
+
+def load_machine_profile(path: str | Path, transport: str = "tcp") -> MachineProfile:
+    """The machine `splitserve profile --out path` measured (UserError if it is incomplete)."""
+    path = Path(path)
+    try:
+        facts = json.loads((path / "machine.json").read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}/machine.json: {e}; run `splitserve profile --out {path}` first") from None
+    rows = read_profile_rows(path / "profile.csv", facts["model"], facts["name"], 1)
+    if not rows:
+        raise UserError(f"{path}/profile.csv has no rows for {facts['model']} on {facts['name']}")
+    if transport not in facts["links"]:
+        raise UserError(f"{path} has no measured link for transport {transport!r}")
+    lk = facts["links"][transport]
+    c = facts["model_config"]
+    layers, kv_heads, head_dim = c["num_layers"], c["num_kv_heads"], c["head_dim"]
+    model = ModelSpec(name=facts["model"], layers=layers, hidden=c["hidden_size"], heads=c["num_heads"],
+                      kv_heads=kv_heads, head_dim=head_dim, intermediate=c["intermediate_size"],
+                      vocab=c["vocab_size"], params=0, max_context=facts["max_model_len"],
+                      dtype_bytes=facts["kv_bytes_per_token"] // (2 * layers * kv_heads * head_dim))
+    return MachineProfile(name=facts["name"], facts=facts, transport=transport, model=model,
+                          perf=ProfilePerfModel.from_rows(rows, source=f"profile:{path}/profile.csv"),
+                          link=Link(bandwidth=lk["bandwidth_bytes_per_s"], overhead=lk["fixed_s"]))

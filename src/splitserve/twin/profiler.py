@@ -1,0 +1,192 @@
+"""`splitserve profile`: measure splitserve's own engine on this machine, for the simulator.
+
+It runs the Splitwise authors' protocol on our engine: one row per (prompt_size, batch_size,
+token_size) is `batch_size` requests of `prompt_size` random token ids, each generating
+`token_size` tokens; `prompt_time` is the one prompt step (the prompt-token cap is raised so the
+whole batch is one step), `token_time` the mean of the decode steps after it, `e2e_time` all of
+it (ms, as in their CSV). Two sweeps, as in their profile:
+
+- batch 1 over prompt sizes (the prompt curve, and how decode time grows with context);
+- the batch sizes at one short prompt (how decode time grows with the batch).
+
+Each row is measured `--repeats` times, after a warm-up. The engine is the one a worker runs
+(`build_engine`, same preset, dtype, device, KV blocks), with `--threads` torch threads, so the
+profile says "one worker of `splitserve serve` on this machine". Also measured: the KV capacity
+in tokens (blocks x block size) and the KV link of each transport (transfer.py).
+
+Output, in --out: `profile.csv` (the Splitwise columns; `hardware` is the machine's name, power
+columns 0) and `machine.json` (machine.py reads both). Rows are appended as they are measured;
+a rerun with the same settings skips what is there (resume after an interruption).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import random
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserError
+
+COLUMNS = ("model", "hardware", "prompt_size", "batch_size", "token_size", "peak_power", "average_power",
+           "prompt_time", "token_time", "e2e_time", "tensor_parallel")
+PROMPT_SIZES = (16, 32, 64, 128, 256, 512, 1024, 2048)
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+SWEEP_PROMPT = 32     # prompt size of the batch sweep
+TOKENS = 16           # tokens each request generates (the decode steps averaged)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileSettings:
+    model: str = "small"
+    device: str = "cpu"
+    dtype: str = "auto"
+    threads: int = 1
+    num_blocks: int | None = None
+    repeats: int = 3
+    prompt_sizes: tuple[int, ...] = PROMPT_SIZES
+    batch_sizes: tuple[int, ...] = BATCH_SIZES
+    sweep_prompt: int = SWEEP_PROMPT
+    tokens: int = TOKENS
+    seed: int = 0
+    hardware: str = ""  # the machine's name in profile.csv; default: derived from this machine
+
+    def grid(self) -> list[tuple[int, int, int]]:
+        """(prompt_size, batch_size, token_size) of every row, each once."""
+        rows = [(p, 1, self.tokens) for p in self.prompt_sizes]
+        rows += [(self.sweep_prompt, b, self.tokens) for b in self.batch_sizes
+                 if (self.sweep_prompt, b, self.tokens) not in rows]
+        return rows
+
+
+def machine_name(device: str) -> str:
+    """A short name for this machine: `cpu<cores>-<processor>` or `cuda-<gpu>`."""
+    if device.startswith("cuda"):
+        import torch
+        return "cuda-" + torch.cuda.get_device_name(0).replace(" ", "-").lower()
+    cpu = _cpu_model() or platform.machine()
+    return f"cpu{os.cpu_count()}-" + "-".join(cpu.lower().split()[:3])
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _engine(s: ProfileSettings, prompt_cap: int, max_seqs: int):
+    """The engine a worker builds (worker_engine.build_engine), with the profile's batch limits."""
+    import argparse
+
+    from ..policy.config import PolicyConfig
+    from ..policy.machine import BatchingConfig
+    from ..serve.worker_engine import build_engine
+
+    policy = PolicyConfig(batching=BatchingConfig(prompt_token_cap=prompt_cap, max_seqs=max_seqs))
+    args = argparse.Namespace(model=s.model, device=s.device, dtype=s.dtype, seed=s.seed, num_blocks=s.num_blocks,
+                              max_num_seqs=max(256, max_seqs), threads=s.threads, policy=policy,
+                              worker_mode="engine", debug_fail_token=None)
+    return build_engine(args)
+
+
+def measure_row(engine, p: int, b: int, t: int, rng: random.Random) -> dict:
+    """One row: b requests of p prompt tokens generating t tokens each; times in ms."""
+    from ..engine.sampler import SamplingParams
+
+    vocab = engine.cfg.vocab_size
+    params = SamplingParams(max_tokens=t, temperature=0.0, ignore_eos=True)
+    for _ in range(b):
+        engine.add_request([rng.randrange(3, vocab) for _ in range(p)], params)
+    steps = []
+    start = time.perf_counter()
+    while engine.has_unfinished():
+        t0 = time.perf_counter()
+        engine.step()
+        steps.append(time.perf_counter() - t0)
+    e2e = time.perf_counter() - start
+    if len(steps) != t:
+        raise UserError(f"row {p}x{b}x{t} took {len(steps)} steps, not {t}: the batch did not fit in one "
+                        "prompt step (give the engine more KV blocks with --num-blocks)")
+    return {"prompt_size": p, "batch_size": b, "token_size": t, "peak_power": 0.0, "average_power": 0.0,
+            "prompt_time": steps[0] * 1e3, "token_time": statistics.fmean(steps[1:]) * 1e3 if t > 1 else 0.0,
+            "e2e_time": e2e * 1e3, "tensor_parallel": 1}
+
+
+def done_rows(path: Path, model: str, hardware: str) -> Counter:
+    """How many repeats of each (p, b, t) profile.csv already holds for this model and machine."""
+    n: Counter = Counter()
+    if path.exists():
+        with path.open(newline="") as f:
+            for r in csv.DictReader(f):
+                if r["model"] == model and r["hardware"] == hardware:
+                    n[(int(r["prompt_size"]), int(r["batch_size"]), int(r["token_size"]))] += 1
+    return n
+
+
+def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
+    """Measure every row not yet in out/profile.csv, the KV capacity and the KV links; write
+    out/machine.json; return it. `progress(done, total, label)` is called after each row."""
+    import torch
+
+    from .transfer import measure_links
+
+    torch.set_num_threads(s.threads)
+    hardware = s.hardware or machine_name(s.device)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / "profile.csv"
+    have = done_rows(csv_path, s.model, hardware)
+    grid = s.grid()
+    todo = [(row, k) for row in grid for k in range(have[row], s.repeats)]
+    largest = max(p * b for p, b, _ in grid)
+    engine = _engine(s, prompt_cap=largest, max_seqs=max(b for _, b, _ in grid))
+    rng = random.Random(s.seed)
+    measure_row(engine, 64, 1, 4, rng)  # warm-up
+    new = not csv_path.exists()
+    with csv_path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new:
+            w.writeheader()
+        for i, ((p, b, t), _) in enumerate(todo):
+            w.writerow({"model": s.model, "hardware": hardware, **measure_row(engine, p, b, t, rng)})
+            f.flush()
+            if progress is not None:
+                progress(i + 1, len(todo), f"{p} tokens x {b}")
+    layout = engine.kv_layout
+    facts = {
+        "name": hardware,
+        "model": s.model,
+        "device": s.device,
+        "dtype": str(engine.dtype).removeprefix("torch."),
+        "kv_capacity_tokens": engine.blocks.num_blocks * engine.blocks.block_size,
+        "block_size": engine.blocks.block_size,
+        "num_blocks": engine.blocks.num_blocks,
+        "kv_bytes_per_token": layout.bytes_per_token,
+        "max_model_len": engine.max_model_len,
+        "model_config": engine.cfg.to_dict() if hasattr(engine.cfg, "to_dict") else _config_dict(engine.cfg),
+        "links": measure_links(layout.bytes_per_token, engine.cfg.num_layers),
+        "how": {"threads_per_worker": s.threads, "pinning": "none (the OS schedules)",
+                "concurrent": "one engine alone in this process; the machine otherwise idle",
+                "repeats": s.repeats, "tokens_per_row": s.tokens, "seed": s.seed},
+        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+                    "torch": torch.__version__},
+        "measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    (out / "machine.json").write_text(json.dumps(facts, indent=1) + "\n")
+    return facts
+
+
+def _config_dict(cfg) -> dict:
+    from dataclasses import asdict, is_dataclass
+
+    d = asdict(cfg) if is_dataclass(cfg) else dict(vars(cfg))
+    return {k: v for k, v in d.items() if isinstance(v, (int, float, str, bool, type(None), list, tuple))}

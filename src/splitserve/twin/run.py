@@ -1,0 +1,177 @@
+"""`splitserve twin`: run the live cluster and the simulator on the same requests, side by side.
+
+1. start `splitserve serve` with the design's workers (engine workers, the profile's model and
+   KV blocks, one torch thread each, the given policy), on a free port;
+2. replay the workload against it with `splitserve bench` (a separate process, as a client is);
+3. simulate the same requests (same workload, seed, rate, duration and caps, so the same arrival
+   times and sizes) on a cluster of the measured machine (machine.py), same design and policy;
+4. compare (report.py) and write out/report.md, out/cdf.png, out/twin.json, with the live run's
+   summary.json / requests.jsonl in out/live and the simulator's summary.json in out/sim.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+from ..errors import UserError
+from ..policy.config import PolicyConfig, cli_args
+from .machine import MachineProfile
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TwinSpec:
+    design: str = "splitwise"        # splitwise (prompt + token workers) or baseline (mixed workers)
+    prompt: int = 1
+    token: int = 1
+    machines: int = 2
+    workload: str = "coding"
+    rps: float = 1.0
+    duration: float = 60.0
+    seed: int = 0
+    max_prompt_tokens: int | None = None
+    max_tokens_cap: int | None = None
+    transport: str = "tcp"
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def workers(self) -> str:
+        return f"{self.prompt}P+{self.token}T" if self.design == "splitwise" else f"{self.machines} mixed"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_command(spec: TwinSpec, machine: MachineProfile, port: int) -> list[str]:
+    f = machine.facts
+    cmd = [sys.executable, "-m", "splitserve.cli", "serve", "--model", f["model"], "--port", str(port),
+           "--device", f["device"], "--dtype", f["dtype"], "--num-blocks", str(f["num_blocks"]),
+           "--worker-threads", str(f["how"]["threads_per_worker"]), "--transport", spec.transport]
+    if spec.design == "splitwise":
+        cmd += ["--prompt-workers", str(spec.prompt), "--token-workers", str(spec.token)]
+    else:
+        cmd += ["--design", "baseline", "--mixed-workers", str(spec.machines)]
+    return cmd + cli_args(spec.policy)
+
+
+def bench_command(spec: TwinSpec, url: str, out: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "splitserve.cli", "bench", "--url", url, "--rps", str(spec.rps),
+           "--duration", str(spec.duration), "--workload", spec.workload, "--seed", str(spec.seed),
+           "--out", str(out), "--quiet"]
+    if spec.max_prompt_tokens is not None:
+        cmd += ["--max-prompt-tokens", str(spec.max_prompt_tokens)]
+    if spec.max_tokens_cap is not None:
+        cmd += ["--max-tokens-cap", str(spec.max_tokens_cap)]
+    return cmd
+
+
+def run_live(spec: TwinSpec, machine: MachineProfile, out: Path, log=print) -> dict:
+    """Serve, bench, stop; the bench's summary.json (plus the server's counters under "server")."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "serve.log").open("w") as serve_log:
+        srv = subprocess.Popen(serve_command(spec, machine, port), stdout=serve_log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                if srv.poll() is not None:
+                    raise UserError(f"splitserve serve exited ({srv.returncode}); see {out}/serve.log")
+                try:
+                    if httpx.get(url + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise UserError(f"splitserve serve was not healthy within 180 s; see {out}/serve.log")
+                time.sleep(0.5)
+            log(f"live: {spec.workers()} at {url}; replaying {spec.duration:g} s of {spec.workload} at {spec.rps:g} req/s")
+            done = subprocess.run(bench_command(spec, url, out), capture_output=True, text=True)
+            if done.returncode != 0:
+                raise UserError(f"splitserve bench failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+            metrics = httpx.get(url + "/metrics", timeout=10).text
+        finally:
+            os.killpg(srv.pid, signal.SIGTERM)
+            try:
+                srv.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(srv.pid, signal.SIGKILL)
+    summary = json.loads((out / "summary.json").read_text())
+    summary["server"] = server_counters(metrics)
+    return summary
+
+
+def server_counters(text: str) -> dict:
+    """Totals from the server's Prometheus text: preemptions, restarts, KV transfers and their time."""
+    want = {"splitserve_kv_transfers_total": "kv_transfers", "splitserve_kv_transfer_seconds_total": "kv_transfer_s",
+            "splitserve_kv_transfer_exposed_seconds_total": "kv_transfer_exposed_s",
+            "splitserve_request_restarts_total": "restarts", "splitserve_preemptions_total": "preemptions"}
+    got: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in want:
+            got[want[name]] = got.get(want[name], 0.0) + float(line.rsplit(" ", 1)[1])
+    return got
+
+
+@dataclass(frozen=True, slots=True)
+class _Req:
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+def run_sim(spec: TwinSpec, machine: MachineProfile):
+    """(summary, per-request samples) of the simulator on the requests the bench sent."""
+    from ..bench.plan import Caps, plan_requests
+    from ..report.summary import simulation_summary
+    from ..sim.simulator import SimConfig, Simulation
+    from ..workload import make_workload
+
+    wl = make_workload(spec.workload, rps=spec.rps, duration=spec.duration, seed=spec.seed)
+    caps = Caps(spec.max_prompt_tokens, spec.max_tokens_cap)
+    reqs = [_Req(r.arrival, r.prompt_tokens, r.max_tokens) for r in plan_requests(wl, caps)]
+    cluster = machine.cluster(spec.design, prompt=spec.prompt, token=spec.token, machines=spec.machines)
+    sim = Simulation(cluster, machine.model, reqs, SimConfig(policy=spec.policy, machine=machine, record_requests=True))
+    result = sim.run()
+    samples: dict[str, list[float]] = {"ttft": [], "tbt": [], "e2e": []}
+    for r in result.requests:
+        times = r.token_times or []
+        if not times:
+            continue
+        samples["ttft"].append(times[0] - r.arrival)
+        samples["e2e"].append(times[-1] - r.arrival)
+        if len(times) > 1:  # per-request mean gap, once per gap: as report.samples_from_requests_jsonl
+            gap = (times[-1] - times[0]) / (len(times) - 1)
+            samples["tbt"] += [gap] * (len(times) - 1)
+    return simulation_summary(result, wl), samples
+
+
+def spec_dict(spec: TwinSpec) -> dict:
+    d = asdict(spec)
+    d["policy"] = json.loads(spec.policy.to_json())
+    return d
+
+
+def predicted_capacity(spec: TwinSpec, machine: MachineProfile) -> float:
+    """The throughput (req/s) the simulated cluster reaches when arrivals outrun it: its capacity
+    on this workload, as the profile predicts it."""
+    from dataclasses import replace
+
+    hot = replace(spec, rps=50.0, duration=min(spec.duration, 60.0))
+    summary, _ = run_sim(hot, machine)
+    return float(summary["throughput_rps"])

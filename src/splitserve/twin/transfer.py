@@ -1,0 +1,80 @@
+"""The KV link between two workers on this machine, as the simulator models it: a fixed cost per
+transfer plus bytes / bandwidth (sim/kv_transfer.py). Measured on what each transport moves:
+
+- tcp: a signed ZeroMQ message with the KV in one data frame, over loopback tcp, from one socket
+  to another in this process (what serve/kv/transports.TcpTransport sends), timed to its receipt;
+- local: one torch copy into a tensor of the receiver's KV layout (what LocalTransport does into
+  a shared region, without the region).
+
+Sizes are those of 16 to 4,096 tokens of the model's KV; each is sent several times and the
+median kept; the line through the medians (least squares) gives fixed cost and bandwidth.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+SIZES_TOKENS = (16, 256, 1024, 4096)
+REPEATS = 5
+
+
+def _fit(points: list[tuple[int, float]]) -> dict:
+    """Least-squares seconds = fixed + bytes / bandwidth over (bytes, seconds)."""
+    xs, ys = [float(x) for x, _ in points], [y for _, y in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else 0.0
+    fixed = max(0.0, my - slope * mx)
+    return {"fixed_s": fixed, "bandwidth_bytes_per_s": 1.0 / slope if slope > 0 else float("inf"),
+            "points": [{"bytes": int(x), "seconds": y} for x, y in points]}
+
+
+def _tcp(sizes: list[int]) -> list[tuple[int, float]]:
+    import zmq
+
+    from ..serve.protocol import Codec
+
+    ctx = zmq.Context()
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    try:
+        port = pull.bind_to_random_port("tcp://127.0.0.1")
+        push.connect(f"tcp://127.0.0.1:{port}")
+        tx, rx = Codec(b"k" * 32, "a"), Codec(b"k" * 32, "b")
+        out = []
+        for n in sizes:
+            data = bytes(n)
+            times = []
+            for _ in range(REPEATS + 1):
+                t0 = time.perf_counter()
+                push.send_multipart(tx.encode({"t": "kvd"}, data, to="b"), copy=False)
+                rx.decode(pull.recv_multipart(copy=False), sender="a")
+                times.append(time.perf_counter() - t0)
+            out.append((n, statistics.median(times[1:])))
+        return out
+    finally:
+        push.close(linger=0)
+        pull.close(linger=0)
+        ctx.term()
+
+
+def _local(sizes: list[int]) -> list[tuple[int, float]]:
+    import torch
+
+    out = []
+    for n in sizes:
+        src, dst = torch.ones(n // 4, dtype=torch.float32), torch.zeros(n // 4, dtype=torch.float32)
+        times = []
+        for _ in range(REPEATS + 1):
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            times.append(time.perf_counter() - t0)
+        out.append((n, statistics.median(times[1:])))
+    return out
+
+
+def measure_links(kv_bytes_per_token: int, layers: int) -> dict:
+    """{"tcp": fit, "local": fit} for whole transfers of this model's KV (layers: recorded, the
+    simulator splits a layer-wise transfer into `layers` equal parts)."""
+    sizes = [t * kv_bytes_per_token for t in SIZES_TOKENS]
+    return {"layers": layers, "tcp": _fit(_tcp(sizes)), "local": _fit(_local(sizes))}
