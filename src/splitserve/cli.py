@@ -37,6 +37,10 @@ def simulate(
     out: Annotated[Optional[Path], typer.Option(help="Directory for summary.json.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout instead of tables.")] = False,
     profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); roofline model otherwise.")] = None,
+    machine_profile: Annotated[Optional[Path], typer.Option(help="A `splitserve profile` directory: simulate "
+                                                                 "that machine running its model (--design "
+                                                                 "splitwise* with -p/-t, else the unsplit baseline "
+                                                                 "with -m; --model is ignored).")] = None,
     tp: Annotated[Optional[int], typer.Option(help="Tensor parallel degree per machine (default: all its GPUs).")] = None,
     max_context: Annotated[Optional[int], typer.Option(help="Clip prompt+output to this many tokens.")] = None,
     memory_utilization: Annotated[float, typer.Option(help="Fraction of HBM usable for weights and KV.")] = 0.9,
@@ -50,7 +54,7 @@ def simulate(
         design=design, prompt_machines=prompt_machines, token_machines=token_machines,
         machines=machines, model=model, workload=workload, rps=rps, duration=duration, seed=seed,
         arrivals=arrivals, profile=str(profile) if profile else None, tp=tp, policy=policy,
-        max_context=max_context,
+        max_context=max_context, machine_profile=str(machine_profile) if machine_profile else None,
         memory_utilization=memory_utilization, progress=not (quiet or json_out))
     if out is not None:
         from .report.summary import write_summary

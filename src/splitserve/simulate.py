@@ -31,7 +31,7 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
                    profile: str | None = None, tp: int | None = None, policy: PolicyConfig = PolicyConfig(),
                    max_context: int | None = None, memory_utilization: float = 0.9,
                    progress: bool = False, record_requests: bool = False,
-                   return_result: bool = False):
+                   return_result: bool = False, machine_profile: str | None = None):
     from .catalog import load_model
     from .designs import load_designs, make_cluster
     from .report.summary import simulation_summary
@@ -45,19 +45,27 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
     _check(tp is None or tp >= 1, f"--tp must be at least 1, got {tp}")
     _check(0 < memory_utilization <= 1, f"--memory-utilization must be in (0, 1], got {memory_utilization}")
     _check(arrivals in ("auto", "poisson", "trace"), f"--arrivals must be auto, poisson or trace, got {arrivals!r}")
-    designs = load_designs()
-    if design in designs and prompt_machines is None and token_machines is None and machines is None:
-        if designs[design].split:
-            prompt_machines, token_machines = DEFAULT_SPLIT
-        else:
-            machines = DEFAULT_MACHINES
-    cluster = make_cluster(design, prompt_machines=prompt_machines,
-                           token_machines=token_machines, machines=machines)
-    spec = load_model(model)
+    machine = None
+    if machine_profile is not None:  # every machine is the measured one (twin/machine.py)
+        from .twin.machine import load_machine_profile
+        machine = load_machine_profile(machine_profile)
+        cluster = machine.cluster("splitwise" if design.startswith("splitwise") else "baseline",
+                                  prompt=prompt_machines or 1, token=token_machines or 1, machines=machines or 2)
+        spec = machine.model
+    else:
+        designs = load_designs()
+        if design in designs and prompt_machines is None and token_machines is None and machines is None:
+            if designs[design].split:
+                prompt_machines, token_machines = DEFAULT_SPLIT
+            else:
+                machines = DEFAULT_MACHINES
+        cluster = make_cluster(design, prompt_machines=prompt_machines,
+                               token_machines=token_machines, machines=machines)
+        spec = load_model(model)
     wl = make_workload(workload, rps=rps, duration=duration, seed=seed, arrivals=arrivals,
                        max_context=max_context)
     cfg = SimConfig(policy=policy, tp=tp, memory_utilization=memory_utilization, profile=profile,
-                    record_requests=record_requests)
+                    record_requests=record_requests, machine=machine)
     sim = Simulation(cluster, spec, wl, cfg)
     if progress and sys.stderr.isatty():
         result = _run_with_progress(sim, duration)

@@ -70,7 +70,7 @@ class ProfilePerfModel(MixedBatching):
 
     __slots__ = (
         "source", "prompt_xs", "prompt_ys", "batch_xs", "batch_ys", "ctx_ref", "ctx_a", "ctx_k",
-        "dropped", "_ptab", "_pn", "_p_last_x", "_p_last_y", "_p_slope",
+        "dropped", "attention", "additive", "_ptab", "_pn", "_p_last_x", "_p_last_y", "_p_slope",
         "_ttab", "_tn", "_t_last_x", "_t_last_y", "_t_slope", "_g0", "_gk",
     )
 
@@ -83,6 +83,7 @@ class ProfilePerfModel(MixedBatching):
         ctx_k: float = 0.0,
         source: str = "profile",
         dropped: Sequence[str] = (),
+        attention: float = 0.0,
     ) -> None:
         """Build from fitted knots (x, seconds), already sorted by x and non-decreasing in y.
 
@@ -94,6 +95,8 @@ class ProfilePerfModel(MixedBatching):
             raise UserError("profile has no usable prompt or token points")
         self.source = source
         self.dropped = tuple(dropped)
+        self.attention = float(attention)
+        self.additive = False
         self.prompt_xs = [float(x) for x, _ in prompt_knots]
         self.prompt_ys = [float(y) for _, y in prompt_knots]
         self.batch_xs = [float(x) for x, _ in batch_knots]
@@ -152,13 +155,15 @@ class ProfilePerfModel(MixedBatching):
         return cls.from_rows(rows, source=f"profile:{os.fspath(path)}")
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Mapping[str, Any]], source: str = "profile") -> ProfilePerfModel:
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]], source: str = "profile",
+                  attention: bool = False) -> ProfilePerfModel:
         """Fit from rows of one (model, hardware, tp) with numeric prompt_size, batch_size,
-        token_size, prompt_time (ms), token_time (ms)."""
-        fit = fit_profile(rows)
+        token_size, prompt_time (ms), token_time (ms); `attention`: with the attention term
+        (profile_fit.fit_profile)."""
+        fit = fit_profile(rows, attention)
         return cls(
             fit["prompt_knots"], fit["batch_knots"], fit["ctx_ref"], fit["ctx_a"], fit["ctx_k"],
-            source=source, dropped=fit["dropped"],
+            source=source, dropped=fit["dropped"], attention=fit["attention"],
         )
 
     # ------------------------------------------------------------------ queries (hot path)

@@ -121,8 +121,14 @@ def _line_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return my - k * mx, k
 
 
-def fit_profile(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def fit_profile(rows: Iterable[Mapping[str, Any]], attention: bool = False) -> dict[str, Any]:
     """The fitting step of ProfilePerfModel, exposed for the fit-error report.
+
+    attention: split a prompt step's time in two terms, linear in the batched tokens plus
+    `attention` seconds per squared prompt token (each prompt attends to its own tokens): the
+    linear knots from the batch sweep's short prompts alone, the coefficient the median over the
+    batch-1 rows of at least 4x the sweep's prompt size of (time - linear(p)) / p^2, at least 0.
+    Without it (the Splitwise profile), rows of the same batched-token count are merged.
 
     Returns prompt_knots and batch_knots ([(x, seconds)], monotone), the raw medians before the
     isotonic step (prompt_raw, batch_raw: [(x, seconds, n)]), the context line (ctx_a, ctx_k in
@@ -166,10 +172,16 @@ def fit_profile(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     sweep = [r for r in sweep if r["batch_size"] not in bad]
 
     # prompt: median per batched-token count, then isotonic
+    prompt_rows = sweep if attention else rows
     pxs, pmed, pn = _median_knots(
-        (r["batch_size"] * r["prompt_size"], r["prompt_time"] / 1e3) for r in rows
+        (r["batch_size"] * r["prompt_size"], r["prompt_time"] / 1e3) for r in prompt_rows
     )
     pys = isotonic_increasing(pmed, pn)
+    attn = 0.0
+    if attention:
+        per_row = [(r["prompt_time"] / 1e3 - _interp(pxs, pys, r["prompt_size"])) / r["prompt_size"] ** 2
+                   for r in rows if r["batch_size"] == 1 and r["prompt_size"] >= 4 * ref_p]
+        attn = max(0.0, statistics.median(per_row)) if per_row else 0.0
 
     # decode: median per batch size of the batch sweep, then isotonic
     bxs, bmed, bn = _median_knots((r["batch_size"], r["token_time"] / 1e3) for r in sweep)
@@ -193,4 +205,5 @@ def fit_profile(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "ctx_k": ctx_k,
         "ctx_points": ctx_points,
         "dropped": dropped,
+        "attention": attn,
     }

@@ -98,6 +98,8 @@ class Simulation:
             self.ref = cfg.machine.perf
         else:
             self.ref, _ = make_perf_model(model, load_hardware(REFERENCE_HARDWARE), cfg.tp, cfg.profile)
+        self.host = cfg.machine
+        self.path_s = cfg.machine.request_overhead if cfg.machine is not None else 0.0  # front end, to the client
         self.kv_bytes = model.kv_bytes_per_token
         self.layers = model.layers
         self.batches: list[tuple[Batch, float, float, float] | None] = [None] * len(self.machines)
@@ -150,7 +152,14 @@ class Simulation:
             return
         m.busy = True
         mid = m.id
-        dur = self.perf[mid].mixed_time(batch.prompt_tokens, batch.decodes, batch.context)
+        perf = self.perf[mid]
+        sq = 0
+        if perf.attention:  # each prompt attends to its own tokens (perf/mixed.py)
+            for n in batch.chunks:
+                sq += n * n
+        dur = perf.mixed_time(batch.prompt_tokens, batch.decodes, batch.context, sq)
+        if self.host is not None:  # workers of one measured host share it (twin/machine.py)
+            dur = self.host.step_time(dur, batch.prompt_tokens > 0, sum(o.busy for o in self.machines) - 1)
         end = now + dur
         mt = self.metrics
         for v in batch.preempted:
@@ -193,7 +202,7 @@ class Simulation:
         for r in res.first_tokens:
             if r.first_token_at < 0:
                 r.first_token_at = now
-                ttft = now - r.arrival
+                ttft = now - r.arrival + self.path_s
                 mt.ttft.add(ttft)
                 mt.slow_ttft.add(ttft / self.ref.prompt_time(r.prompt_tokens))
             else:                                 # recomputed after a preemption
@@ -254,7 +263,7 @@ class Simulation:
     def _complete(self, r: Request, now: float) -> None:
         mt = self.metrics
         mt.completed += 1
-        e2e = now - r.arrival
+        e2e = now - r.arrival + self.path_s
         mt.e2e.add(e2e)
         ref = self.ref.prompt_time(r.prompt_tokens) + (r.output_tokens - 1) * r.ref_tbt
         mt.slow_e2e.add(e2e / ref)

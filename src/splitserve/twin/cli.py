@@ -42,6 +42,8 @@ def profile(
                   TimeElapsedColumn(), TimeRemainingColumn()) as bar:
         task = bar.add_task("profile", total=None, row="")
         facts = run_profile(s, out, progress=lambda i, n, row: bar.update(task, completed=i, total=n, row=row))
+    typer.echo(f"co-run slowdown next to another engine: prompt {facts['corun']['prompt']:+.1%}, decode "
+               f"{facts['corun']['token']:+.1%}")
     tcp = facts["links"]["tcp"]
     typer.echo(f"{out}/profile.csv, {out}/machine.json: {facts['model']} on {facts['name']}, KV capacity "
                f"{facts['kv_capacity_tokens']:,} tokens, tcp link {tcp['fixed_s'] * 1e3:.2f} ms + "

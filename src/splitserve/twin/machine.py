@@ -46,6 +46,27 @@ class MachineProfile:
     def kv_capacity(self) -> int:
         return int(self.facts["kv_capacity_tokens"])
 
+    @property
+    def step_overhead(self) -> float:
+        """Seconds each engine step of a serving worker costs outside the model (twin/path.py)."""
+        return float(self.facts.get("path", {}).get("step_overhead_s", 0.0))
+
+    @property
+    def request_overhead(self) -> float:
+        """Seconds the serving path adds to each request's first token, once (twin/path.py)."""
+        return float(self.facts.get("path", {}).get("request_overhead_s", 0.0))
+
+    def step_time(self, alone_s: float, prompt: bool, others_busy: int) -> float:
+        """A serving worker's step that takes `alone_s` on an idle machine (the perf model), while
+        `others_busy` other workers of this host compute: the measured co-run slowdown (caches,
+        memory bandwidth) once any other is busy, time-sharing when more workers compute than
+        the host has cores, and the step overhead of the serving path."""
+        if others_busy > 0:
+            corun = self.facts.get("corun", {}).get("prompt" if prompt else "token", 0.0)
+            cores = self.facts.get("host_cores") or 1
+            alone_s *= (1.0 + max(0.0, corun)) * max(1.0, (others_busy + 1) / cores)
+        return alone_s + self.step_overhead
+
     def cluster(self, design: str, *, prompt: int = 1, token: int = 1, machines: int = 2) -> ClusterSpec:
         """Splitwise with `prompt` + `token` machines, or the unsplit baseline with `machines`."""
         if design == "splitwise":
@@ -77,6 +98,20 @@ def load_machine_profile(path: str | Path, transport: str = "tcp") -> MachinePro
                       kv_heads=kv_heads, head_dim=head_dim, intermediate=c["intermediate_size"],
                       vocab=c["vocab_size"], params=0, max_context=facts["max_model_len"],
                       dtype_bytes=facts["kv_bytes_per_token"] // (2 * layers * kv_heads * head_dim))
-    return MachineProfile(name=facts["name"], facts=facts, transport=transport, model=model,
-                          perf=ProfilePerfModel.from_rows(rows, source=f"profile:{path}/profile.csv"),
+    perf = ProfilePerfModel.from_rows(rows, source=f"profile:{path}/profile.csv", attention=True)
+    perf.additive = mixed_rule(perf, facts.get("mixed", [])) == "add"
+    return MachineProfile(name=facts["name"], facts=facts, transport=transport, model=model, perf=perf,
                           link=Link(bandwidth=lk["bandwidth_bytes_per_s"], overhead=lk["fixed_s"]))
+
+
+def mixed_rule(perf: ProfilePerfModel, points: list[dict]) -> str:
+    """"add" or "max" (perf/mixed.py), whichever fits the measured mixed steps better (mean
+    absolute relative error); "max", the paper's rule, without measurements."""
+    def err(additive: bool) -> float:
+        perf.additive = additive
+        return sum(abs(perf.mixed_time(q["prompt"], q["decodes"], q["context"], q["prompt"] ** 2) * 1e3 / q["ms"] - 1)
+                   for q in points)
+    try:
+        return "add" if points and err(True) < err(False) else "max"
+    finally:
+        perf.additive = False

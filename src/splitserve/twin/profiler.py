@@ -122,6 +122,12 @@ def measure_row(engine, p: int, b: int, t: int, rng: random.Random) -> dict:
             "e2e_time": e2e * 1e3, "tensor_parallel": 1}
 
 
+def _rows(path: Path, model: str, hardware: str) -> list[dict]:
+    from ..perf.profile_fit import read_profile_rows
+
+    return read_profile_rows(path, model, hardware, 1)
+
+
 def done_rows(path: Path, model: str, hardware: str) -> Counter:
     """How many repeats of each (p, b, t) profile.csv already holds for this model and machine."""
     n: Counter = Counter()
@@ -138,6 +144,8 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
     out/machine.json; return it. `progress(done, total, label)` is called after each row."""
     import torch
 
+    from .path import PROMPT as PATH_PROMPT
+    from .path import measure_path
     from .transfer import measure_links
 
     torch.set_num_threads(s.threads)
@@ -151,6 +159,8 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
     engine = _engine(s, prompt_cap=largest, max_seqs=max(b for _, b, _ in grid))
     rng = random.Random(s.seed)
     measure_row(engine, 64, 1, 4, rng)  # warm-up
+    if progress is not None and not todo:
+        progress(0, 0, "every row is there already")
     new = not csv_path.exists()
     with csv_path.open("a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -174,6 +184,9 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
         "max_model_len": engine.max_model_len,
         "model_config": engine.cfg.to_dict() if hasattr(engine.cfg, "to_dict") else _config_dict(engine.cfg),
         "links": measure_links(layout.bytes_per_token, engine.cfg.num_layers),
+        "mixed": measure_mixed(engine, rng),
+        "corun": measure_corun(engine, s, rng),
+        "host_cores": os.cpu_count(),
         "how": {"threads_per_worker": s.threads, "pinning": "none (the OS schedules)",
                 "concurrent": "one engine alone in this process; the machine otherwise idle",
                 "repeats": s.repeats, "tokens_per_row": s.tokens, "seed": s.seed},
@@ -181,8 +194,89 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
                     "torch": torch.__version__},
         "measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
+    del engine  # the probe's worker gets the memory and the core
+    shape = [r for r in _rows(csv_path, s.model, hardware) if (r["prompt_size"], r["batch_size"]) == (PATH_PROMPT, 1)]
+    if shape:
+        facts["path"] = measure_path(facts, statistics.median(r["prompt_time"] for r in shape),
+                                     statistics.median(r["token_time"] for r in shape), out / "path")
     (out / "machine.json").write_text(json.dumps(facts, indent=1) + "\n")
     return facts
+
+
+MIXED = ((4, 256, 512), (8, 256, 512), (16, 128, 512), (8, 256, 256))  # (decodes, their context, prompt)
+
+
+def measure_mixed(engine, rng: random.Random, repeats: int = 3) -> list[dict]:
+    """Steps that run a prompt and decodes together: `b` requests of `ctx` prompt tokens decoding,
+    then a prompt of `p` tokens joins; the step that runs them all, in ms (median of repeats)."""
+    from ..engine.sampler import SamplingParams
+
+    vocab = engine.cfg.vocab_size
+    out = []
+    for b, ctx, p in MIXED:
+        times = []
+        for _ in range(repeats):
+            for _ in range(b):
+                engine.add_request([rng.randrange(3, vocab) for _ in range(ctx)],
+                                   SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
+            for _ in range(3):  # their prefill, two decode steps
+                engine.step()
+            engine.add_request([rng.randrange(3, vocab) for _ in range(p)],
+                               SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))
+            t0 = time.perf_counter()
+            engine.step()
+            times.append(time.perf_counter() - t0)
+            while engine.has_unfinished():
+                engine.step()
+        out.append({"decodes": b, "context": b * (ctx + 2), "prompt": p, "ms": statistics.median(times) * 1e3})
+    return out
+
+
+_HOG = """
+import sys, time, torch
+from splitserve.engine.engine import LLMEngine
+from splitserve.engine.sampler import SamplingParams
+torch.set_num_threads(int(sys.argv[4]))
+e = LLMEngine(sys.argv[1], device=sys.argv[2], dtype=sys.argv[3], tokenizer=None)
+print("ready", flush=True)
+while True:
+    for i in range(4):
+        e.add_request(list(range(3 + i, 259 + i)), SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True))
+    while e.has_unfinished():
+        e.step()
+"""
+
+
+def measure_corun(engine, s: ProfileSettings, rng: random.Random, rounds: int = 5) -> dict:
+    """How much slower a step runs while another engine of the same model runs on this machine
+    (two workers share caches and memory bandwidth): a 512-token prompt step and a decode step of
+    8 requests, next to a process that prefills and decodes without pause and, in turns, with
+    that process stopped (SIGSTOP), so that drift of the machine hits both alike (ratios - 1 of
+    the medians)."""
+    import signal
+    import subprocess
+    import sys
+
+    alone: list[tuple[float, float]] = []
+    shared: list[tuple[float, float]] = []
+    hog = subprocess.Popen([sys.executable, "-c", _HOG, s.model, s.device, str(engine.dtype).removeprefix("torch."),
+                            str(s.threads)], stdout=subprocess.PIPE, text=True)
+    try:
+        hog.stdout.readline()  # loaded
+        for _ in range(rounds):
+            for stopped, into in ((True, alone), (False, shared)):
+                hog.send_signal(signal.SIGSTOP if stopped else signal.SIGCONT)
+                time.sleep(0.3)
+                into.append((measure_row(engine, 512, 1, 2, rng)["prompt_time"],
+                             measure_row(engine, 32, 8, 16, rng)["token_time"]))
+    finally:
+        hog.kill()
+        hog.wait()
+    a = [statistics.median(x[i] for x in alone) for i in (0, 1)]
+    b = [statistics.median(x[i] for x in shared) for i in (0, 1)]
+    return {"prompt": b[0] / a[0] - 1.0, "token": b[1] / a[1] - 1.0, "alone_ms": a, "shared_ms": b,
+            "how": f"512-token prompt step and 8-request decode step, {rounds} rounds each alone (the other "
+                   "engine process stopped) and next to it (running), medians"}
 
 
 def _config_dict(cfg) -> dict:

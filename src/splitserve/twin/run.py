@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -76,8 +77,10 @@ def bench_command(spec: TwinSpec, url: str, out: Path) -> list[str]:
     return cmd
 
 
-def run_live(spec: TwinSpec, machine: MachineProfile, out: Path, log=print) -> dict:
-    """Serve, bench, stop; the bench's summary.json (plus the server's counters under "server")."""
+@contextmanager
+def serving(spec: TwinSpec, machine, out: Path):
+    """A `splitserve serve` of `spec` on a free port, healthy (its URL); stopped on exit. Its log:
+    out/serve.log."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     out.mkdir(parents=True, exist_ok=True)
@@ -97,17 +100,23 @@ def run_live(spec: TwinSpec, machine: MachineProfile, out: Path, log=print) -> d
                 if time.monotonic() > deadline:
                     raise UserError(f"splitserve serve was not healthy within 180 s; see {out}/serve.log")
                 time.sleep(0.5)
-            log(f"live: {spec.workers()} at {url}; replaying {spec.duration:g} s of {spec.workload} at {spec.rps:g} req/s")
-            done = subprocess.run(bench_command(spec, url, out), capture_output=True, text=True)
-            if done.returncode != 0:
-                raise UserError(f"splitserve bench failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-            metrics = httpx.get(url + "/metrics", timeout=10).text
+            yield url
         finally:
             os.killpg(srv.pid, signal.SIGTERM)
             try:
                 srv.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(srv.pid, signal.SIGKILL)
+
+
+def run_live(spec: TwinSpec, machine: MachineProfile, out: Path, log=print) -> dict:
+    """Serve, bench, stop; the bench's summary.json (plus the server's counters under "server")."""
+    with serving(spec, machine, out) as url:
+        log(f"live: {spec.workers()} at {url}; replaying {spec.duration:g} s of {spec.workload} at {spec.rps:g} req/s")
+        done = subprocess.run(bench_command(spec, url, out), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise UserError(f"splitserve bench failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+        metrics = httpx.get(url + "/metrics", timeout=10).text
     summary = json.loads((out / "summary.json").read_text())
     summary["server"] = server_counters(metrics)
     return summary
@@ -153,8 +162,8 @@ def run_sim(spec: TwinSpec, machine: MachineProfile):
         times = r.token_times or []
         if not times:
             continue
-        samples["ttft"].append(times[0] - r.arrival)
-        samples["e2e"].append(times[-1] - r.arrival)
+        samples["ttft"].append(times[0] - r.arrival + machine.request_overhead)
+        samples["e2e"].append(times[-1] - r.arrival + machine.request_overhead)
         if len(times) > 1:  # per-request mean gap, once per gap: as report.samples_from_requests_jsonl
             gap = (times[-1] - times[0]) / (len(times) - 1)
             samples["tbt"] += [gap] * (len(times) - 1)

@@ -1,0 +1,62 @@
+"""What the serving path adds to the engine: a live `splitserve serve` with one mixed worker,
+unloaded, answering sequential streaming requests of one shape, against the same engine's times
+alone (the profile's rows of that shape).
+
+- step overhead: per engine step, outside the model (the worker's loop: messages in and out,
+  reports, polling; the router relaying each step's tokens): median live TBT - the decode step
+  alone;
+- request overhead: per request, once (HTTP, checks, routing, the hops to the worker and back):
+  median live TTFT - the prompt step alone - one step overhead.
+
+Both are at least 0. The simulator adds the first to every step of a measured machine and the
+second to each request's TTFT and E2E (twin/machine.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+
+PROMPT = 512
+TOKENS = 16
+REQUESTS = 8
+
+
+def probe(url: str, model: str, prompt: int = PROMPT, tokens: int = TOKENS, n: int = REQUESTS) -> tuple[float, float]:
+    """(median TTFT, median mean gap between tokens) of n sequential streaming requests, after one
+    warm-up."""
+    ttfts, gaps = [], []
+    with httpx.Client(timeout=120) as c:
+        for i in range(n + 1):
+            body = {"model": model, "prompt": [(7 * i + j) % 250 + 3 for j in range(prompt)], "max_tokens": tokens,
+                    "temperature": 0.0, "ignore_eos": True, "stream": True}
+            t0 = time.perf_counter()
+            first = None
+            with c.stream("POST", url + "/v1/completions", json=body) as r:
+                r.raise_for_status()
+                for line in r.iter_lines():
+                    if line.startswith("data: {") and first is None:
+                        first = time.perf_counter() - t0
+            total = time.perf_counter() - t0
+            if i > 0:
+                ttfts.append(first)
+                gaps.append((total - first) / (tokens - 1))
+            time.sleep(0.2)
+    return statistics.median(ttfts), statistics.median(gaps)
+
+
+def measure_path(facts: dict, prompt_ms: float, token_ms: float, out: Path) -> dict:
+    """Serve (baseline, 1 mixed worker, as the profile's engine) and probe it; the overheads."""
+    from .run import TwinSpec, serving
+
+    with serving(TwinSpec(design="baseline", machines=1), SimpleNamespace(facts=facts), out) as url:
+        ttft, gap = probe(url, facts["model"])
+    step = max(0.0, gap - token_ms / 1e3)
+    return {"step_overhead_s": step, "request_overhead_s": max(0.0, ttft - prompt_ms / 1e3 - step),
+            "live_ttft_s": ttft, "live_tbt_s": gap, "alone_prompt_s": prompt_ms / 1e3, "alone_token_s": token_ms / 1e3,
+            "how": f"serve, 1 mixed worker, unloaded: {REQUESTS} sequential streaming requests of {PROMPT} prompt "
+                   f"tokens and {TOKENS} output tokens, medians"}
