@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from splitserve.twin.profiler import cpu_model
+
 RESULTS = Path(__file__).parent / "results"
 
 # Datasheet figures (dense bf16 tensor-core FLOP/s, HBM bytes/s), matched on the CUDA device name.
@@ -24,16 +26,6 @@ GPU_SPECS = [  # (substring of torch.cuda.get_device_name, bf16 FLOP/s, HBM B/s)
     ("A100", 312e12, 1.935e12),  # PCIe 80GB
     ("L40S", 362e12, 0.864e12),
 ]
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_info(device: torch.device) -> dict:

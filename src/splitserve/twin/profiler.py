@@ -70,18 +70,18 @@ def machine_name(device: str) -> str:
     if device.startswith("cuda"):
         import torch
         return "cuda-" + torch.cuda.get_device_name(0).replace(" ", "-").lower()
-    cpu = _cpu_model() or platform.machine()
-    return f"cpu{os.cpu_count()}-" + "-".join(cpu.lower().split()[:3])
+    return f"cpu{os.cpu_count()}-" + "-".join(cpu_model().lower().split()[:3])
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str:
+    """This machine's CPU model (Linux: /proc/cpuinfo), else what `platform` knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return None
+    return platform.processor() or platform.machine()
 
 
 def _engine(s: ProfileSettings, prompt_cap: int, max_seqs: int):
@@ -190,7 +190,7 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
         "how": {"threads_per_worker": s.threads, "pinning": "none (the OS schedules)",
                 "concurrent": "one engine alone in this process; the machine otherwise idle",
                 "repeats": s.repeats, "tokens_per_row": s.tokens, "seed": s.seed},
-        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
                     "torch": torch.__version__},
         "measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
