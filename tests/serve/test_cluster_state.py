@@ -6,7 +6,7 @@ machine and request is compared after every event. No sockets, no processes."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from splitserve.policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler, admit, admit_freed
@@ -80,6 +80,11 @@ def scenarios(draw):
 
 @settings(max_examples=300, deadline=None)
 @given(scenarios())
+@example((True, [Pool.PROMPT, Pool.PROMPT, Pool.TOKEN, Pool.TOKEN], 256, 1,  # found by this test:
+          RoutingConfig(prompt_queue_threshold=64, token_queue_threshold=0),  # an isolated decode that
+          BatchingConfig(prompt_token_cap=64, chunk_size=0, preemption_limit=0),  # joined in an empty
+          [("arrive", 1, 17, False), ("step", 0), ("arrive", 169, 2, True),  # isolated turn went
+           ("arrive", 72, 14, False), ("arrive", 28, 60, True)]))  # unreported, then starved
 def test_the_router_view_follows_the_simulator_event_by_event(sc):
     split, homes, cap, block, routing, batching, events = sc
     sim = SimPath(homes, cap, block, split, routing, batching)

@@ -216,7 +216,7 @@ class LLMEngine(KVHostMixin):
         if the batch failed: its requests are aborted, outputs of others wait for the next step."""
         self.sync_kv()
         batch, copies = self.scheduler.schedule()
-        if batch and self.on_schedule is not None:
+        if self.on_schedule is not None and (batch or self.scheduler.report.joined):
             self.on_schedule(self.scheduler.report)
         new: list[RequestOutput] = []
         if batch:

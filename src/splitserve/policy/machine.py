@@ -186,7 +186,7 @@ def _formed(m: Machine, batch: Batch, decoding: list[Request]) -> Batch | None:
     of the running decodes)."""
     for v in batch.preempted:
         requeue_preempted(m, v)
-    if not batch.prompts and not decoding:
+    if not batch.prompts and not decoding and not batch.joined:  # decodes that joined must be told
         return None
     batch.decoding = decoding
     batch.decodes = len(decoding)
@@ -195,19 +195,21 @@ def _formed(m: Machine, batch: Batch, decoding: list[Request]) -> Batch | None:
 
 
 def _form_isolated(m: Machine, cfg: BatchingConfig, batch: Batch) -> Batch | None:
-    """`m` holds isolated requests. Iterations alternate between the oldest of them alone and
-    everything else (by the usual rules, preempting only decodes that are not isolated); a turn
-    with nothing to run gives way to the other."""
-    lone = min((r for r in (*m.running, *m.prompt_queue) if r.isolated), key=lambda r: r.arrival)
+    """`m` holds isolated requests. Iterations alternate between the oldest of them that can run,
+    alone, and everything else (by the usual rules, preempting only decodes that are not
+    isolated); a turn with nothing to run gives way to the other. (The oldest alone would starve
+    a younger isolated decode behind an isolated prompt that cannot fit.)"""
+    isolated = sorted((r for r in (*m.running, *m.prompt_queue) if r.isolated), key=lambda r: r.arrival)
     others = [r for r in m.running if not r.isolated]
     m.isolated_turn = not m.isolated_turn
     for alone in ((True, False) if m.isolated_turn else (False, True)):
         if alone:
-            if lone.phase is Phase.DECODE:
-                return _formed(m, batch, [lone])
-            _admit(m, cfg, lone, prompt_budget(cfg, 0), batch, others)
-            if batch.prompts:
-                return _formed(m, batch, [])
+            for lone in isolated:
+                if lone.phase is Phase.DECODE:
+                    return _formed(m, batch, [lone])
+                _admit(m, cfg, lone, prompt_budget(cfg, 0), batch, others)
+                if batch.prompts:
+                    return _formed(m, batch, [])
         else:
             budget = prompt_budget(cfg, len(others))
             for head in [r for r in m.prompt_queue if not r.isolated]:
