@@ -1,6 +1,7 @@
 """Where the CPU goes during a twin run: samples the cumulative CPU time of every splitserve
 process (server, each worker, bench) from /proc every 0.5 s while a command runs, then prints the
-CPU seconds per role and the machine's mean busy cores. Linux only.
+CPU seconds per role (user and system) with the minor page faults, and the machine's mean busy
+cores. Linux only.
 
     python benchmarks/twin/cpuwatch.py python -m splitserve.cli twin \
         --profile-dir benchmarks/twin/profile-cpu2 --load 0.9 --duration 60 --out /tmp/twcpu
@@ -10,7 +11,7 @@ HZ = os.sysconf("SC_CLK_TCK")
 def cpu_of(pid):
     try:
         f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / HZ
+        return int(f[11]) / HZ, int(f[12]) / HZ, int(f[7])
     except OSError:
         return None
 def cmd_of(pid):
@@ -39,7 +40,7 @@ while proc.poll() is None:
 m1 = machine(); wall = time.time() - t0
 agg = {}
 for pid, v in last.items():
-    agg[roles[pid]] = agg.get(roles[pid], 0) + v
+    agg[roles[pid]] = [a + b for a, b in zip(agg.get(roles[pid], (0, 0, 0)), v)]
 print("wall", round(wall, 1), "machine busy cores", round((m1[0] - m0[0]) / (m1[1] - m0[1]) * os.cpu_count(), 2))
-for k, v in sorted(agg.items()):
-    print(f"  {k:8s} {v:7.1f} cpu-s")
+for k, (user, system, faults) in sorted(agg.items()):
+    print(f"  {k:8s} {user + system:7.1f} cpu-s  (user {user:.1f}, system {system:.1f}; {faults} minor faults)")

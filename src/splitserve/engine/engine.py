@@ -40,7 +40,7 @@ from .block_manager import BlockManager
 from .config import ModelConfig
 from .kv_cache import KVAllocator, KVCache
 from .kv_connector import KVConnector
-from .device import CPU_KV_BYTES, resolve_device, resolve_dtype
+from .device import CPU_KV_BYTES, keep_freed_memory, resolve_device, resolve_dtype
 from .kv_host import KVHostMixin
 from .loader import load_model
 from .model import build_model, init_random
@@ -77,6 +77,8 @@ class LLMEngine(KVHostMixin):
         allocated (default torch.zeros; serve/shm.py puts it in memory a peer can map).
         connector: KV transfer (kv_connector.py), also settable later (`engine.connector = c`)."""
         self.device = resolve_device(device)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         cfg, path = self._resolve_model(model)
         self.cfg = cfg
         self.dtype = resolve_dtype(dtype, self.device, cfg)
@@ -116,6 +118,7 @@ class LLMEngine(KVHostMixin):
         self._arrivals = itertools.count()
         self._stashed: list[RequestOutput] = []
         self.current_batch: list[tuple[Sequence, int]] = []  # the step being run
+        self.last_shape: list[tuple[int, int]] = []  # the last step run: (KV tokens before, tokens) per sequence
         self._reserved: set[str] = set()  # requests whose blocks await a KV transfer
         self.on_schedule = None  # called with each step's StepReport before the step runs (a serving worker)
         self._connector: KVConnector | None = None
@@ -215,6 +218,7 @@ class LLMEngine(KVHostMixin):
         """Run one batch; outputs for every request that got a token (or finished). StepFailed
         if the batch failed: its requests are aborted, outputs of others wait for the next step."""
         self.sync_kv()
+        self.last_shape = []
         batch, copies = self.scheduler.schedule()
         if self.on_schedule is not None and (batch or self.scheduler.report.joined):
             self.on_schedule(self.scheduler.report)
@@ -241,6 +245,7 @@ class LLMEngine(KVHostMixin):
         self.kv.copy_blocks(copies)
         batch.sort(key=lambda sn: sn[1] > 1)  # decodes (one token) first
         self.current_batch = batch
+        self.last_shape = [(seq.num_computed, n) for seq, n in batch]
         try:
             logits, samplers = run_batch(self.model, self.kv, self.blocks, self.graphs, self.device, batch)
         finally:

@@ -10,6 +10,7 @@ Cheap to import (typer only): the server's modules are imported when the command
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -47,6 +48,7 @@ def serve(
     max_num_seqs: Annotated[int, typer.Option(help="Sequences per worker batch at most.")] = 256,
     seed: Annotated[int, typer.Option(help="Seed of the workers' samplers (requests without their own seed).")] = 0,
     worker_threads: Annotated[int, typer.Option(help="Torch threads per worker.")] = 1,
+    step_log: Annotated[Optional[Path], typer.Option("--step-log", help="Directory: each worker appends a JSON line per engine step to DIR/worker-<id>.jsonl on its host (start, seconds, and each sequence's KV tokens before and tokens run), to check a performance model against (`splitserve twin` reads them).")] = None,
     no_restart_workers: Annotated[bool, typer.Option("--no-restart-workers", help="Mark dead workers down instead of replacing them.")] = False,
     worker_mode: Annotated[str, typer.Option(hidden=True, help="BENCHMARK TOOL: 'echo' returns tokens without computing.")] = "engine",
     echo_token_delay: Annotated[float, typer.Option(hidden=True, help="Echo mode only: one token per step, each step this many seconds.")] = 0.0,
@@ -81,7 +83,7 @@ def serve(
                       worker_mode=worker_mode, debug_layer_delay_s=debug_layer_delay, debug_fail_token=debug_fail_token,
                       orphan_timeout_s=orphan_timeout,
                       echo_token_delay_s=echo_token_delay, startup_timeout_s=worker_start_timeout,
-                      drain_timeout_s=drain_timeout,
+                      drain_timeout_s=drain_timeout, step_log_dir=str(step_log.resolve()) if step_log else None,
                       limits=RequestLimits(max_body_bytes=int(max_body_mb * 2 ** 20), max_stop_strings=max_stop_strings,
                                            max_stop_chars=max_stop_chars))
     if design == "baseline":
@@ -89,6 +91,8 @@ def serve(
         cfg.mixed_workers = mixed_workers or prompt_workers + token_workers
         cfg.prompt_workers = cfg.token_workers = 0
     cfg.validate()
+    if step_log is not None:
+        step_log.mkdir(parents=True, exist_ok=True)
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401

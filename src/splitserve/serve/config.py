@@ -55,6 +55,7 @@ class ServeConfig:
     park_timeout_s: float = 30.0         # how long a request may wait for a live worker
     drain_timeout_s: float = 20.0        # on SIGTERM: how long requests in flight may finish
     limits: RequestLimits = field(default_factory=RequestLimits)
+    step_log_dir: str | None = None      # each worker appends its engine steps to DIR/worker-<id>.jsonl
     debug_layer_delay_s: float = 0.0     # tests only: slow each prefill layer down
     debug_fail_token: int | None = None  # tests only: a step holding a prompt with this token raises
     echo_token_delay_s: float = 0.0      # echo mode only: one token per step, steps this long

@@ -29,6 +29,7 @@ model's prompts and KV need (protocol.limit_socket).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -81,6 +82,8 @@ class Worker:
         self.outbox: list = []  # signed frames for the router, not sent yet
         self.malformed = 0      # signed router messages that were no valid message (a bug, or versions apart)
         engine.on_schedule = self.report_step
+        # --step-log: a JSON line per engine step run (start, seconds, shape), for `splitserve twin`
+        self.step_log = open(args.step_log, "a", buffering=1) if args.step_log else None
 
     def send(self, msg: Message) -> None:
         """Sign `msg` into the outbox (post() sends it)."""
@@ -163,6 +166,7 @@ class Worker:
 
     def step(self) -> None:
         """One engine step; a step that raises costs its requests, not the worker."""
+        start, t0 = time.time(), time.perf_counter()
         try:
             outs = self.engine.step()
         except Exception as e:
@@ -177,6 +181,9 @@ class Worker:
                 raise RuntimeError(f"{self.step_failures} engine steps in a row failed; exiting") from e.cause
             return
         self.step_failures = 0
+        shape = getattr(self.engine, "last_shape", None)
+        if self.step_log is not None and shape:
+            self.step_log.write(json.dumps({"t": start, "s": time.perf_counter() - t0, "seqs": shape}) + "\n")
         self.on_outputs(outs)
 
     def on_kv(self, h: dict, data: list) -> None:

@@ -22,6 +22,8 @@ def worker_argv(cfg: ServeConfig, w, router_address: str) -> list[str]:
         argv += ["--echo-token-delay-s", str(cfg.echo_token_delay_s)]
     if cfg.num_blocks:
         argv += ["--num-blocks", str(cfg.num_blocks)]
+    if cfg.step_log_dir:
+        argv += ["--step-log", f"{cfg.step_log_dir}/worker-{w.id}.jsonl"]
     if cfg.debug_layer_delay_s and w.home == "prompt":
         argv += ["--debug-layer-delay-s", str(cfg.debug_layer_delay_s)]
     if cfg.debug_fail_token is not None:
@@ -47,6 +49,8 @@ def parse_args(argv=None, description: str = "a splitserve worker") -> argparse.
     ap.add_argument("--transport", default="tcp")
     ap.add_argument("--transfer-timeout-s", type=float, default=5.0)
     ap.add_argument("--orphan-timeout-s", type=float, default=10.0)
+    ap.add_argument("--step-log", default=None, help="append a JSON line per engine step to this file: start "
+                    "(unix time), seconds, and (KV tokens before, tokens) of each sequence")
     ap.add_argument("--worker-mode", choices=["engine", "echo"], default="engine")
     ap.add_argument("--echo-token-delay-s", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--debug-layer-delay-s", type=float, default=0.0, help=argparse.SUPPRESS)

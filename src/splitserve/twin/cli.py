@@ -85,6 +85,7 @@ def twin(
     from .report import compare, table_text, write_report
     from .report import samples_from_requests_jsonl as live_samples
     from .run import TwinSpec, predicted_capacity, run_live, run_sim, spec_dict
+    from .steps import compare_steps, read_steps, steps_markdown
 
     if design not in ("splitwise", "baseline"):
         raise UserError(f"--design must be splitwise or baseline, got {design!r}")
@@ -105,15 +106,21 @@ def twin(
     (out / "sim").mkdir(parents=True, exist_ok=True)
     (out / "sim" / "summary.json").write_text(json.dumps(sim, indent=1) + "\n")
     rows = compare(live, sim)
+    step_rows = compare_steps(read_steps(out / "live" / "steps"), machine)
     meta = {"design": f"{design} {spec.workers()}", "model": machine.facts["model"], "machine": machine.name,
             "workload": f"{workload}, {spec.rps:.3g} req/s ({spec.rps / capacity:.0%} of the predicted "
                         f"{capacity:.3g}), {duration:g} s, seed {seed}, prompts <= {max_prompt_tokens}, "
                         f"outputs <= {max_tokens_cap}",
             "profile": str(profile_dir), "transport": transport}
     report = write_report(out, rows, title=f"Twin: {design} {spec.workers()} on {machine.name}", meta=meta,
-                          live_samples=live_samples(out / "live" / "requests.jsonl"), sim_samples=sim_samples)
+                          live_samples=live_samples(out / "live" / "requests.jsonl"), sim_samples=sim_samples,
+                          steps=steps_markdown(step_rows) if step_rows else "")
     (out / "twin.json").write_text(json.dumps({"spec": spec_dict(spec), "capacity_rps": capacity, "meta": meta,
                                                "rows": [dataclasses.asdict(r) for r in rows],
-                                               "live_server": live.get("server", {})}, indent=1) + "\n")
+                                               "live_server": live.get("server", {}),
+                                               "steps": [dataclasses.asdict(r) for r in step_rows]}, indent=1) + "\n")
     typer.echo(table_text(rows))
+    if step_rows:
+        typer.echo(f"engine steps: live {step_rows[-1].live_s:.1f} s, model {step_rows[-1].model_s:.1f} s "
+                   f"({step_rows[-1].error:+.1%}); by kind in the report")
     typer.echo(f"wrote {report}")

@@ -185,10 +185,10 @@ def _write_cdf(path: Path, live: dict[str, list[float]], sim: dict[str, list[flo
 
 def write_report(out_dir: str | Path, rows: list[Row], *, title: str, meta: dict[str, str],
                  live_samples: dict[str, list[float]] | None = None,
-                 sim_samples: dict[str, list[float]] | None = None) -> Path:
-    """Write `out_dir/report.md` (title, "how measured" from `meta`, the table) and, when samples
-    are given for any of ttft/tbt/e2e, `out_dir/cdf.png` (linked from the report). Returns the
-    report's path."""
+                 sim_samples: dict[str, list[float]] | None = None, steps: str = "") -> Path:
+    """Write `out_dir/report.md` (title, "how measured" from `meta`, the table, then the
+    markdown `steps`: the engine steps' table, steps.py) and, when samples are given for any of
+    ttft/tbt/e2e, `out_dir/cdf.png` (linked from the report). Returns the report's path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     parts = [f"# {title}", "", "## How measured", ""]
@@ -196,6 +196,12 @@ def write_report(out_dir: str | Path, rows: list[Row], *, title: str, meta: dict
     parts += ["", "## Live vs simulated", "",
               "error = (simulated - live) / live; ok = |error| ≤ bound.", "",
               _markdown_table(rows), ""]
+    if steps:
+        parts += ["## Engine steps, live vs model", "",
+                  "Each live worker's engine steps (`serve --step-log`) against the time the simulator "
+                  "gives a step of the same shape (perf model, co-run slowdown for the part of the step "
+                  "during which another worker computed, step overhead). Alone: no other worker computed "
+                  "during the step; shared: another computed through all of it.", "", steps, ""]
     if (live_samples or sim_samples) and _write_cdf(out / "cdf.png", live_samples or {},
                                                     sim_samples or {}):
         parts += ["## Latency distributions", "", "![empirical CDFs, live vs simulated](cdf.png)", ""]

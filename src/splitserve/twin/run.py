@@ -54,11 +54,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_command(spec: TwinSpec, machine: MachineProfile, port: int) -> list[str]:
+def serve_command(spec: TwinSpec, machine: MachineProfile, port: int, step_log: Path | None = None) -> list[str]:
     f = machine.facts
     cmd = [sys.executable, "-m", "splitserve.cli", "serve", "--model", f["model"], "--port", str(port),
            "--device", f["device"], "--dtype", f["dtype"], "--num-blocks", str(f["num_blocks"]),
            "--worker-threads", str(f["how"]["threads_per_worker"]), "--transport", spec.transport]
+    if step_log is not None:
+        cmd += ["--step-log", str(step_log)]
     if spec.design == "splitwise":
         cmd += ["--prompt-workers", str(spec.prompt), "--token-workers", str(spec.token)]
     else:
@@ -80,12 +82,14 @@ def bench_command(spec: TwinSpec, url: str, out: Path) -> list[str]:
 @contextmanager
 def serving(spec: TwinSpec, machine, out: Path):
     """A `splitserve serve` of `spec` on a free port, healthy (its URL); stopped on exit. Its log:
-    out/serve.log."""
+    out/serve.log; its workers' engine steps: out/steps/ (steps.py)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     out.mkdir(parents=True, exist_ok=True)
+    for old in (out / "steps").glob("worker-*.jsonl"):  # the workers append
+        old.unlink()
     with (out / "serve.log").open("w") as serve_log:
-        srv = subprocess.Popen(serve_command(spec, machine, port), stdout=serve_log, stderr=subprocess.STDOUT,
+        srv = subprocess.Popen(serve_command(spec, machine, port, out / "steps"), stdout=serve_log, stderr=subprocess.STDOUT,
                                start_new_session=True)
         try:
             deadline = time.monotonic() + 180

@@ -1,0 +1,124 @@
+"""The live workers' engine steps against the simulator's step model: which term misses, and by
+how much. `serve --step-log DIR` has each worker append a line per step it ran (start, seconds,
+and each sequence's KV tokens before the step and tokens run); here every such step gets the
+time the simulator gives a step of that shape on the measured machine (machine.py: the perf model,
+the co-run slowdown while another worker of the host computes, the step overhead), and the two
+are summed per kind of step and per condition (alone: no other worker computed during the step;
+shared: another computed through all of it)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .machine import MachineProfile
+
+ALONE, SHARED = 0.1, 0.9  # a step is alone below this fraction of overlap, shared above the other
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    worker: int
+    start: float
+    seconds: float
+    prompt_tokens: int   # prefill chunks' tokens
+    prompt_sq: int       # the sum of each chunk's tokens squared (the attention term)
+    decodes: int
+    context: int         # the decodes' KV tokens
+
+    @property
+    def kind(self) -> str:
+        if self.prompt_tokens and self.decodes:
+            return "mixed"
+        if self.decodes:
+            return "decode"
+        return "prompt <= 512" if self.prompt_tokens <= 512 else "prompt > 512"
+
+
+def step_of(worker: int, line: dict) -> Step:
+    """A step log line as a Step: a sequence running more than one token, or its first, is a
+    prefill chunk; the others decode one token over their KV (tokens before + the one run)."""
+    p = sq = d = ctx = 0
+    for before, n in line["seqs"]:
+        if n > 1 or before == 0:
+            p += n
+            sq += n * n
+        else:
+            d += 1
+            ctx += before + n
+    return Step(worker, line["t"], line["s"], p, sq, d, ctx)
+
+
+def read_steps(log_dir: str | Path) -> list[Step]:
+    """Every step in log_dir/worker-<id>.jsonl, by start time."""
+    steps = []
+    for f in sorted(Path(log_dir).glob("worker-*.jsonl")):
+        w = int(f.stem.split("-", 1)[1])
+        steps += [step_of(w, json.loads(line)) for line in f.read_text().splitlines() if line.strip()]
+    return sorted(steps, key=lambda s: s.start)
+
+
+def overlaps(steps: list[Step]) -> list[float]:
+    """For each step, the fraction of it during which a step of another worker ran."""
+    out = []
+    by_worker: dict[int, list[Step]] = {}
+    for s in steps:
+        by_worker.setdefault(s.worker, []).append(s)
+    for s in steps:
+        end, busy = s.start + s.seconds, 0.0
+        for w, others in by_worker.items():
+            if w == s.worker:
+                continue
+            for o in others:  # steps are short and few per second: a plain scan is fast enough
+                if o.start >= end:
+                    break
+                busy += max(0.0, min(end, o.start + o.seconds) - max(s.start, o.start))
+        out.append(min(1.0, busy / s.seconds) if s.seconds > 0 else 0.0)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    kind: str
+    condition: str   # alone, shared, partly
+    steps: int
+    live_s: float    # the live steps' seconds, summed
+    model_s: float   # the model's seconds for the same steps, summed
+
+    @property
+    def error(self) -> float:
+        """(model - live) / live, as the latency table's errors."""
+        return (self.model_s - self.live_s) / self.live_s if self.live_s > 0 else 0.0
+
+
+def modelled(s: Step, machine: MachineProfile, shared: float) -> float:
+    """The simulator's time for step `s` with another worker busy for the fraction `shared` of it."""
+    alone = machine.perf.mixed_time(s.prompt_tokens, s.decodes, s.context, s.prompt_sq if machine.perf.attention else 0)
+    return (1 - shared) * machine.step_time(alone, s.prompt_tokens > 0, 0) + \
+        shared * machine.step_time(alone, s.prompt_tokens > 0, 1)
+
+
+def compare_steps(steps: list[Step], machine: MachineProfile) -> list[StepRow]:
+    """Live vs modelled step seconds per kind and condition, then per kind, then all steps."""
+    shares = overlaps(steps)
+    acc: dict[tuple[str, str], list[float]] = {}
+    for s, f in zip(steps, shares):
+        cond = "alone" if f < ALONE else "shared" if f > SHARED else "partly"
+        m = modelled(s, machine, f)
+        for key in ((s.kind, cond), (s.kind, "all"), ("all", "all")):
+            a = acc.setdefault(key, [0, 0.0, 0.0])
+            a[0] += 1
+            a[1] += s.seconds
+            a[2] += m
+    order = ["prompt <= 512", "prompt > 512", "decode", "mixed", "all"]
+    conds = ["alone", "partly", "shared", "all"]
+    keys = sorted(acc, key=lambda k: (order.index(k[0]), conds.index(k[1])))
+    return [StepRow(k, c, int(acc[k, c][0]), acc[k, c][1], acc[k, c][2]) for k, c in keys]
+
+
+def steps_markdown(rows: list[StepRow]) -> str:
+    lines = ["| steps | when | count | live s | model s | error |", "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r.kind} | {r.condition} | {r.steps} | {r.live_s:.2f} | {r.model_s:.2f} | {r.error:+.1%} |")
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""The engine-step comparison of `splitserve twin` (twin/steps.py): a step log's lines read as
+step shapes, the overlap of each step with the other workers' steps, and the model's time for
+each step summed by kind and condition, all hand-computed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from splitserve.twin.steps import Step, compare_steps, overlaps, read_steps, step_of
+
+
+def test_a_line_is_prefill_chunks_and_decodes():
+    s = step_of(3, {"t": 10.0, "s": 0.25, "seqs": [[0, 512], [300, 1], [40, 1], [128, 64], [0, 1]]})
+    # prefill: 512 (first chunk), 64 (a later chunk, more than one token), 1 (a one-token prompt)
+    assert (s.prompt_tokens, s.prompt_sq) == (577, 512 ** 2 + 64 ** 2 + 1)
+    # decodes: KV before the step + the token run
+    assert (s.decodes, s.context) == (2, 301 + 41)
+    assert s.kind == "mixed" and (s.worker, s.start, s.seconds) == (3, 10.0, 0.25)
+    assert step_of(0, {"t": 0, "s": 1, "seqs": [[0, 513]]}).kind == "prompt > 512"
+    assert step_of(0, {"t": 0, "s": 1, "seqs": [[0, 512]]}).kind == "prompt <= 512"
+    assert step_of(0, {"t": 0, "s": 1, "seqs": [[9, 1]]}).kind == "decode"
+
+
+def test_read_steps_merges_workers_by_start(tmp_path):
+    (tmp_path / "worker-0.jsonl").write_text(json.dumps({"t": 2.0, "s": 1.0, "seqs": [[0, 8]]}) + "\n")
+    (tmp_path / "worker-1.jsonl").write_text("\n".join(json.dumps({"t": t, "s": 0.5, "seqs": [[5, 1]]})
+                                                       for t in (1.0, 3.0)) + "\n")
+    steps = read_steps(tmp_path)
+    assert [(s.worker, s.start) for s in steps] == [(1, 1.0), (0, 2.0), (1, 3.0)]
+
+
+def _step(w, start, seconds, prompt=0, decodes=0):
+    return Step(w, start, seconds, prompt, prompt * prompt, decodes, 10 * decodes)
+
+
+def test_overlap_is_the_fraction_of_a_step_another_worker_computed():
+    steps = [_step(0, 0.0, 1.0, prompt=100), _step(1, 0.5, 0.25, decodes=1), _step(1, 0.9, 0.2, decodes=1),
+             _step(0, 2.0, 1.0, prompt=100), _step(0, 3.0, 0.5, prompt=10)]
+    # worker 0's first step: [0.5, 0.75] and [0.9, 1.0] of it -> 0.35; worker 1's first: all of it;
+    # its second: [0.9, 1.0] of [0.9, 1.1] -> 0.5; the last two steps of worker 0 ran alone
+    assert overlaps(steps) == pytest.approx([0.35, 1.0, 0.5, 0.0, 0.0])
+
+
+class _Perf:
+    attention = True
+
+    def mixed_time(self, prompt_tokens, decodes, context, prompt_sq):
+        return 0.001 * prompt_tokens + 1e-6 * prompt_sq + 0.01 * decodes + 0.0001 * context
+
+
+class _Machine:
+    perf = _Perf()
+
+    def step_time(self, alone_s, prompt, others_busy):  # co-run: prompt steps +10%, decodes +50%
+        return alone_s * (1 + (0.1 if prompt else 0.5) * (others_busy > 0)) + 0.002
+
+
+def test_model_seconds_by_kind_and_condition():
+    steps = [_step(0, 0.0, 0.2, prompt=100), _step(1, 0.0, 0.05, decodes=2), _step(0, 1.0, 0.1, prompt=50)]
+    rows = {(r.kind, r.condition): r for r in compare_steps(steps, _Machine())}
+    # prompt 100 (decodes of worker 1 ran through 0.05 of its 0.2 s: 0.25, "partly"):
+    # alone 0.1 + 0.01 = 0.11 s; model 0.75 * (0.11 + 0.002) + 0.25 * (0.121 + 0.002)
+    p100 = 0.75 * 0.112 + 0.25 * 0.123
+    # the decodes ran with the prompt step through all of them: 0.02 + 0.002 context -> x1.5
+    dec = 0.022 * 1.5 + 0.002
+    p50 = 0.05 + 0.0025 + 0.002  # alone
+    assert rows["prompt <= 512", "partly"].model_s == pytest.approx(p100)
+    assert rows["prompt <= 512", "alone"].model_s == pytest.approx(p50)
+    assert rows["prompt <= 512", "all"].steps == 2
+    assert rows["decode", "shared"].model_s == pytest.approx(dec)
+    total = rows["all", "all"]
+    assert total.steps == 3 and total.live_s == pytest.approx(0.35)
+    assert total.model_s == pytest.approx(p100 + dec + p50)
+    assert total.error == pytest.approx((p100 + dec + p50 - 0.35) / 0.35)
