@@ -16,7 +16,7 @@ def test_a_line_is_prefill_chunks_and_decodes():
     # prefill: 512 (first chunk), 64 (a later chunk, more than one token), 1 (a one-token prompt)
     assert (s.prompt_tokens, s.prompt_sq) == (577, 512 ** 2 + 64 ** 2 + 1)
     # decodes: KV before the step + the token run
-    assert (s.decodes, s.context) == (2, 301 + 41)
+    assert (s.decodes, s.context, s.longest) == (2, 301 + 41, 301)
     assert s.kind == "mixed" and (s.worker, s.start, s.seconds) == (3, 10.0, 0.25)
     assert step_of(0, {"t": 0, "s": 1, "seqs": [[0, 513]]}).kind == "prompt > 512"
     assert step_of(0, {"t": 0, "s": 1, "seqs": [[0, 512]]}).kind == "prompt <= 512"
@@ -32,7 +32,7 @@ def test_read_steps_merges_workers_by_start(tmp_path):
 
 
 def _step(w, start, seconds, prompt=0, decodes=0):
-    return Step(w, start, seconds, prompt, prompt * prompt, decodes, 10 * decodes)
+    return Step(w, start, seconds, prompt, prompt * prompt, decodes, 10 * decodes, 10)
 
 
 def test_overlap_is_the_fraction_of_a_step_another_worker_computed():
@@ -53,6 +53,9 @@ class _Perf:
 class _Machine:
     perf = _Perf()
 
+    def decode_kv(self, longest, decodes):  # padded to the longest, in blocks of 16
+        return decodes * 16 * -(-longest // 16)
+
     def step_time(self, alone_s, prompt, others_busy):  # co-run: prompt steps +10%, decodes +50%
         return alone_s * (1 + (0.1 if prompt else 0.5) * (others_busy > 0)) + 0.002
 
@@ -63,8 +66,9 @@ def test_model_seconds_by_kind_and_condition():
     # prompt 100 (decodes of worker 1 ran through 0.05 of its 0.2 s: 0.25, "partly"):
     # alone 0.1 + 0.01 = 0.11 s; model 0.75 * (0.11 + 0.002) + 0.25 * (0.121 + 0.002)
     p100 = 0.75 * 0.112 + 0.25 * 0.123
-    # the decodes ran with the prompt step through all of them: 0.02 + 0.002 context -> x1.5
-    dec = 0.022 * 1.5 + 0.002
+    # the decodes ran with the prompt step through all of them: 0.02 + 2 x 16 padded KV tokens
+    # x 0.0001 -> x1.5
+    dec = (0.02 + 0.0032) * 1.5 + 0.002
     p50 = 0.05 + 0.0025 + 0.002  # alone
     assert rows["prompt <= 512", "partly"].model_s == pytest.approx(p100)
     assert rows["prompt <= 512", "alone"].model_s == pytest.approx(p50)

@@ -41,7 +41,8 @@ def slowed(src: Path, dst: Path, factor: float) -> Path:
 
 def test_the_simulator_predicts_a_short_live_run(tmp_path):
     prof = tmp_path / "profile"
-    run_profile(ProfileSettings(model="small", prompt_sizes=(16, 64, 256, 512), batch_sizes=(1, 2, 4, 8),
+    run_profile(ProfileSettings(model="small", prompt_sizes=(16, 64, 256, 512), batch_sizes=(1, 2, 3, 4, 8),
+                                context_prompt=256, context_batches=(2, 4),
                                 repeats=1, tokens=8), prof)
     machine = load_machine_profile(prof)
     spec = TwinSpec(design="splitwise", workload="coding", rps=1.0, duration=20.0, seed=1,

@@ -16,6 +16,8 @@ from .attention import AttentionMetadata, paged_attention
 from .config import ModelConfig, rope_inv_freq
 
 
+FEW_ROWS = 8  # logits rows up to which compute_logits multiplies the other way round on CPU
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -126,7 +128,12 @@ class CausalLM(nn.Module):
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.lm_weight())
+        w = self.lm_weight()
+        if hidden.device.type == "cpu" and hidden.shape[0] <= FEW_ROWS:
+            # for a few rows, CPU torch's hidden @ w.T reads the (vocab x hidden) weight once per
+            # row; w @ hidden.T reads it once: small preset, 3 rows, 11.7 ms -> 3.6 ms (1 thread)
+            return torch.mm(w, hidden.t()).t().contiguous()
+        return F.linear(hidden, w)
 
 
 def build_model(cfg: ModelConfig, device: str | torch.device, dtype: torch.dtype,

@@ -71,7 +71,7 @@ class ProfilePerfModel(MixedBatching):
     __slots__ = (
         "source", "prompt_xs", "prompt_ys", "batch_xs", "batch_ys", "ctx_ref", "ctx_a", "ctx_k",
         "dropped", "attention", "additive", "_ptab", "_pn", "_p_last_x", "_p_last_y", "_p_slope",
-        "_ttab", "_tn", "_t_last_x", "_t_last_y", "_t_slope", "_g0", "_gk",
+        "_ttab", "_tn", "_t_last_x", "_t_last_y", "_t_slope", "_g0", "_gk", "ctx_slopes", "_ktab",
     )
 
     def __init__(
@@ -84,11 +84,13 @@ class ProfilePerfModel(MixedBatching):
         source: str = "profile",
         dropped: Sequence[str] = (),
         attention: float = 0.0,
+        ctx_slopes: Sequence[tuple[float, float]] = (),
     ) -> None:
         """Build from fitted knots (x, seconds), already sorted by x and non-decreasing in y.
 
         prompt_knots: (batched prompt tokens, seconds). batch_knots: (batch size, seconds of one
         decode iteration at mean per-request context ctx_ref). Context line: a + k * x.
+        ctx_slopes: (batch size, seconds per KV token): the additive decode form (profile_fit).
         Prefer `from_csv` / `from_rows`, which fit these from measured rows.
         """
         if not prompt_knots or not batch_knots:
@@ -129,6 +131,13 @@ class ProfilePerfModel(MixedBatching):
         self._t_slope = (bys[-1] - bys[-2]) / (bxs[-1] - bxs[-2]) if len(bxs) > 1 else 0.0
         self._tn = max(_TOKEN_TABLE_MAX, int(bxs[-1])) + 1
         self._ttab = [max(MIN_TIME_S, _interp(bxs, bys, b)) for b in range(self._tn)]
+        # additive decode form: slope per KV token, per integer batch size, flat past the ends
+        self.ctx_slopes = tuple((float(b), float(k)) for b, k in ctx_slopes)
+        self._ktab = None
+        if self.ctx_slopes:
+            kx, ky = [b for b, _ in self.ctx_slopes], [k for _, k in self.ctx_slopes]
+            self._ktab = [ky[0] if b <= kx[0] else ky[-1] if b >= kx[-1] else _interp(kx, ky, b)
+                          for b in range(self._tn)]
 
     # ------------------------------------------------------------------ construction
 
@@ -163,7 +172,7 @@ class ProfilePerfModel(MixedBatching):
         fit = fit_profile(rows, attention)
         return cls(
             fit["prompt_knots"], fit["batch_knots"], fit["ctx_ref"], fit["ctx_a"], fit["ctx_k"],
-            source=source, dropped=fit["dropped"], attention=fit["attention"],
+            source=source, dropped=fit["dropped"], attention=fit["attention"], ctx_slopes=fit["ctx_slopes"],
         )
 
     # ------------------------------------------------------------------ queries (hot path)
@@ -185,7 +194,10 @@ class ProfilePerfModel(MixedBatching):
             d = self._ttab[batch]
         else:
             d = self._t_last_y + self._t_slope * (batch - self._t_last_x)
-        t = d * (self._g0 + self._gk * context / batch)
+        if self._ktab is not None:
+            t = d + self._ktab[batch if batch < self._tn else -1] * (context - batch * self.ctx_ref)
+        else:
+            t = d * (self._g0 + self._gk * context / batch)
         return t if t > MIN_TIME_S else MIN_TIME_S
 
     def __repr__(self) -> str:

@@ -128,7 +128,10 @@ def fit_profile(rows: Iterable[Mapping[str, Any]], attention: bool = False) -> d
     `attention` seconds per squared prompt token (each prompt attends to its own tokens): the
     linear knots from the batch sweep's short prompts alone, the coefficient the median over the
     batch-1 rows of at least 4x the sweep's prompt size of (time - linear(p)) / p^2, at least 0.
-    Without it (the Splitwise profile), rows of the same batched-token count are merged.
+    Without it (the Splitwise profile), rows of the same batched-token count are merged. With it,
+    the decode step is D(b) + k(b) * (KV tokens - b * ctx_ref) instead of D(b) * g(context / b):
+    D(b) the sweep's medians as measured (not made monotone), k(b) in seconds per KV token
+    (ctx_slopes: [(batch, slope)]) from the batch-1 line and the rows of longer prompts at b > 1.
 
     Returns prompt_knots and batch_knots ([(x, seconds)], monotone), the raw medians before the
     isotonic step (prompt_raw, batch_raw: [(x, seconds, n)]), the context line (ctx_a, ctx_k in
@@ -183,9 +186,10 @@ def fit_profile(rows: Iterable[Mapping[str, Any]], attention: bool = False) -> d
                    for r in rows if r["batch_size"] == 1 and r["prompt_size"] >= 4 * ref_p]
         attn = max(0.0, statistics.median(per_row)) if per_row else 0.0
 
-    # decode: median per batch size of the batch sweep, then isotonic
+    # decode: median per batch size of the batch sweep, then isotonic (a measured machine: as
+    # measured; its kernels need not be monotone in the batch)
     bxs, bmed, bn = _median_knots((r["batch_size"], r["token_time"] / 1e3) for r in sweep)
-    bys = isotonic_increasing(bmed, bn)
+    bys = bmed if attention else isotonic_increasing(bmed, bn)
 
     # context factor: line through the batch-1 medians at mean decode context p + t / 2
     cxs, cmed, _ = _median_knots(
@@ -194,6 +198,20 @@ def fit_profile(rows: Iterable[Mapping[str, Any]], attention: bool = False) -> d
     )
     ctx_points = list(zip(cxs, cmed))
     ctx_a, ctx_k = _line_fit(ctx_points) if ctx_points else (1.0, 0.0)
+
+    # attention: the decode step is additive in KV tokens read, with a slope per batch size: the
+    # batch-1 line's at batch 1, and at each larger batch the median over the rows of longer
+    # prompts than the sweep's of (time - D(b)) / (KV tokens past the sweep's)
+    ctx_slopes: list[tuple[float, float]] = []
+    if attention:
+        ref = ref_p + ref_t / 2.0
+        per_b: dict[int, list[float]] = defaultdict(list)
+        for r in rows:
+            b, x = r["batch_size"], r["prompt_size"] + r["token_size"] / 2.0
+            if b > 1 and x > ref:
+                per_b[b].append((r["token_time"] / 1e3 - _interp(bxs, bys, b)) / (b * (x - ref)))
+        ctx_slopes = [(1.0, max(0.0, ctx_k))] + [(float(b), max(0.0, statistics.median(v)))
+                                                 for b, v in sorted(per_b.items())]
 
     return {
         "prompt_knots": list(zip(pxs, pys)),
@@ -206,4 +224,5 @@ def fit_profile(rows: Iterable[Mapping[str, Any]], attention: bool = False) -> d
         "ctx_points": ctx_points,
         "dropped": dropped,
         "attention": attn,
+        "ctx_slopes": ctx_slopes,
     }

@@ -157,7 +157,10 @@ class Simulation:
         if perf.attention:  # each prompt attends to its own tokens (perf/mixed.py)
             for n in batch.chunks:
                 sq += n * n
-        dur = perf.mixed_time(batch.prompt_tokens, batch.decodes, batch.context, sq)
+        ctx = batch.context
+        if self.host is not None and batch.decodes:  # the engine reads padded KV (twin/machine.py)
+            ctx = self.host.decode_kv(max(r.prompt_tokens + r.generated for r in batch.decoding), batch.decodes)
+        dur = perf.mixed_time(batch.prompt_tokens, batch.decodes, ctx, sq)
         if self.host is not None:  # workers of one measured host share it (twin/machine.py)
             dur = self.host.step_time(dur, batch.prompt_tokens > 0, sum(o.busy for o in self.machines) - 1)
         end = now + dur

@@ -56,6 +56,13 @@ class MachineProfile:
         """Seconds the serving path adds to each request's first token, once (twin/path.py)."""
         return float(self.facts.get("path", {}).get("request_overhead_s", 0.0))
 
+    def decode_kv(self, longest: int, decodes: int) -> int:
+        """KV tokens a decode step of this engine reads: every decode's blocks are gathered and
+        padded to the longest one's (engine/attention.py), so `decodes` x the longest context,
+        in whole blocks."""
+        bs = int(self.facts.get("block_size", 1))
+        return decodes * (-(-longest // bs) * bs)
+
     def step_time(self, alone_s: float, prompt: bool, others_busy: int) -> float:
         """A serving worker's step that takes `alone_s` on an idle machine (the perf model), while
         `others_busy` other workers of this host compute: the measured co-run slowdown (caches,

@@ -37,8 +37,13 @@ from ..errors import UserError
 COLUMNS = ("model", "hardware", "prompt_size", "batch_size", "token_size", "peak_power", "average_power",
            "prompt_time", "token_time", "e2e_time", "tensor_parallel")
 PROMPT_SIZES = (16, 32, 64, 128, 256, 512, 1024, 2048)
-BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+# every batch size up to 8: this engine's CPU kernels are not monotone in the batch (a decode of
+# 3 requests ran slower than one of 4), so interpolating between powers of two misses by 20-40%
+BATCH_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
 SWEEP_PROMPT = 32     # prompt size of the batch sweep
+# decode over batch x context: batches of long prompts, whose decodes read 512 tokens of KV each
+CONTEXT_PROMPT = 512
+CONTEXT_BATCHES = (2, 4, 8, 16)
 TOKENS = 16           # tokens each request generates (the decode steps averaged)
 
 
@@ -53,6 +58,8 @@ class ProfileSettings:
     prompt_sizes: tuple[int, ...] = PROMPT_SIZES
     batch_sizes: tuple[int, ...] = BATCH_SIZES
     sweep_prompt: int = SWEEP_PROMPT
+    context_prompt: int = CONTEXT_PROMPT
+    context_batches: tuple[int, ...] = CONTEXT_BATCHES
     tokens: int = TOKENS
     seed: int = 0
     hardware: str = ""  # the machine's name in profile.csv; default: derived from this machine
@@ -62,6 +69,8 @@ class ProfileSettings:
         rows = [(p, 1, self.tokens) for p in self.prompt_sizes]
         rows += [(self.sweep_prompt, b, self.tokens) for b in self.batch_sizes
                  if (self.sweep_prompt, b, self.tokens) not in rows]
+        rows += [(self.context_prompt, b, self.tokens) for b in self.context_batches
+                 if (self.context_prompt, b, self.tokens) not in rows]
         return rows
 
 
@@ -247,12 +256,12 @@ while True:
 """
 
 
-def measure_corun(engine, s: ProfileSettings, rng: random.Random, rounds: int = 5) -> dict:
+def measure_corun(engine, s: ProfileSettings, rng: random.Random, rounds: int = 9) -> dict:
     """How much slower a step runs while another engine of the same model runs on this machine
     (two workers share caches and memory bandwidth): a 512-token prompt step and a decode step of
     8 requests, next to a process that prefills and decodes without pause and, in turns, with
-    that process stopped (SIGSTOP), so that drift of the machine hits both alike (ratios - 1 of
-    the medians)."""
+    that process stopped (SIGSTOP), so that drift of the machine hits both alike (the median of
+    each round's ratio, - 1)."""
     import signal
     import subprocess
     import sys
@@ -274,9 +283,10 @@ def measure_corun(engine, s: ProfileSettings, rng: random.Random, rounds: int = 
         hog.wait()
     a = [statistics.median(x[i] for x in alone) for i in (0, 1)]
     b = [statistics.median(x[i] for x in shared) for i in (0, 1)]
-    return {"prompt": b[0] / a[0] - 1.0, "token": b[1] / a[1] - 1.0, "alone_ms": a, "shared_ms": b,
+    ratio = [statistics.median(y[i] / x[i] for x, y in zip(alone, shared)) - 1.0 for i in (0, 1)]
+    return {"prompt": ratio[0], "token": ratio[1], "alone_ms": a, "shared_ms": b,
             "how": f"512-token prompt step and 8-request decode step, {rounds} rounds each alone (the other "
-                   "engine process stopped) and next to it (running), medians"}
+                   "engine process stopped) and next to it (running); the median of the rounds' ratios"}
 
 
 def _config_dict(cfg) -> dict:

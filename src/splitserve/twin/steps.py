@@ -1,10 +1,10 @@
 """The live workers' engine steps against the simulator's step model: which term misses, and by
 how much. `serve --step-log DIR` has each worker append a line per step it ran (start, seconds,
 and each sequence's KV tokens before the step and tokens run); here every such step gets the
-time the simulator gives a step of that shape on the measured machine (machine.py: the perf model,
-the co-run slowdown while another worker of the host computes, the step overhead), and the two
-are summed per kind of step and per condition (alone: no other worker computed during the step;
-shared: another computed through all of it)."""
+time the simulator gives a step of that shape on the measured machine (machine.py: the perf model
+over the KV the engine reads, the co-run slowdown while another worker of the host computes, the
+step overhead), and the two are summed per kind of step and per condition (alone: no other
+worker computed during the step; shared: another computed through all of it)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ class Step:
     prompt_sq: int       # the sum of each chunk's tokens squared (the attention term)
     decodes: int
     context: int         # the decodes' KV tokens
+    longest: int = 0     # the longest decode's KV tokens
 
     @property
     def kind(self) -> str:
@@ -39,7 +40,7 @@ class Step:
 def step_of(worker: int, line: dict) -> Step:
     """A step log line as a Step: a sequence running more than one token, or its first, is a
     prefill chunk; the others decode one token over their KV (tokens before + the one run)."""
-    p = sq = d = ctx = 0
+    p = sq = d = ctx = longest = 0
     for before, n in line["seqs"]:
         if n > 1 or before == 0:
             p += n
@@ -47,7 +48,8 @@ def step_of(worker: int, line: dict) -> Step:
         else:
             d += 1
             ctx += before + n
-    return Step(worker, line["t"], line["s"], p, sq, d, ctx)
+            longest = max(longest, before + n)
+    return Step(worker, line["t"], line["s"], p, sq, d, ctx, longest)
 
 
 def read_steps(log_dir: str | Path) -> list[Step]:
@@ -94,7 +96,8 @@ class StepRow:
 
 def modelled(s: Step, machine: MachineProfile, shared: float) -> float:
     """The simulator's time for step `s` with another worker busy for the fraction `shared` of it."""
-    alone = machine.perf.mixed_time(s.prompt_tokens, s.decodes, s.context, s.prompt_sq if machine.perf.attention else 0)
+    kv = machine.decode_kv(s.longest, s.decodes) if s.decodes else 0
+    alone = machine.perf.mixed_time(s.prompt_tokens, s.decodes, kv, s.prompt_sq if machine.perf.attention else 0)
     return (1 - shared) * machine.step_time(alone, s.prompt_tokens > 0, 0) + \
         shared * machine.step_time(alone, s.prompt_tokens > 0, 1)
 
