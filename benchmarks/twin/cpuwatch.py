@@ -4,7 +4,7 @@ CPU seconds per role (user and system) with the minor page faults, and the machi
 cores. Linux only.
 
     python benchmarks/twin/cpuwatch.py python -m splitserve.cli twin \
-        --profile-dir benchmarks/twin/profile-cpu2 --load 0.9 --duration 60 --out /tmp/twcpu
+        --profile-dir benchmarks/twin/results/profile --load 0.9 --duration 60 --out /tmp/twcpu
 """
 import os, subprocess, sys, time
 HZ = os.sysconf("SC_CLK_TCK")

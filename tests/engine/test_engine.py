@@ -234,3 +234,14 @@ def test_text_prompts_use_the_tokenizer():
     assert eng.encode("hi") == [1, 3 + ord("h"), 3 + ord("i")]
     out = eng.generate(["hi"], GREEDY)[0]
     assert out.prompt_token_ids == [1, 107, 108] and len(out.token_ids) == 12
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 9, 16])
+def test_logits_of_few_rows_equal_the_plain_product(rows):
+    """compute_logits multiplies w @ h.T for up to FEW_ROWS rows on CPU (a faster kernel there);
+    the logits are those of h @ w.T, to float32 rounding."""
+    eng = LLMEngine("tiny", device="cpu", tokenizer=None)
+    h = torch.randn(rows, eng.cfg.hidden_size, generator=torch.Generator().manual_seed(rows))
+    got = eng.model.compute_logits(h)
+    assert got.shape == (rows, eng.cfg.vocab_size) and got.is_contiguous()
+    torch.testing.assert_close(got, torch.nn.functional.linear(h, eng.model.lm_weight()), rtol=1e-5, atol=1e-5)

@@ -27,7 +27,8 @@ def profile(
     = "",
 ) -> None:
     """Measure splitserve's engine on this machine: prompt steps over prompt sizes, decode steps over
-    batch sizes and contexts, the KV capacity and the KV link of each transport. Writes a profile
+    batch sizes and contexts, mixed steps, the slowdown next to another busy engine, what the
+    serving path adds, the KV capacity and the KV link of each transport. Writes a profile
     that `simulate --machine-profile DIR` and `twin` read (the Splitwise CSV columns, plus
     machine.json). Stop it any time: a rerun measures only what is missing."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -77,8 +78,9 @@ def twin(
     """Run the live cluster and the simulator on the same requests and compare them: starts
     `splitserve serve` on this machine, replays the workload with `splitserve bench`, simulates
     the same arrivals and sizes on the measured machine (same design and policy), and writes a
-    side-by-side report (P50/P90/P99 of TTFT, TBT, E2E, throughput, ...) with the relative errors
-    and the latency CDFs of both."""
+    side-by-side report (P50/P90/P99 of TTFT, TBT, E2E, throughput, ...) with the relative errors,
+    the latency CDFs of both, and the live workers' engine steps against the model's time for each
+    (which term of the model misses)."""
     import json
 
     from .machine import load_machine_profile
