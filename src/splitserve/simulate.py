@@ -64,6 +64,10 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
         spec = load_model(model)
     wl = make_workload(workload, rps=rps, duration=duration, seed=seed, arrivals=arrivals,
                        max_context=max_context)
+    if machine is not None:  # the serving path's CPU at this load (twin/machine.py)
+        prompts = [r.prompt_tokens for r in wl]
+        moved = sum(prompts) / len(prompts) if prompts and cluster.design.split else 0.0
+        machine = machine.under_load(wl.rps, moved)
     cfg = SimConfig(policy=policy, tp=tp, memory_utilization=memory_utilization, profile=profile,
                     record_requests=record_requests, machine=machine)
     sim = Simulation(cluster, spec, wl, cfg)

@@ -15,10 +15,8 @@ from pathlib import Path
 from splitserve.twin.machine import load_machine_profile
 from splitserve.twin.profiler import ProfileSettings, run_profile
 from splitserve.twin.report import compare
-from splitserve.bench.plan import Caps, plan_requests
-from splitserve.twin.run import TwinSpec, predicted_capacity, run_live, run_sim
+from splitserve.twin.run import TwinSpec, loaded, planned, predicted_capacity, run_live, run_sim
 from splitserve.twin.steps import compare_steps, read_steps
-from splitserve.workload import make_workload
 
 BOUND = 0.35
 P50S = ("TTFT P50 (s)", "TBT P50 (s)", "E2E P50 (s)")
@@ -51,12 +49,11 @@ def test_the_simulator_predicts_a_short_live_run(tmp_path):
     live = run_live(spec, machine, tmp_path / "live", log=lambda m: None)
     assert live["completed"] == live["requests"] > 10 and live["failed"] == 0
 
-    planned = list(plan_requests(make_workload(spec.workload, rps=spec.rps, duration=spec.duration, seed=spec.seed),
-                                 Caps(spec.max_prompt_tokens, spec.max_tokens_cap)))
+    reqs = planned(spec)
     steps = read_steps(tmp_path / "live" / "steps")
-    assert sum(s.prompt_tokens for s in steps) == sum(r.prompt_tokens for r in planned)
-    assert sum(s.decodes for s in steps) == sum(r.max_tokens - 1 for r in planned)  # the first from the prefill
-    step_error = compare_steps(steps, machine)[-1].error
+    assert sum(s.prompt_tokens for s in steps) == sum(r.prompt_tokens for r in reqs)
+    assert sum(s.decodes for s in steps) == sum(r.output_tokens - 1 for r in reqs)  # the first from the prefill
+    step_error = compare_steps(steps, loaded(spec, machine, reqs))[-1].error
 
     sim, _ = run_sim(spec, machine)
     rows = {r.metric: r for r in compare(live, sim)}
@@ -68,7 +65,7 @@ def test_the_simulator_predicts_a_short_live_run(tmp_path):
     wrong = load_machine_profile(slowed(prof, tmp_path / "wrong", 3.0))
     sim_wrong, _ = run_sim(spec, wrong)
     wrong_errors = {m: r.rel_error for m, r in ((r.metric, r) for r in compare(live, sim_wrong)) if m in P50S}
-    wrong_step_error = compare_steps(steps, wrong)[-1].error
+    wrong_step_error = compare_steps(steps, loaded(spec, wrong, reqs))[-1].error
     print(f"P50 errors, measured profile: {errors}; 3x wrong profile: {wrong_errors}; "
           f"engine steps: {step_error:+.1%}, wrong profile {wrong_step_error:+.1%}")
     assert any(abs(e) > BOUND for e in wrong_errors.values()), wrong_errors

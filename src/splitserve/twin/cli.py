@@ -86,7 +86,7 @@ def twin(
     from .machine import load_machine_profile
     from .report import compare, table_text, write_report
     from .report import samples_from_requests_jsonl as live_samples
-    from .run import TwinSpec, predicted_capacity, run_live, run_sim, spec_dict
+    from .run import TwinSpec, loaded, planned, predicted_capacity, run_live, run_sim, spec_dict
     from .steps import compare_steps, read_steps, steps_markdown
 
     if design not in ("splitwise", "baseline"):
@@ -108,7 +108,7 @@ def twin(
     (out / "sim").mkdir(parents=True, exist_ok=True)
     (out / "sim" / "summary.json").write_text(json.dumps(sim, indent=1) + "\n")
     rows = compare(live, sim)
-    step_rows = compare_steps(read_steps(out / "live" / "steps"), machine)
+    step_rows = compare_steps(read_steps(out / "live" / "steps"), loaded(spec, machine, planned(spec)))
     meta = {"design": f"{design} {spec.workers()}", "model": machine.facts["model"], "machine": machine.name,
             "workload": f"{workload}, {spec.rps:.3g} req/s ({spec.rps / capacity:.0%} of the predicted "
                         f"{capacity:.3g}), {duration:g} s, seed {seed}, prompts <= {max_prompt_tokens}, "

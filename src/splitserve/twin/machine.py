@@ -5,6 +5,7 @@ and `splitserve twin` simulate clusters of such machines."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ class MachineProfile:
     power: NoPower = NoPower()
     cost_per_hour: float = 0.0   # not a catalog machine: no price, no provisioned power
     power_kw: float = 0.0
+    background_cores: float = 0.0  # cores the serving path and the client take at the run's load (under_load)
 
     @property
     def kv_capacity(self) -> int:
@@ -56,6 +58,24 @@ class MachineProfile:
         """Seconds the serving path adds to each request's first token, once (twin/path.py)."""
         return float(self.facts.get("path", {}).get("request_overhead_s", 0.0))
 
+    @property
+    def background_s(self) -> float:
+        """CPU seconds per request the serving path and the client spend outside the engine's
+        steps (twin/path.py)."""
+        return float(self.facts.get("path", {}).get("background_cpu_s", 0.0))
+
+    def transfer_s(self, prompt_tokens: float) -> float:
+        """CPU seconds a KV transfer of `prompt_tokens` costs: on a CPU host both ends copy and
+        sign it, the measured link's time."""
+        return self.link.overhead + prompt_tokens * self.model.kv_bytes_per_token / self.link.bandwidth
+
+    def under_load(self, rate: float, moved_tokens: float = 0.0) -> "MachineProfile":
+        """This machine serving `rate` requests/s, each moving `moved_tokens` of KV between
+        workers on average (a split design; 0 unsplit): the cores the serving path, the client
+        and the transfers take from the workers."""
+        per_request = self.background_s + (self.transfer_s(moved_tokens) if moved_tokens > 0 else 0.0)
+        return dataclasses.replace(self, background_cores=max(0.0, rate) * per_request)
+
     def decode_kv(self, longest: int, decodes: int) -> int:
         """KV tokens a decode step of this engine reads: every decode's blocks are gathered and
         padded to the longest one's (engine/attention.py), so `decodes` x the longest context,
@@ -66,12 +86,15 @@ class MachineProfile:
     def step_time(self, alone_s: float, prompt: bool, others_busy: int) -> float:
         """A serving worker's step that takes `alone_s` on an idle machine (the perf model), while
         `others_busy` other workers of this host compute: the measured co-run slowdown (caches,
-        memory bandwidth) once any other is busy, time-sharing when more workers compute than
-        the host has cores, and the step overhead of the serving path."""
+        memory bandwidth) once any other is busy, time-sharing when the computing workers and the
+        background (`background_cores`: the serving path, the client, KV transfers) want more
+        than the host's cores, and the step overhead of the serving path."""
         if others_busy > 0:
             corun = self.facts.get("corun", {}).get("prompt" if prompt else "token", 0.0)
-            cores = self.facts.get("host_cores") or 1
-            alone_s *= (1.0 + max(0.0, corun)) * max(1.0, (others_busy + 1) / cores)
+            alone_s *= 1.0 + max(0.0, corun)
+        share = (others_busy + 1 + self.background_cores) / (self.facts.get("host_cores") or 1)
+        if share > 1.0:
+            alone_s *= share
         return alone_s + self.step_overhead
 
     def cluster(self, design: str, *, prompt: int = 1, token: int = 1, machines: int = 2) -> ClusterSpec:

@@ -6,14 +6,19 @@ alone (the profile's rows of that shape).
   reports, polling; the router relaying each step's tokens): median live TBT - the decode step
   alone;
 - request overhead: per request, once (HTTP, checks, routing, the hops to the worker and back):
-  median live TTFT - the prompt step alone - one step overhead.
+  median live TTFT - the prompt step alone - one step overhead;
+- background CPU: per request, the CPU seconds that serve's processes (front end, router, the
+  worker outside its engine steps) and the client spend, other than the engine steps themselves
+  (Linux: from /proc; 0 elsewhere).
 
-Both are at least 0. The simulator adds the first to every step of a measured machine and the
-second to each request's TTFT and E2E (twin/machine.py).
+The first two are at least 0. The simulator adds the first to every step of a measured machine
+and the second to each request's TTFT and E2E; the third takes its share of the host's cores from
+the workers when they are all busy (twin/machine.py).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from pathlib import Path
@@ -53,10 +58,37 @@ def measure_path(facts: dict, prompt_ms: float, token_ms: float, out: Path) -> d
     """Serve (baseline, 1 mixed worker, as the profile's engine) and probe it; the overheads."""
     from .run import TwinSpec, serving
 
-    with serving(TwinSpec(design="baseline", machines=1), SimpleNamespace(facts=facts), out) as url:
+    from .steps import read_steps
+
+    with serving(TwinSpec(design="baseline", machines=1), SimpleNamespace(facts=facts), out) as (url, session):
+        probe(url, facts["model"], n=1)  # warm the path up
+        start, cpu0, own0 = time.time(), session_cpu(session), time.process_time()
         ttft, gap = probe(url, facts["model"])
+        cpu = session_cpu(session) - cpu0 + time.process_time() - own0
+    steps = sum(s.seconds for s in read_steps(out / "steps") if s.start >= start)
     step = max(0.0, gap - token_ms / 1e3)
     return {"step_overhead_s": step, "request_overhead_s": max(0.0, ttft - prompt_ms / 1e3 - step),
+            "background_cpu_s": max(0.0, cpu - steps) / (REQUESTS + 1) if cpu > 0 else 0.0,
             "live_ttft_s": ttft, "live_tbt_s": gap, "alone_prompt_s": prompt_ms / 1e3, "alone_token_s": token_ms / 1e3,
             "how": f"serve, 1 mixed worker, unloaded: {REQUESTS} sequential streaming requests of {PROMPT} prompt "
-                   f"tokens and {TOKENS} output tokens, medians"}
+                   f"tokens and {TOKENS} output tokens, medians; background CPU: serve's processes and this "
+                   "client, less the engine steps, per request"}
+
+
+def session_cpu(session: int) -> float:
+    """CPU seconds (user + system) so far of every live process of `session` (Linux /proc; 0.0
+    where there is none)."""
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    try:
+        entries = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
+    except OSError:
+        return 0.0
+    for d in entries:
+        try:
+            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(f[3]) == session:
+            total += int(f[11]) + int(f[12])
+    return total / hz

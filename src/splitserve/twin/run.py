@@ -81,8 +81,9 @@ def bench_command(spec: TwinSpec, url: str, out: Path) -> list[str]:
 
 @contextmanager
 def serving(spec: TwinSpec, machine, out: Path):
-    """A `splitserve serve` of `spec` on a free port, healthy (its URL); stopped on exit. Its log:
-    out/serve.log; its workers' engine steps: out/steps/ (steps.py)."""
+    """A `splitserve serve` of `spec` on a free port, healthy: (its URL, the id of the session its
+    processes run in); stopped on exit. Its log: out/serve.log; its workers' engine steps:
+    out/steps/ (steps.py)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     out.mkdir(parents=True, exist_ok=True)
@@ -104,7 +105,7 @@ def serving(spec: TwinSpec, machine, out: Path):
                 if time.monotonic() > deadline:
                     raise UserError(f"splitserve serve was not healthy within 180 s; see {out}/serve.log")
                 time.sleep(0.5)
-            yield url
+            yield url, srv.pid  # the session of serve and its workers (start_new_session)
         finally:
             os.killpg(srv.pid, signal.SIGTERM)
             try:
@@ -115,7 +116,7 @@ def serving(spec: TwinSpec, machine, out: Path):
 
 def run_live(spec: TwinSpec, machine: MachineProfile, out: Path, log=print) -> dict:
     """Serve, bench, stop; the bench's summary.json (plus the server's counters under "server")."""
-    with serving(spec, machine, out) as url:
+    with serving(spec, machine, out) as (url, _):
         log(f"live: {spec.workers()} at {url}; replaying {spec.duration:g} s of {spec.workload} at {spec.rps:g} req/s")
         done = subprocess.run(bench_command(spec, url, out), capture_output=True, text=True)
         if done.returncode != 0:
@@ -148,17 +149,34 @@ class _Req:
     output_tokens: int
 
 
-def run_sim(spec: TwinSpec, machine: MachineProfile):
-    """(summary, per-request samples) of the simulator on the requests the bench sent."""
+def planned(spec: TwinSpec) -> list[_Req]:
+    """The requests the bench sends for `spec` (same workload, seed, rate, duration and caps)."""
     from ..bench.plan import Caps, plan_requests
+    from ..workload import make_workload
+
+    wl = make_workload(spec.workload, rps=spec.rps, duration=spec.duration, seed=spec.seed)
+    caps = Caps(spec.max_prompt_tokens, spec.max_tokens_cap)
+    return [_Req(r.arrival, r.prompt_tokens, r.max_tokens) for r in plan_requests(wl, caps)]
+
+
+def loaded(spec: TwinSpec, machine: MachineProfile, reqs: list[_Req], served_rps: float | None = None):
+    """`machine` with the background load (machine.under_load) of `served_rps` requests/s, by
+    default the arrival rate; a split design moves each request's prompt KV once."""
+    moved = sum(r.prompt_tokens for r in reqs) / len(reqs) if reqs and spec.design == "splitwise" else 0.0
+    return machine.under_load(spec.rps if served_rps is None else served_rps, moved)
+
+
+def run_sim(spec: TwinSpec, machine: MachineProfile, served_rps: float | None = None):
+    """(summary, per-request samples) of the simulator on the requests the bench sent, on the
+    machine under that load (`loaded`)."""
     from ..report.summary import simulation_summary
     from ..sim.simulator import SimConfig, Simulation
     from ..workload import make_workload
 
     wl = make_workload(spec.workload, rps=spec.rps, duration=spec.duration, seed=spec.seed)
-    caps = Caps(spec.max_prompt_tokens, spec.max_tokens_cap)
-    reqs = [_Req(r.arrival, r.prompt_tokens, r.max_tokens) for r in plan_requests(wl, caps)]
+    reqs = planned(spec)
     cluster = machine.cluster(spec.design, prompt=spec.prompt, token=spec.token, machines=spec.machines)
+    machine = loaded(spec, machine, reqs, served_rps)
     sim = Simulation(cluster, machine.model, reqs, SimConfig(policy=spec.policy, machine=machine, record_requests=True))
     result = sim.run()
     samples: dict[str, list[float]] = {"ttft": [], "tbt": [], "e2e": []}
@@ -182,9 +200,13 @@ def spec_dict(spec: TwinSpec) -> dict:
 
 def predicted_capacity(spec: TwinSpec, machine: MachineProfile) -> float:
     """The throughput (req/s) the simulated cluster reaches when arrivals outrun it: its capacity
-    on this workload, as the profile predicts it."""
+    on this workload, as the profile predicts it (with the host's background load at that
+    throughput: three rounds from none)."""
     from dataclasses import replace
 
     hot = replace(spec, rps=50.0, duration=min(spec.duration, 60.0))
-    summary, _ = run_sim(hot, machine)
-    return float(summary["throughput_rps"])
+    served = 0.0  # the background load is that of the requests served: iterate to the fixed point
+    for _ in range(3):
+        summary, _ = run_sim(hot, machine, served_rps=served)
+        served = float(summary["throughput_rps"])
+    return served
