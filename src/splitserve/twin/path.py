@@ -60,11 +60,11 @@ def measure_path(facts: dict, prompt_ms: float, token_ms: float, out: Path) -> d
 
     from .steps import read_steps
 
-    with serving(TwinSpec(design="baseline", machines=1), SimpleNamespace(facts=facts), out) as (url, session):
+    with serving(TwinSpec(design="baseline", machines=1), SimpleNamespace(facts=facts), out) as (url, pid):
         probe(url, facts["model"], n=1)  # warm the path up
-        start, cpu0, own0 = time.time(), session_cpu(session), time.process_time()
+        start, cpu0, own0 = time.time(), tree_cpu(pid), time.process_time()
         ttft, gap = probe(url, facts["model"])
-        cpu = session_cpu(session) - cpu0 + time.process_time() - own0
+        cpu = tree_cpu(pid) - cpu0 + time.process_time() - own0
     steps = sum(s.seconds for s in read_steps(out / "steps") if s.start >= start)
     step = max(0.0, gap - token_ms / 1e3)
     return {"step_overhead_s": step, "request_overhead_s": max(0.0, ttft - prompt_ms / 1e3 - step),
@@ -75,11 +75,11 @@ def measure_path(facts: dict, prompt_ms: float, token_ms: float, out: Path) -> d
                    "client, less the engine steps, per request"}
 
 
-def session_cpu(session: int) -> float:
-    """CPU seconds (user + system) so far of every live process of `session` (Linux /proc; 0.0
-    where there is none)."""
+def tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) so far of process `root` and every live descendant (serve
+    starts its workers in sessions of their own) (Linux /proc; 0.0 where there is none)."""
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    total = 0
+    stats: dict[int, tuple[int, int]] = {}  # pid -> (parent, cpu ticks)
     try:
         entries = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
     except OSError:
@@ -89,6 +89,14 @@ def session_cpu(session: int) -> float:
             f = (d / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue  # gone meanwhile
-        if int(f[3]) == session:
-            total += int(f[11]) + int(f[12])
+        stats[int(d.name)] = (int(f[1]), int(f[11]) + int(f[12]))
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += stats[pid][1]
+        todo += children.get(pid, [])
     return total / hz

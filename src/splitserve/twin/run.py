@@ -81,8 +81,8 @@ def bench_command(spec: TwinSpec, url: str, out: Path) -> list[str]:
 
 @contextmanager
 def serving(spec: TwinSpec, machine, out: Path):
-    """A `splitserve serve` of `spec` on a free port, healthy: (its URL, the id of the session its
-    processes run in); stopped on exit. Its log: out/serve.log; its workers' engine steps:
+    """A `splitserve serve` of `spec` on a free port, healthy: (its URL, its process id); stopped
+    on exit. Its log: out/serve.log; its workers' engine steps:
     out/steps/ (steps.py)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -105,7 +105,7 @@ def serving(spec: TwinSpec, machine, out: Path):
                 if time.monotonic() > deadline:
                     raise UserError(f"splitserve serve was not healthy within 180 s; see {out}/serve.log")
                 time.sleep(0.5)
-            yield url, srv.pid  # the session of serve and its workers (start_new_session)
+            yield url, srv.pid
         finally:
             os.killpg(srv.pid, signal.SIGTERM)
             try:
