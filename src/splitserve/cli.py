@@ -45,17 +45,33 @@ def simulate(
     max_context: Annotated[Optional[int], typer.Option(help="Clip prompt+output to this many tokens.")] = None,
     memory_utilization: Annotated[float, typer.Option(help="Fraction of HBM usable for weights and KV.")] = 0.9,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
+    trace_out: Annotated[Optional[Path], typer.Option(help="Write a Chrome trace of every machine's batches and every "
+                                                          "KV transfer here (open in ui.perfetto.dev).")] = None,
+    trace_max_events: Annotated[int, typer.Option(help="Events the trace keeps at most (the first ones; the rest are "
+                                                       "counted).")] = 500_000,
     policy: PolicyConfig = PolicyConfig(),
 ) -> None:
     """Simulate a cluster serving a workload; print latency, SLO and cost, write summary.json."""
     from .simulate import run_simulation
+
+    trace = None
+    if trace_out is not None:
+        from .sim.chrome_trace import ChromeTrace
+        if trace_max_events < 1:
+            raise UserError("--trace-max-events must be at least 1")
+        trace = ChromeTrace(trace_max_events)
 
     summary = run_simulation(
         design=design, prompt_machines=prompt_machines, token_machines=token_machines,
         machines=machines, model=model, workload=workload, rps=rps, duration=duration, seed=seed,
         arrivals=arrivals, profile=str(profile) if profile else None, tp=tp, policy=policy,
         max_context=max_context, machine_profile=str(machine_profile) if machine_profile else None,
-        memory_utilization=memory_utilization, progress=not (quiet or json_out))
+        memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace)
+    if trace is not None:
+        trace.write(trace_out)
+        if not json_out:
+            typer.echo(f"wrote {trace_out} ({len(trace.events):,} events"
+                       + (f"; {trace.dropped:,} more not kept, past --trace-max-events)" if trace.dropped else ")"))
     if out is not None:
         from .report.summary import write_summary
         path = write_summary(summary, out)

@@ -24,6 +24,7 @@ from ..policy.kv_transfer import TransferMode, choose_mode
 from ..policy.machine import Batch, finish_iteration, form_batch
 from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import DoesNotFit, kv_landed
+from .chrome_trace import MACHINES, TRANSFERS
 from .kv_transfer import Link, layerwise_done, link_between, serialized_done
 from .metrics import MachineStats, Metrics
 
@@ -40,6 +41,7 @@ class SimConfig:
     record_requests: bool = False            # keep every Request with its token times
     machine: object = None                   # a measured machine (twin.machine.MachineProfile) in
                                              # place of the catalog's hardware, for every machine
+    trace: object = None                     # a chrome_trace.ChromeTrace: every batch and transfer
 
 
 @dataclass(slots=True)
@@ -99,6 +101,11 @@ class Simulation:
         else:
             self.ref, _ = make_perf_model(model, load_hardware(REFERENCE_HARDWARE), cfg.tp, cfg.profile)
         self.host = cfg.machine
+        self.trace = cfg.trace
+        if self.trace is not None:
+            for m in self.machines:
+                self.trace.name(MACHINES, m.id, f"m{m.id} {m.home.name.lower()} {m.hardware}")
+                self.trace.name(TRANSFERS, m.id, f"from m{m.id}")
         self.path_s = cfg.machine.request_overhead if cfg.machine is not None else 0.0  # front end, to the client
         self.kv_bytes = model.kv_bytes_per_token
         self.layers = model.layers
@@ -164,6 +171,8 @@ class Simulation:
         if self.host is not None:  # workers of one measured host share it (twin/machine.py)
             dur = self.host.step_time(dur, batch.prompt_tokens > 0, sum(o.busy for o in self.machines) - 1)
         end = now + dur
+        if self.trace is not None:
+            self.trace.batch(mid, now, dur, batch.prompt_tokens, batch.decodes, ctx, len(batch.preempted))
         mt = self.metrics
         for v in batch.preempted:
             mt.preemptions += 1
@@ -233,13 +242,17 @@ class Simulation:
         link = self._link(p, t)
         nbytes = r.prompt_tokens * self.kv_bytes
         mt = self.metrics
-        if r in self.layerwise[p.id]:
+        layerwise = r in self.layerwise[p.id]
+        if layerwise:
+            ready = start
             done = layerwise_done(link, nbytes, self.layers, start, end)
             mt.transfer_layerwise += 1
         else:
             ready = max(end, self.links_out[p.id])
             done = serialized_done(link, nbytes, ready)
             self.links_out[p.id] = done
+        if self.trace is not None:
+            self.trace.transfer(p.id, t.id, r.id, ready, done, nbytes, layerwise)
         mt.transfers += 1
         mt.transfer_bytes += nbytes
         mt.transfer_visible.add(done - end)
