@@ -34,7 +34,7 @@ def test_pair_is_shortest_queue_by_pending_tokens():
 
 def test_full_prompt_pool_borrows_a_token_machine_into_the_mixed_pool():
     ms = cluster(1, 2)
-    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=1000))
+    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=1000, overflow_rule="queued"))
     load(ms[0], queued_prompt_tokens=1500)
     load(ms[1], decode_tokens_left=10)
     load(ms[2], decode_tokens_left=3)
@@ -50,7 +50,7 @@ def test_full_prompt_pool_borrows_a_token_machine_into_the_mixed_pool():
 
 def test_last_machine_of_a_pool_is_never_borrowed():
     ms = cluster(1, 1)
-    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=0))
+    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=0, overflow_rule="queued"))
     load(ms[0], queued_prompt_tokens=10)
     p, t = s.route(Request(0, 0.0, 10, 10))
     assert (p.id, t.id) == (0, 1) and s.borrowed == 0
@@ -84,7 +84,7 @@ def test_splitwise_needs_both_pools():
 
 def test_when_every_candidate_is_full_jsq_spans_pool_and_mixed_pool():
     ms = cluster(2, 2)
-    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=100))
+    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=100, overflow_rule="queued"))
     s._move(ms[0], Pool.MIXED)                 # borrowed earlier, and now full like the rest
     s._move(ms[2], Pool.MIXED)
     load(ms[0], queued_prompt_tokens=500)
@@ -94,3 +94,32 @@ def test_when_every_candidate_is_full_jsq_spans_pool_and_mixed_pool():
     p, t = s.route(Request(0, 0.0, 10, 10))
     # not the last prompt machine: the least-loaded of prompt + mixed pools, which runs it whole
     assert p is t is ms[2]
+
+
+def _queued(m, *prompts):
+    """Queue prompts of these sizes on `m` (enqueue_prompt keeps the counters)."""
+    for i, n in enumerate(prompts):
+        enqueue_prompt(m, Request(100 + i, 0.0, n, 10))
+
+
+@pytest.mark.parametrize("rule, running, queued, arriving, full", [
+    # the authors' rule: queued + running + the arriving prompt past 8192, with a prompt queued
+    ("authors", 2048, (5000,), 1500, True),    # 8,548 > 8,192
+    ("authors", 2048, (5000,), 1000, False),   # 8,048
+    ("authors", 8000, (), 1500, False),        # nothing queued: never full, however much runs
+    # splitserve's earlier rule: queued prompt tokens alone past 8192
+    ("queued", 2048, (5000,), 1500, False),
+    ("queued", 0, (5000, 3500), 10, True),     # 8,500 queued
+])
+def test_overflow_rules_by_hand(rule, running, queued, arriving, full):
+    ms = cluster(1, 2)
+    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=8192, overflow_rule=rule))
+    _queued(ms[0], *queued)
+    load(ms[0], running_prompt_tokens=running)
+    p, _ = s.route(Request(0, 0.0, arriving, 10))
+    assert (p is not ms[0]) == full
+    assert (ms[1].pool is Pool.MIXED or ms[2].pool is Pool.MIXED) == full  # a token machine borrowed
+
+
+def test_the_authors_rule_is_the_default():
+    assert RoutingConfig().overflow_rule == "authors"

@@ -1,8 +1,11 @@
 """Cluster-level scheduling (paper §IV-A): pool management and request routing.
 
 `SplitwiseScheduler` keeps a prompt, a token and a mixed pool. On arrival it picks the pair at
-once, each by Join-the-Shortest-Queue over pending tokens. A machine whose queued (not yet
-started) work passes a threshold counts as full: the request then goes to the least-loaded
+once, each by Join-the-Shortest-Queue over pending tokens. A machine past a threshold counts as
+full (by default the authors' rule, as their simulator's `MixedPoolScheduler.is_queue_long`: a
+prompt machine with prompts queued whose queued and running prompt tokens plus the arriving
+prompt's pass it; `overflow_rule="queued"`: its queued prompt tokens alone pass it; a token
+machine: decode tokens wait for its KV memory): the request then goes to the least-loaded
 mixed-pool machine, and when the mixed pool is full too, a machine of the opposite pool is
 borrowed into the mixed pool; when every candidate is full, JSQ runs over the pool and the mixed
 pool together. A mixed machine runs whole requests with mixed batching, like an unsplit machine,
@@ -25,7 +28,9 @@ from .transitions import admit_waiting, check_fits, enqueue_prompt, reserve_deco
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoutingConfig:
-    prompt_queue_threshold: int = 8192   # queued prefill tokens beyond which a prompt machine is full
+    prompt_queue_threshold: int = 8192   # prefill tokens beyond which a prompt machine is full
+    overflow_rule: str = "authors"       # what counts against it: "authors" (queued + running +
+                                         # the arriving prompt, with prompts queued) or "queued"
     token_queue_threshold: int = 0       # queued decode tokens (waiting for KV memory) beyond which
                                          # a token machine is full
     mixed_pool: bool = True              # allow overflow into the mixed pool and borrowing
@@ -102,13 +107,19 @@ class SplitwiseScheduler:
         m.pool = to
         self.pools[to].append(m)
 
-    def _full(self, m: Machine) -> bool:
-        return (m.queued_prompt_tokens > self.cfg.prompt_queue_threshold
-                or m.queued_decode_tokens > self.cfg.token_queue_threshold)
+    def _prompt_full(self, m: Machine, r: Request) -> bool:
+        """Whether `m` takes no more prompts (the overflow rule, RoutingConfig)."""
+        if self.cfg.overflow_rule == "queued":
+            return m.queued_prompt_tokens > self.cfg.prompt_queue_threshold
+        return bool(m.prompt_queue) and (m.queued_prompt_tokens + m.running_prompt_tokens + r.prompt_tokens
+                                         > self.cfg.prompt_queue_threshold)
 
-    def _overflow(self, lender: Pool, exclude: Machine | None = None) -> Machine | None:
-        """A machine of the mixed pool with room, else one borrowed from `lender`."""
-        mixed = [m for m in self.pools[Pool.MIXED] if not self._full(m)]
+    def _full(self, m: Machine, r: Request) -> bool:
+        return self._prompt_full(m, r) or m.queued_decode_tokens > self.cfg.token_queue_threshold
+
+    def _overflow(self, r: Request, lender: Pool, exclude: Machine | None = None) -> Machine | None:
+        """A machine of the mixed pool with room for `r`, else one borrowed from `lender`."""
+        mixed = [m for m in self.pools[Pool.MIXED] if not self._full(m, r)]
         if mixed:
             return min(mixed, key=_pending)
         candidates = [m for m in self.pools[lender] if m is not exclude]
@@ -120,15 +131,14 @@ class SplitwiseScheduler:
         return m
 
     def pick_prompt(self, r: Request) -> Machine:
-        """The prompt machine for `r`: JSQ over the prompt pool; past the threshold, a mixed
-        machine with room or one borrowed from the token pool; when every candidate is full,
-        JSQ over the prompt and mixed pools together."""
+        """The prompt machine for `r`: JSQ over the prompt pool; when that one is full (the
+        overflow rule), a mixed machine with room or one borrowed from the token pool; when every
+        candidate is full, JSQ over the prompt and mixed pools together."""
         prompts = self.pools[Pool.PROMPT]
         p = min(prompts, key=_pending) if prompts else None
-        if p is not None and (not self.cfg.mixed_pool
-                              or p.queued_prompt_tokens <= self.cfg.prompt_queue_threshold):
+        if p is not None and (not self.cfg.mixed_pool or not self._prompt_full(p, r)):
             return p
-        m = self._overflow(Pool.TOKEN) if self.cfg.mixed_pool else None
+        m = self._overflow(r, Pool.TOKEN) if self.cfg.mixed_pool else None
         if m is not None:
             return m
         return min(prompts + self.pools[Pool.MIXED], key=_pending)
@@ -143,7 +153,7 @@ class SplitwiseScheduler:
         if t is not None and (not self.cfg.mixed_pool
                               or t.queued_decode_tokens <= self.cfg.token_queue_threshold):
             return t
-        m = self._overflow(Pool.PROMPT, exclude=p) if self.cfg.mixed_pool else None
+        m = self._overflow(r, Pool.PROMPT, exclude=p) if self.cfg.mixed_pool else None
         if m is not None:
             return m
         return min(tokens + self.pools[Pool.MIXED], key=_pending)

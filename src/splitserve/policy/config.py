@@ -67,7 +67,10 @@ OPTIONS = (
     Option("preemption-limit", "batching.preemption_limit",
            "Times one request may be preempted (its KV dropped, recomputed later) for a prompt."),
     Option("prompt-queue-threshold", "routing.prompt_queue_threshold",
-           "Queued prefill tokens beyond which a prompt machine is full and work overflows to the mixed pool."),
+           "Prefill tokens beyond which a prompt machine is full and work overflows to the mixed pool (see --overflow-rule)."),
+    Option("overflow-rule", "routing.overflow_rule",
+           "What counts against --prompt-queue-threshold: authors (the Splitwise authors' simulator: queued + "
+           "running prefill tokens + the arriving prompt, while prompts are queued) or queued (queued prefill tokens)."),
     Option("token-queue-threshold", "routing.token_queue_threshold",
            "Decode tokens waiting for KV memory beyond which a token machine is full."),
     Option("no-mixed-pool", "routing.mixed_pool", "No mixed pool: no overflow, no borrowing of machines.",
@@ -124,6 +127,8 @@ def make_policy(values: dict[str, Any]) -> PolicyConfig:
                     (r.prompt_queue_threshold >= 0,
                      f"--prompt-queue-threshold must be >= 0, got {r.prompt_queue_threshold}"),
                     (r.token_queue_threshold >= 0, f"--token-queue-threshold must be >= 0, got {r.token_queue_threshold}"),
+                    (r.overflow_rule in ("authors", "queued"),
+                     f"--overflow-rule must be authors or queued, got {r.overflow_rule!r}"),
                     (cfg.layerwise_threshold >= 0,
                      f"--layerwise-threshold must be >= 0, got {cfg.layerwise_threshold}")):
         if not ok:
