@@ -20,7 +20,8 @@ from splitserve.errors import UserError
 
 def test_names():
     assert hardware_names() == ["dgx-a100", "dgx-h100", "dgx-h100-cap", "dgx-h200"]
-    assert model_names() == ["bloom-176b", "llama2-70b", "llama3-70b", "llama3-8b"]
+    assert model_names() == ["bloom-176b", "codellama-34b", "llama2-13b", "llama2-70b", "llama2-7b", "llama3-70b",
+                             "llama3-8b", "opt-13b", "opt-175b", "opt-66b"]
     for n in hardware_names():
         assert isinstance(load_hardware(n), HardwareSpec)
     for n in model_names():
@@ -40,7 +41,7 @@ def test_params_match_shapes():
     # Llama: untied embeddings (2 * vocab * hidden), per layer q/o (hidden^2 each), k/v
     # (hidden * kv_heads * head_dim each), SwiGLU MLP (3 * hidden * intermediate), 2 RMSNorms;
     # plus the final norm.
-    for name in ("llama2-70b", "llama3-70b", "llama3-8b"):
+    for name in ("llama2-70b", "llama3-70b", "llama3-8b", "llama2-7b", "llama2-13b", "codellama-34b"):
         m = load_model(name)
         per_layer = (2 * m.hidden * m.hidden + 2 * m.hidden * m.kv_heads * m.head_dim
                      + 3 * m.hidden * m.intermediate + 2 * m.hidden)
@@ -49,6 +50,21 @@ def test_params_match_shapes():
         assert m.heads * m.head_dim == m.hidden
     assert load_model("llama2-70b").params == 68_976_648_192
     assert load_model("bloom-176b").params == 176_247_271_424
+    assert load_model("llama2-7b").params == 6_738_415_616     # Hugging Face's count for the checkpoint
+    assert load_model("llama2-13b").params == 13_015_864_320
+
+
+def test_opt_params_match_shapes():
+    # OPT: per layer q/k/v/o with biases (4 h^2 + 4 h), fc1/fc2 with biases (2 h f + f + h), two
+    # LayerNorms with biases (4 h); tied embeddings (vocab x h), 2,050 learned positions, final
+    # LayerNorm (2 h)
+    for name, billions in (("opt-13b", 13), ("opt-66b", 66), ("opt-175b", 175)):
+        m = load_model(name)
+        h, f = m.hidden, m.intermediate
+        per_layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
+        assert m.params == m.layers * per_layer + m.vocab * h + 2050 * h + 2 * h
+        assert abs(m.params / 1e9 - billions) / billions < 0.02   # the published size
+        assert m.kv_heads == m.heads and m.heads * m.head_dim == h and f == 4 * h
 
 
 def test_kv_capacity_llama2_70b_dgx_a100_by_hand():

@@ -224,7 +224,10 @@ def best_within_budget(ev: Evaluator, d: Design, constraint: str, budget: float,
         outs = ev([sc.job(d.name, c, nxt) for c in batch]) if nxt <= rates.hi else [None] * len(batch)
         for c, o in zip(batch, outs):
             if o is not None and o.slo_met:
-                r = throughput_at_slo(ev, d, c, sc, rates, at_least=best_rate)
+                # the whole range, as for the first candidate: over short runs SLO attainment is
+                # not strictly monotone in the rate, and a search from best_rate up could stop
+                # at a different edge than the one this cluster's own search finds
+                r = throughput_at_slo(ev, d, c, sc, rates)
                 if r is not None and r > best_rate:
                     best_rate, best = r, c
         if on_progress:
