@@ -49,11 +49,23 @@ def simulate(
                                                           "KV transfer here (open in ui.perfetto.dev).")] = None,
     trace_max_events: Annotated[int, typer.Option(help="Events the trace keeps at most (the first ones; the rest are "
                                                        "counted).")] = 500_000,
+    goodput_ttft: Annotated[Optional[float], typer.Option(help="With --goodput-tpot: DistServe's SLO attainment, the "
+                                                               "share of requests with TTFT <= this (s) and TPOT <= "
+                                                               "--goodput-tpot (s).")] = None,
+    goodput_tpot: Annotated[Optional[float], typer.Option(help="Time per output token SLO (s) for --goodput-ttft.")] = None,
     policy: PolicyConfig = PolicyConfig(),
 ) -> None:
     """Simulate a cluster serving a workload; print latency, SLO and cost, write summary.json."""
     from .simulate import run_simulation
 
+    goodput = None
+    if (goodput_ttft is None) != (goodput_tpot is None):
+        raise UserError("give both --goodput-ttft and --goodput-tpot (seconds), or neither")
+    if goodput_ttft is not None:
+        from .report.goodput import GoodputSLO
+        if not (goodput_ttft > 0 and goodput_tpot > 0):
+            raise UserError("--goodput-ttft and --goodput-tpot must be positive seconds")
+        goodput = GoodputSLO(goodput_ttft, goodput_tpot)
     trace = None
     if trace_out is not None:
         from .sim.chrome_trace import ChromeTrace
@@ -66,7 +78,7 @@ def simulate(
         machines=machines, model=model, workload=workload, rps=rps, duration=duration, seed=seed,
         arrivals=arrivals, profile=str(profile) if profile else None, tp=tp, policy=policy,
         max_context=max_context, machine_profile=str(machine_profile) if machine_profile else None,
-        memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace)
+        memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace, goodput=goodput)
     if trace is not None:
         trace.write(trace_out)
         if not json_out:

@@ -31,7 +31,8 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
                    profile: str | None = None, tp: int | None = None, policy: PolicyConfig = PolicyConfig(),
                    max_context: int | None = None, memory_utilization: float = 0.9,
                    progress: bool = False, record_requests: bool = False,
-                   return_result: bool = False, machine_profile: str | None = None, trace=None):
+                   return_result: bool = False, machine_profile: str | None = None, trace=None,
+                   goodput=None):
     from .catalog import load_model
     from .designs import load_designs, make_cluster
     from .report.summary import simulation_summary
@@ -69,13 +70,13 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
         moved = sum(prompts) / len(prompts) if prompts and cluster.design.split else 0.0
         machine = machine.under_load(wl.rps, moved)
     cfg = SimConfig(policy=policy, tp=tp, memory_utilization=memory_utilization, profile=profile,
-                    record_requests=record_requests, machine=machine, trace=trace)
+                    record_requests=record_requests, machine=machine, trace=trace, goodput=goodput)
     sim = Simulation(cluster, spec, wl, cfg)
     if progress and sys.stderr.isatty():
         result = _run_with_progress(sim, duration)
     else:
         result = sim.run()
-    summary = simulation_summary(result, wl)
+    summary = simulation_summary(result, wl, goodput=goodput)
     return (summary, result) if return_result else summary
 
 

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+from .goodput import attainment_summary
 from .slo import SLO, evaluate
 
 
@@ -19,8 +20,9 @@ def _clean(x):
     return x
 
 
-def simulation_summary(result, workload, slo: SLO = SLO()) -> dict:
-    """Summary of a `sim.simulator.SimResult` for the workload that drove it."""
+def simulation_summary(result, workload, slo: SLO = SLO(), goodput=None) -> dict:
+    """Summary of a `sim.simulator.SimResult` for the workload that drove it; `goodput` (a
+    report.goodput.GoodputSLO): DistServe's SLO attainment too."""
     from ..catalog import load_hardware
 
     mt = result.metrics
@@ -41,7 +43,7 @@ def simulation_summary(result, workload, slo: SLO = SLO()) -> dict:
     for g in machines.values():
         g["utilization"] /= g["count"]
     hours = result.sim_end / 3600.0
-    return _clean({
+    out = _clean({
         "design": result.cluster.design.name,
         "cluster_label": result.cluster.label(),
         "model": result.model,
@@ -83,6 +85,9 @@ def simulation_summary(result, workload, slo: SLO = SLO()) -> dict:
             "perf_model": result.perf_sources,
         },
     })
+    if goodput is not None:
+        out["goodput"] = _clean(attainment_summary(goodput, mt.attained, mt.completed, mt.requests))
+    return out
 
 
 def write_summary(summary: dict, out_dir: str | Path) -> Path:

@@ -50,6 +50,11 @@ def print_summary(s: dict, console: Console | None = None) -> None:
         f"{s['throughput_rps']:.2f} req/s, SLO {verdict}; cluster {c['machine_count']} machines, "
         f"${c['cost_per_hour']:,.2f}/h, {c['power_kw']:,.1f} kW provisioned, "
         f"{c['energy_kwh']:,.2f} kWh used")
+    g = s.get("goodput")
+    if g and g["attainment"] is not None:
+        ok = "[green]meets[/]" if g["meets_target"] else "[red]misses[/]"
+        console.print(f"goodput SLOs (TTFT <= {g['ttft_slo_s']:g} s, TPOT <= {g['tpot_slo_s']:g} s): "
+                      f"{g['attainment']:.1%} of requests attain both, {ok} the {g['target']:.0%} target")
     if "sim" in s:
         sim = s["sim"]
         console.print(f"[dim]simulated {sim['simulated_s']:,.0f} s in {sim['wall_s']:.2f} s wall, "

@@ -39,6 +39,7 @@ class Metrics:
     transfers: int = 0
     transfer_bytes: float = 0.0
     transfer_layerwise: int = 0
+    attained: int = 0                  # completed requests meeting the goodput SLOs (report/goodput.py)
     first_arrival: float = math.inf
     last_arrival: float = 0.0
     last_completion: float = 0.0

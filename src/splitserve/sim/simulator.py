@@ -42,6 +42,7 @@ class SimConfig:
     machine: object = None                   # a measured machine (twin.machine.MachineProfile) in
                                              # place of the catalog's hardware, for every machine
     trace: object = None                     # a chrome_trace.ChromeTrace: every batch and transfer
+    goodput: object = None                   # a report.goodput.GoodputSLO: count the requests meeting it
 
 
 @dataclass(slots=True)
@@ -283,6 +284,10 @@ class Simulation:
         mt.e2e.add(e2e)
         ref = self.ref.prompt_time(r.prompt_tokens) + (r.output_tokens - 1) * r.ref_tbt
         mt.slow_e2e.add(e2e / ref)
+        slo = self.cfg.goodput
+        if slo is not None and slo.meets(r.first_token_at - r.arrival + self.path_s, r.first_token_at, now,
+                                         r.output_tokens):
+            mt.attained += 1
         if now > mt.last_completion:
             mt.last_completion = now
 
