@@ -122,6 +122,10 @@ def provision(
     out: Annotated[Optional[Path], typer.Option(help="Directory for provision.json.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print provision.json to stdout instead of a table.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
+    goodput_ttft: Annotated[Optional[float], typer.Option(help="With --goodput-tpot: the SLO is DistServe's instead of "
+                                                               "the nine slowdowns: at least 90% of requests with TTFT "
+                                                               "<= this (s) and TPOT <= --goodput-tpot (s).")] = None,
+    goodput_tpot: Annotated[Optional[float], typer.Option(help="Time per output token SLO (s) for --goodput-ttft.")] = None,
 ) -> None:
     """Find the cluster to buy: the cheapest / lowest-power / fewest machines meeting the SLOs at a
     load, or the most throughput within a power or cost budget, for each design."""
@@ -134,7 +138,8 @@ def provision(
         max_machines=max_machines, tolerance=tolerance, min_rps=min_rps, max_rps=max_rps,
         workers=workers, backend=backend, address=address,
         cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
-        progress=not (quiet or json_out))
+        progress=not (quiet or json_out), goodput_ttft=goodput_ttft,
+        goodput_tpot=goodput_tpot)
     if out is not None:
         path = write_result(res, out)
         if not json_out:

@@ -161,3 +161,19 @@ def test_batch_objective_picks_the_most_requests_per_dollar(ev):
     assert (got["prompt_machines"], got["token_machines"]) == best
     assert got["requests_per_dollar"] == pytest.approx(per_dollar[best] * 3600)
     assert got["simulations"] == 3
+
+
+def test_cheapest_under_distserves_slo_equals_brute_force(ev):
+    """With goodput SLOs the SLO is DistServe's (90% of requests within TTFT and TPOT); the search
+    still equals brute force over the same grid."""
+    sc = plan.Scenario(workload="coding", duration=30.0, seed=3, goodput=(0.5, 0.06))
+    d = plan.design("splitwise-ha")
+    lim = plan.Limits(max_prompt=5, max_token=4)
+    got = plan.cheapest(ev, d, RPS, "cost", sc, lim)
+    outs = {(p, t): ev([sc.job(d.name, (p, t), RPS)])[0] for p in range(1, 6) for t in range(1, 5)}
+    assert all(o.worst == "goodput_attainment" for o in outs.values())
+    wp, wt = plan.unit_values(d, plan.OBJECTIVES["cost"][1])
+    ok = [c for c, o in outs.items() if o.slo_met]
+    assert ok and not all(o.slo_met for o in outs.values())   # the SLO separates the grid
+    expect = min(ok, key=lambda pt: (wp * pt[0] + wt * pt[1], pt[0] + pt[1], pt[0]))
+    assert (got["prompt_machines"], got["token_machines"]) == expect

@@ -41,13 +41,14 @@ class Scenario:
     seed: int = 0
     model: str = "llama2-70b"
     profile: str | None = None
+    goodput: tuple[float, float] | None = None   # DistServe's (TTFT, TPOT) SLOs in place of the nine slowdowns
 
     def job(self, design: str, counts: tuple[int, ...], rps: float) -> Job:
         if len(counts) == 2:
             return Job(design, counts[0], counts[1], None, rps, self.workload, self.duration,
-                       self.seed, self.model, self.profile)
+                       self.seed, self.model, self.profile, self.goodput)
         return Job(design, None, None, counts[0], rps, self.workload, self.duration, self.seed,
-                   self.model, self.profile)
+                   self.model, self.profile, self.goodput)
 
 
 @dataclass(frozen=True)
