@@ -12,7 +12,8 @@ from splitserve.catalog import load_model
 from splitserve.designs import make_cluster
 from splitserve.sim.chrome_trace import MACHINES, TRANSFERS, ChromeTrace
 from splitserve.sim.simulator import SimConfig, Simulation
-from splitserve.workload import RequestSpec
+
+from .strategies import request_specs
 
 
 def test_the_bound_keeps_the_first_events_and_counts_the_rest(tmp_path):
@@ -31,11 +32,7 @@ def test_the_bound_keeps_the_first_events_and_counts_the_rest(tmp_path):
 
 @st.composite
 def runs(draw):
-    n = draw(st.integers(1, 40))
-    t, specs = 0.0, []
-    for _ in range(n):
-        t += draw(st.floats(0.0, 0.3))
-        specs.append(RequestSpec(t, draw(st.integers(1, 4000)), draw(st.integers(1, 200))))
+    specs = draw(request_specs())
     design = draw(st.sampled_from(["splitwise-hh", "splitwise-ha", "baseline-h100"]))
     counts = dict(prompt_machines=draw(st.integers(1, 2)), token_machines=draw(st.integers(1, 2))) \
         if design.startswith("splitwise") else dict(machines=draw(st.integers(1, 3)))

@@ -12,7 +12,8 @@ from splitserve.designs import make_cluster
 from splitserve.report.goodput import GoodputSLO, attainment_summary
 from splitserve.report.summary import simulation_summary
 from splitserve.sim.simulator import SimConfig, Simulation
-from splitserve.workload import RequestSpec
+
+from .strategies import request_specs
 
 
 def test_the_rule_by_hand():
@@ -30,11 +31,7 @@ def test_the_rule_by_hand():
 
 @st.composite
 def runs(draw):
-    n = draw(st.integers(1, 40))
-    t, specs = 0.0, []
-    for _ in range(n):
-        t += draw(st.floats(0.0, 0.3))
-        specs.append(RequestSpec(t, draw(st.integers(1, 4000)), draw(st.integers(1, 200))))
+    specs = draw(request_specs())
     design = draw(st.sampled_from(["splitwise-hh", "baseline-h100"]))
     counts = dict(prompt_machines=1, token_machines=1) if design.startswith("splitwise") else dict(machines=1)
     slo = GoodputSLO(draw(st.sampled_from([0.1, 0.3, 1.0])), draw(st.sampled_from([0.02, 0.03, 0.05])))
