@@ -58,14 +58,8 @@ def simulate(
     """Simulate a cluster serving a workload; print latency, SLO and cost, write summary.json."""
     from .simulate import run_simulation
 
-    goodput = None
-    if (goodput_ttft is None) != (goodput_tpot is None):
-        raise UserError("give both --goodput-ttft and --goodput-tpot (seconds), or neither")
-    if goodput_ttft is not None:
-        from .report.goodput import GoodputSLO
-        if not (goodput_ttft > 0 and goodput_tpot > 0):
-            raise UserError("--goodput-ttft and --goodput-tpot must be positive seconds")
-        goodput = GoodputSLO(goodput_ttft, goodput_tpot)
+    from .report.goodput import from_options
+    goodput = from_options(goodput_ttft, goodput_tpot)
     trace = None
     if trace_out is not None:
         from .sim.chrome_trace import ChromeTrace

@@ -93,14 +93,9 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
     make_workload(workload, rps=rps or 1.0, duration=duration, seed=seed)
     budget_x = plan.budget_value(budget, constraint) if constraint else None
 
-    if (goodput_ttft is None) != (goodput_tpot is None):
-        raise UserError("give both --goodput-ttft and --goodput-tpot (seconds), or neither")
-    goodput = None
-    if goodput_ttft is not None:
-        if not (goodput_ttft > 0 and goodput_tpot > 0):
-            raise UserError("--goodput-ttft and --goodput-tpot must be positive seconds")
-        goodput = (float(goodput_ttft), float(goodput_tpot))
-    sc = plan.Scenario(workload, duration, seed, model, profile, goodput)
+    from ..report.goodput import from_options
+    slo = from_options(goodput_ttft, goodput_tpot)
+    sc = plan.Scenario(workload, duration, seed, model, profile, (slo.ttft_s, slo.tpot_s) if slo else None)
     lim = plan.Limits(max_prompt, max_token, max_machines)
     rates = plan.RateRange(min_rps, max_rps, RateLattice(tolerance))
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import UserError
+
 TARGET = 0.9  # DistServe's attainment goal
 
 
@@ -25,6 +27,17 @@ class GoodputSLO:
         if ttft_s > self.ttft_s:
             return False
         return output_tokens <= 1 or (last_token_at - first_token_at) / (output_tokens - 1) <= self.tpot_s
+
+
+def from_options(ttft_s: float | None, tpot_s: float | None) -> GoodputSLO | None:
+    """The SLOs of --goodput-ttft / --goodput-tpot (simulate, provision): both or neither."""
+    if (ttft_s is None) != (tpot_s is None):
+        raise UserError("give both --goodput-ttft and --goodput-tpot (seconds), or neither")
+    if ttft_s is None:
+        return None
+    if not (ttft_s > 0 and tpot_s > 0):
+        raise UserError("--goodput-ttft and --goodput-tpot must be positive seconds")
+    return GoodputSLO(float(ttft_s), float(tpot_s))
 
 
 def attainment_summary(slo: GoodputSLO, attained: int, completed: int, requests: int) -> dict:

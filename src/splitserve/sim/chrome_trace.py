@@ -28,6 +28,12 @@ class ChromeTrace:
         """The label of one lane (a machine, or a machine's outgoing transfers)."""
         self.names[pid, tid] = name
 
+    def name_machines(self, machines) -> None:
+        """Label each machine's lanes: its id, home pool and hardware; its outgoing transfers."""
+        for m in machines:
+            self.name(MACHINES, m.id, f"m{m.id} {m.home.name.lower()} {m.hardware}")
+            self.name(TRANSFERS, m.id, f"from m{m.id}")
+
     def _add(self, ev: dict) -> None:
         if len(self.events) < self.max_events:
             self.events.append(ev)

@@ -24,7 +24,6 @@ from ..policy.kv_transfer import TransferMode, choose_mode
 from ..policy.machine import Batch, finish_iteration, form_batch
 from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import DoesNotFit, kv_landed
-from .chrome_trace import MACHINES, TRANSFERS
 from .kv_transfer import Link, layerwise_done, link_between, serialized_done
 from .metrics import MachineStats, Metrics
 
@@ -104,9 +103,7 @@ class Simulation:
         self.host = cfg.machine
         self.trace = cfg.trace
         if self.trace is not None:
-            for m in self.machines:
-                self.trace.name(MACHINES, m.id, f"m{m.id} {m.home.name.lower()} {m.hardware}")
-                self.trace.name(TRANSFERS, m.id, f"from m{m.id}")
+            self.trace.name_machines(self.machines)
         self.path_s = cfg.machine.request_overhead if cfg.machine is not None else 0.0  # front end, to the client
         self.kv_bytes = model.kv_bytes_per_token
         self.layers = model.layers
