@@ -9,6 +9,7 @@ worker computed during the step; shared: another computed through all of it)."""
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,12 +68,15 @@ def overlaps(steps: list[Step]) -> list[float]:
     by_worker: dict[int, list[Step]] = {}
     for s in steps:
         by_worker.setdefault(s.worker, []).append(s)
+    starts = {w: [o.start for o in ws] for w, ws in by_worker.items()}
     for s in steps:
         end, busy = s.start + s.seconds, 0.0
         for w, others in by_worker.items():
             if w == s.worker:
                 continue
-            for o in others:  # steps are short and few per second: a plain scan is fast enough
+            # a worker's steps follow one another: only the one running at s.start and later
+            # ones can overlap s
+            for o in others[max(0, bisect_right(starts[w], s.start) - 1):]:
                 if o.start >= end:
                     break
                 busy += max(0.0, min(end, o.start + o.seconds) - max(s.start, o.start))
