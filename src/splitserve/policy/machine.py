@@ -12,6 +12,10 @@ One rule set serves every machine, because a machine's queues say what it is:
 - with `chunk_size` > 0 (Sarathi-style chunked prefill), an iteration holds at most `chunk_size`
   tokens: every running decode (one each) first, then prompt chunks FCFS in what is left.
 
+- a pipelined machine (`stages` > 1, pipeline parallel) has several batches in flight at once,
+  one per stage at most; a new batch takes the decodes and prompts that no batch in flight holds
+  (a decode makes one token per pass through every stage).
+
 - an isolated request (a suspect: it was in an engine step that failed, serve/router.py) never
   shares an iteration: while a machine holds one, iterations alternate between the oldest
   isolated request alone and everything else.
@@ -164,6 +168,8 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
     if m.isolated:  # rare: a suspect request is here
         return _form_isolated(m, cfg, batch)
     queue, running = m.prompt_queue, m.running
+    if m.stages > 1:  # pipelined: decodes of batches still in flight wait for them
+        running = [r for r in running if not r.in_flight]
     budget = prompt_budget(cfg, len(running))
     while queue:
         n = _admit(m, cfg, queue[0], budget, batch, running)
@@ -177,7 +183,12 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
         return None
     batch.decoding = running
     batch.decodes = len(running)
-    batch.context = m.context_tokens
+    if running is m.running:
+        batch.context = m.context_tokens
+    else:
+        batch.context = sum(r.prompt_tokens + r.generated for r in running)
+        for r in running:
+            r.in_flight = True
     return batch
 
 
@@ -228,6 +239,9 @@ def finish_iteration(m: Machine, batch: Batch) -> IterationResult:
     that completed produced one too. Returns who got a first token and who finished. Requests whose
     prefill finished and that decode elsewhere are left in HANDOFF for the caller to hand off."""
     finished = decode_tokens(m, batch.decoding) if batch.decoding else []
+    if m.stages > 1:
+        for r in batch.decoding:
+            r.in_flight = False
     first: list[Request] = []
     for r in batch.prompts:
         if end_chunk(m, r):

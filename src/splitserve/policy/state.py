@@ -42,6 +42,7 @@ class Request:
     kv_on_token_machine: bool = False  # token-side KV reserved (it may be prefilled and sent)
     chunk: int = 0                     # prefill tokens of its chunk running now (0: none)
     isolated: bool = False             # runs in iterations of its own (a suspect: serve/router.py)
+    in_flight: bool = False            # a decode in a batch still in a pipelined machine's stages
     # timing, filled by whoever drives the policy (simulator or server), seconds
     first_token_at: float = -1.0
     last_token_at: float = -1.0
@@ -87,6 +88,7 @@ class Machine:
     context_tokens: int = 0             # KV tokens held by running decodes (drives decode time)
     isolated: int = 0                   # isolated requests here (queued, prefilling, ready or decoding)
     isolated_turn: bool = False         # with isolated requests: whose turn the last iteration was
+    stages: int = 1                     # pipeline stages: > 1, batches overlap (each decode in one)
     busy: bool = False
 
     def __post_init__(self) -> None:
