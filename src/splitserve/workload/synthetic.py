@@ -1,5 +1,7 @@
-"""Synthetic request sizes fitted to the Azure 2023 traces (data/<name>.json, made by
-scripts/fit_workloads.py): inverse-CDF sampling of each size's empirical quantile function."""
+"""Synthetic request sizes (data/<name>.json): `coding` and `conversation` fitted to the Azure 2023
+traces (scripts/fit_workloads.py); `sharegpt`, `humaneval` and `longbench`, DistServe's chatbot,
+code-completion and summarization workloads, from published means and stated assumptions
+(scripts/distserve_workloads.py). Inverse-CDF sampling of each size's quantile function."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 
 from ..errors import UserError
 
-SYNTHETIC = ("coding", "conversation")
+SYNTHETIC = ("coding", "conversation", "sharegpt", "humaneval", "longbench")
 
 
 @dataclass(frozen=True, slots=True)
