@@ -41,7 +41,14 @@ def simulate(
                                                                  "that machine running its model (--design "
                                                                  "splitwise* with -p/-t, else the unsplit baseline "
                                                                  "with -m; --model is ignored).")] = None,
-    tp: Annotated[Optional[int], typer.Option(help="Tensor parallel degree per machine (default: all its GPUs).")] = None,
+    tp: Annotated[Optional[int], typer.Option(help="Tensor-parallel GPUs of each model instance, within one machine "
+                                                   "(default: all its GPUs). -p/-t/-m then count instances.", rich_help_panel="Parallelism")] = None,
+    pp: Annotated[Optional[int], typer.Option(help="Pipeline stages of each instance (default 1); an instance has "
+                                                   "tp x pp GPUs and pays for them.", rich_help_panel="Parallelism")] = None,
+    prompt_tp: Annotated[Optional[int], typer.Option(help="--tp of the prompt pool's instances.", rich_help_panel="Parallelism")] = None,
+    prompt_pp: Annotated[Optional[int], typer.Option(help="--pp of the prompt pool's instances.", rich_help_panel="Parallelism")] = None,
+    token_tp: Annotated[Optional[int], typer.Option(help="--tp of the token pool's instances.", rich_help_panel="Parallelism")] = None,
+    token_pp: Annotated[Optional[int], typer.Option(help="--pp of the token pool's instances.", rich_help_panel="Parallelism")] = None,
     max_context: Annotated[Optional[int], typer.Option(help="Clip prompt+output to this many tokens.")] = None,
     memory_utilization: Annotated[float, typer.Option(help="Fraction of HBM usable for weights and KV.")] = 0.9,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
@@ -56,9 +63,10 @@ def simulate(
     policy: PolicyConfig = PolicyConfig(),
 ) -> None:
     """Simulate a cluster serving a workload; print latency, SLO and cost, write summary.json."""
+    from .designs import Parallelism
+    from .report.goodput import from_options
     from .simulate import run_simulation
 
-    from .report.goodput import from_options
     goodput = from_options(goodput_ttft, goodput_tpot)
     trace = None
     if trace_out is not None:
@@ -70,7 +78,8 @@ def simulate(
     summary = run_simulation(
         design=design, prompt_machines=prompt_machines, token_machines=token_machines,
         machines=machines, model=model, workload=workload, rps=rps, duration=duration, seed=seed,
-        arrivals=arrivals, profile=str(profile) if profile else None, tp=tp, policy=policy,
+        arrivals=arrivals, profile=str(profile) if profile else None, policy=policy,
+        parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp),
         max_context=max_context, machine_profile=str(machine_profile) if machine_profile else None,
         memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace, goodput=goodput)
     if trace is not None:

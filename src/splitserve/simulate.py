@@ -28,13 +28,13 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
                    token_machines: int | None = None, machines: int | None = None,
                    model: str = "llama2-70b", workload: str = "coding", rps: float | None = None,
                    duration: float | None = None, seed: int = 0, arrivals: str = "auto",
-                   profile: str | None = None, tp: int | None = None, policy: PolicyConfig = PolicyConfig(),
+                   profile: str | None = None, parallel=None, policy: PolicyConfig = PolicyConfig(),
                    max_context: int | None = None, memory_utilization: float = 0.9,
                    progress: bool = False, record_requests: bool = False,
                    return_result: bool = False, machine_profile: str | None = None, trace=None,
-                   goodput=None):
+                   goodput=None, colocated: bool = False):
     from .catalog import load_model
-    from .designs import load_designs, make_cluster
+    from .designs import Parallelism, load_designs, make_cluster
     from .report.summary import simulation_summary
     from .sim.simulator import SimConfig, Simulation
     from .workload import make_workload
@@ -43,7 +43,6 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
     duration = DEFAULT_DURATION if duration is None else duration
     _check(math.isfinite(rps) and rps > 0, f"--rps must be a positive number, got {rps}")
     _check(math.isfinite(duration) and duration > 0, f"--duration must be positive seconds, got {duration}")
-    _check(tp is None or tp >= 1, f"--tp must be at least 1, got {tp}")
     _check(0 < memory_utilization <= 1, f"--memory-utilization must be in (0, 1], got {memory_utilization}")
     _check(arrivals in ("auto", "poisson", "trace"), f"--arrivals must be auto, poisson or trace, got {arrivals!r}")
     machine = None
@@ -60,8 +59,8 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
                 prompt_machines, token_machines = DEFAULT_SPLIT
             else:
                 machines = DEFAULT_MACHINES
-        cluster = make_cluster(design, prompt_machines=prompt_machines,
-                               token_machines=token_machines, machines=machines)
+        cluster = make_cluster(design, prompt_machines=prompt_machines, token_machines=token_machines,
+                               machines=machines, parallel=parallel or Parallelism())
         spec = load_model(model)
     wl = make_workload(workload, rps=rps, duration=duration, seed=seed, arrivals=arrivals,
                        max_context=max_context)
@@ -69,8 +68,9 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
         prompts = [r.prompt_tokens for r in wl]
         moved = sum(prompts) / len(prompts) if prompts and cluster.design.split else 0.0
         machine = machine.under_load(wl.rps, moved)
-    cfg = SimConfig(policy=policy, tp=tp, memory_utilization=memory_utilization, profile=profile,
-                    record_requests=record_requests, machine=machine, trace=trace, goodput=goodput)
+    cfg = SimConfig(policy=policy, memory_utilization=memory_utilization, profile=profile,
+                    record_requests=record_requests, machine=machine, trace=trace, goodput=goodput,
+                    colocated=colocated)
     sim = Simulation(cluster, spec, wl, cfg)
     if progress and sys.stderr.isatty():
         result = _run_with_progress(sim, duration)

@@ -19,7 +19,7 @@ def test_isolated_request_matches_perf_model(design, kind):
     prompt, out = REQUESTS[kind]
     model = load_model("llama2-70b")
     cluster = make_cluster(design, machines=1)
-    hw = load_hardware(cluster.groups[0][0])
+    hw = load_hardware(cluster.groups[0][0].hardware)
     perf, _ = make_perf_model(model, hw)
     sim = Simulation(cluster, model, [RequestSpec(0.0, prompt, out)], SimConfig(record_requests=True))
     (r,) = sim.run().requests

@@ -46,6 +46,7 @@ def make_perf_model(
     hw: HardwareSpec,
     tp: int | None = None,
     profile: str | os.PathLike[str] | None = None,
+    pp: int = 1,
 ) -> tuple[PerfModel, PowerModel]:
     """The perf and power models for `model` on one `hw` machine at tensor parallel `tp`.
 
@@ -53,14 +54,23 @@ def make_perf_model(
     (model.name, hw.profile_name, tp): a ProfilePerfModel, and a ProfilePowerModel when those rows
     carry power measurements (AnalyticalPowerModel otherwise). Else a RooflinePerfModel and an
     AnalyticalPowerModel. The perf model's `source` says which: "profile:<path>" or "roofline".
-    tp defaults to the machine's GPU count. A `profile` path that cannot be read is a UserError.
+    tp defaults to the machine's GPU count. With `pp` > 1 the perf model is a PipelinePerf over it
+    (perf/pipeline.py): `pp` stages of `tp` GPUs. A `profile` path that cannot be read is a UserError.
     """
+    if tp is None:
+        tp = hw.gpus
+    perf, power = _one_stage_group(model, hw, tp, profile)
+    if pp > 1:
+        from splitserve.perf.pipeline import PipelinePerf
+        perf = PipelinePerf(perf, model, hw, tp, pp)
+    return perf, power
+
+
+def _one_stage_group(model: ModelSpec, hw: HardwareSpec, tp: int, profile) -> tuple[PerfModel, PowerModel]:
     from splitserve.perf.power import AnalyticalPowerModel, ProfilePowerModel
     from splitserve.perf.profile import ProfilePerfModel, read_profile_rows
     from splitserve.perf.roofline import RooflinePerfModel
 
-    if tp is None:
-        tp = hw.gpus
     if profile is not None and not os.path.isfile(profile):
         raise UserError(f"profile {os.fspath(profile)!r} is not a readable file")
     if profile is not None and hw.profile_name is not None:

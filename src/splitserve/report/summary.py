@@ -64,6 +64,7 @@ def simulation_summary(result, workload, slo: SLO = SLO(), goodput=None) -> dict
             "design": result.cluster.design.name,
             "machines": list(machines.values()),
             "machine_count": result.cluster.machines,
+            "gpus": result.cluster.gpus,
             "cost_per_hour": cost,
             "power_kw": power,
             "energy_kwh": energy / 3.6e6,

@@ -47,7 +47,8 @@ def print_summary(s: dict, console: Console | None = None) -> None:
     verdict = "[green]met[/]" if s["slo"]["met"] else "[red]missed[/]"
     console.print(
         f"requests {s['completed']:,}/{s['requests']:,} completed, throughput "
-        f"{s['throughput_rps']:.2f} req/s, SLO {verdict}; cluster {c['machine_count']} machines, "
+        f"{s['throughput_rps']:.2f} req/s, SLO {verdict}; cluster {c['machine_count']} instances "
+        f"({c.get('gpus', '?')} GPUs), "
         f"${c['cost_per_hour']:,.2f}/h, {c['power_kw']:,.1f} kW provisioned, "
         f"{c['energy_kwh']:,.2f} kWh used")
     g = s.get("goodput")

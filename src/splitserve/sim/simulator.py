@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..catalog import kv_capacity_tokens, load_hardware
+from ..instance import instance_spec
 from ..designs import ClusterSpec
 from ..errors import UserError
 from ..perf import make_perf_model
@@ -27,14 +29,13 @@ from ..policy.transitions import DoesNotFit, kv_landed
 from .kv_transfer import Link, layerwise_done, link_between, serialized_done
 from .metrics import MachineStats, Metrics
 
-_ARRIVAL, _ITER_END, _TRANSFER_END = 0, 1, 2
+_ARRIVAL, _ITER_END, _TRANSFER_END, _STAGE_FREE = 0, 1, 2, 3
 REFERENCE_HARDWARE = "dgx-a100"     # SLOs are slowdowns against an uncontended DGX-A100 (Table VI)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
     policy: PolicyConfig = PolicyConfig()    # the scheduling policies' settings (as `serve` runs them)
-    tp: int | None = None                    # tensor parallel per machine (default: all its GPUs)
     memory_utilization: float = 0.9
     profile: str | None = None               # profile CSV; roofline model where it has no rows
     record_requests: bool = False            # keep every Request with its token times
@@ -42,6 +43,7 @@ class SimConfig:
                                              # place of the catalog's hardware, for every machine
     trace: object = None                     # a chrome_trace.ChromeTrace: every batch and transfer
     goodput: object = None                   # a report.goodput.GoodputSLO: count the requests meeting it
+    colocated: bool = False                  # prompt and token instances share nodes: KV over NVLink
 
 
 @dataclass(slots=True)
@@ -72,24 +74,25 @@ class Simulation:
         self.links_out: list[float] = []         # when each machine's outgoing link is free
         hw_cache: dict[str, tuple] = {}
         self.perf_sources: dict[str, str] = {}
-        for hw_name, pool, count in cluster.groups:
-            if hw_name not in hw_cache and cfg.machine is not None:
-                hw_cache[hw_name] = (cfg.machine, cfg.machine.perf, cfg.machine.power, cfg.machine.kv_capacity)
-                self.perf_sources[hw_name] = cfg.machine.perf.source
-            elif hw_name not in hw_cache:
-                hw = load_hardware(hw_name)
-                perf, power = make_perf_model(model, hw, cfg.tp, cfg.profile)
-                cap = kv_capacity_tokens(model, hw, cfg.tp, cfg.memory_utilization)
-                hw_cache[hw_name] = (hw, perf, power, cap)
-                self.perf_sources[hw_name] = perf.source
-            hw, perf, power, cap = hw_cache[hw_name]
+        for inst, pool, count in cluster.groups:
+            name = inst.name
+            if name not in hw_cache and cfg.machine is not None:
+                hw_cache[name] = (cfg.machine, cfg.machine.perf, cfg.machine.power, cfg.machine.kv_capacity)
+                self.perf_sources[name] = cfg.machine.perf.source
+            elif name not in hw_cache:
+                spec = instance_spec(inst)
+                perf, power = make_perf_model(model, spec.hw, inst.tp, cfg.profile, inst.pp)
+                cap = kv_capacity_tokens(model, spec.hw, inst.tp, cfg.memory_utilization, inst.pp)
+                hw_cache[name] = (spec, perf, power, cap)
+                self.perf_sources[name] = perf.source
+            hw, perf, power, cap = hw_cache[name]
             for _ in range(count):
-                m = Machine(id=len(self.machines), hardware=hw_name, home=pool, kv_capacity=cap)
+                m = Machine(id=len(self.machines), hardware=name, home=pool, kv_capacity=cap, stages=inst.pp)
                 self.machines.append(m)
                 self.perf.append(perf)
                 self.power.append(power)
                 self.links_out.append(0.0)
-                self.metrics.machines.append(MachineStats(hw_name, pool.name.lower(), kv_capacity=cap))
+                self.metrics.machines.append(MachineStats(name, pool.name.lower(), kv_capacity=cap))
         self.hw = {name: v[0] for name, v in hw_cache.items()}
         self.links: dict[tuple[str, str], Link] = {}
         if cluster.design.split:
@@ -99,7 +102,7 @@ class Simulation:
         if cfg.machine is not None:  # SLO slowdowns against the same request alone on this machine
             self.ref = cfg.machine.perf
         else:
-            self.ref, _ = make_perf_model(model, load_hardware(REFERENCE_HARDWARE), cfg.tp, cfg.profile)
+            self.ref, _ = make_perf_model(model, load_hardware(REFERENCE_HARDWARE), None, cfg.profile)
         self.host = cfg.machine
         self.trace = cfg.trace
         if self.trace is not None:
@@ -107,8 +110,10 @@ class Simulation:
         self.path_s = cfg.machine.request_overhead if cfg.machine is not None else 0.0  # front end, to the client
         self.kv_bytes = model.kv_bytes_per_token
         self.layers = model.layers
-        self.batches: list[tuple[Batch, float, float, float] | None] = [None] * len(self.machines)
-        self.layerwise: list[list[Request]] = [[] for _ in self.machines]
+        self.batches: list[tuple | None] = [None] * len(self.machines)   # (batch, start, dur, end, layer-wise)
+        # pipelined machines (pp > 1): batches in flight, oldest first, and when each stage is free
+        self.flight: dict[int, deque] = {m.id: deque() for m in self.machines if m.stages > 1}
+        self.stage_free: dict[int, list[float]] = {m.id: [0.0] * m.stages for m in self.machines if m.stages > 1}
         self.heap: list = []
         self.seq = 0
         self.kept: list[Request] = []
@@ -119,7 +124,7 @@ class Simulation:
         link = self.links.get(key)
         if link is None:
             link = self.links[key] = (self.cfg.machine.link if self.cfg.machine is not None
-                                      else link_between(self.hw[src.hardware], self.hw[dst.hardware]))
+                                      else link_between(self.hw[src.hardware].hw, self.hw[dst.hardware].hw, self.cfg.colocated))
         return link
 
     def _push(self, t: float, kind: int, obj) -> None:
@@ -165,18 +170,21 @@ class Simulation:
         ctx = batch.context
         if self.host is not None and batch.decodes:  # the engine reads padded KV (twin/machine.py)
             ctx = self.host.decode_kv(max(r.prompt_tokens + r.generated for r in batch.decoding), batch.decodes)
-        dur = perf.mixed_time(batch.prompt_tokens, batch.decodes, ctx, sq)
-        if self.host is not None:  # workers of one measured host share it (twin/machine.py)
-            dur = self.host.step_time(dur, batch.prompt_tokens > 0, sum(o.busy for o in self.machines) - 1)
-        end = now + dur
+        if m.stages > 1:
+            dur, end = self._through_stages(mid, perf, batch, ctx, sq, now)
+        else:
+            dur = perf.mixed_time(batch.prompt_tokens, batch.decodes, ctx, sq)
+            if self.host is not None:  # workers of one measured host share it (twin/machine.py)
+                dur = self.host.step_time(dur, batch.prompt_tokens > 0, sum(o.busy for o in self.machines) - 1)
+            end = now + dur
         if self.trace is not None:
-            self.trace.batch(mid, now, dur, batch.prompt_tokens, batch.decodes, ctx, len(batch.preempted))
+            self.trace.batch(mid, now, end - now, batch.prompt_tokens, batch.decodes, ctx, len(batch.preempted))
         mt = self.metrics
         for v in batch.preempted:
             mt.preemptions += 1
         # Splitwise hand-off: with a large batch, KV of prompts finishing now streams to their
         # token machines layer by layer while the batch runs (their KV there is reserved)
-        layerwise = self.layerwise[mid]
+        layerwise: list[Request] = []
         mode = choose_mode(batch.prompt_tokens, self.cfg.policy.layerwise_threshold)
         for r, n in zip(batch.prompts, batch.chunks):
             if r.prompt_started_at < 0:
@@ -185,13 +193,16 @@ class Simulation:
             if (mode is TransferMode.LAYERWISE and r.token_machine != mid
                     and r.prefilled + n == r.prefill_len and r.kv_on_token_machine):
                 layerwise.append(r)
-        self.batches[mid] = (batch, now, dur, end)
+        if m.stages > 1:
+            self.flight[mid].append((batch, now, dur, end, layerwise))
+        else:
+            self.batches[mid] = (batch, now, dur, end, layerwise)
         if batch.prompt_tokens:
             w = self.power[mid].prompt_power_w(batch.prompt_tokens + batch.decodes)
         else:
             w = self.power[mid].token_power_w(batch.decodes)
         st = mt.machines[mid]
-        st.busy_s += dur
+        st.busy_s += dur / m.stages      # each stage is busy for its share
         st.energy_j += w * dur
         st.iterations += 1
         st.prompt_tokens += batch.prompt_tokens
@@ -200,9 +211,38 @@ class Simulation:
             st.peak_kv_used = m.kv_used
         self._push(end, _ITER_END, m)
 
+    def _through_stages(self, mid: int, perf, batch: Batch, ctx: int, sq: int, now: float) -> tuple[float, float]:
+        """A pipelined machine's batch goes through its stages: stage s starts when the batch is
+        out of stage s - 1 (and has hopped to it) and stage s is free (perf/pipeline.py). Returns
+        (the stages' compute, when the batch leaves the last stage); the machine may form its next
+        batch when stage 0 is free."""
+        stage = perf.stage_time(batch.prompt_tokens, batch.decodes, ctx, sq)
+        tokens = batch.prompt_tokens + batch.decodes
+        free = self.stage_free[mid]
+        t = now
+        last = len(free) - 1
+        for s in range(last + 1):
+            if free[s] > t:
+                t = free[s]
+            t += stage
+            free[s] = t
+            if s < last:
+                t += perf.hop_time(s, tokens)
+        self._push(free[0], _STAGE_FREE, self.machines[mid])
+        return stage * (last + 1), t
+
+    def _stage_free(self, m: Machine, now: float) -> None:
+        """A pipelined machine's first stage is free: it may start another batch."""
+        if m.busy and now >= self.stage_free[m.id][0]:
+            m.busy = False
+            self._start(m, now)
+
     def _iter_end(self, m: Machine, now: float) -> None:
-        batch, start, dur, _ = self.batches[m.id]
-        self.batches[m.id] = None
+        if m.stages > 1:
+            batch, start, dur, _, layerwise = self.flight[m.id].popleft()
+        else:
+            batch, start, dur, _, layerwise = self.batches[m.id]
+            self.batches[m.id] = None
         mt = self.metrics
         tbt, slow = mt.tbt, mt.slow_tbt
         ngap = mt.decode_gaps(batch.decoding, now)  # every decode of the batch produced a token now
@@ -223,24 +263,23 @@ class Simulation:
             if r.token_times is not None:
                 r.token_times.append(now)
             if r.phase is Phase.HANDOFF:
-                self._handoff(m, r, start, now)
+                self._handoff(m, r, start, now, r in layerwise)
         for r in res.finished:
             self._complete(r, now)
-        self.layerwise[m.id] = []
         self.cls.settle(m)
-        m.busy = False
+        if m.stages == 1:
+            m.busy = False
         if freed:
             self._freed(m, now)
-        else:
+        elif not m.busy:
             self._start(m, now)
 
-    def _handoff(self, p: Machine, r: Request, start: float, end: float) -> None:
+    def _handoff(self, p: Machine, r: Request, start: float, end: float, layerwise: bool) -> None:
         """Prefill of `r` done on prompt machine `p`: send its KV to its token machine."""
         t = self.machines[r.token_machine]
         link = self._link(p, t)
         nbytes = r.prompt_tokens * self.kv_bytes
         mt = self.metrics
-        layerwise = r in self.layerwise[p.id]
         if layerwise:
             ready = start
             done = layerwise_done(link, nbytes, self.layers, start, end)
@@ -309,8 +348,10 @@ class Simulation:
                 nxt = next(arrivals, None)
                 if nxt is not None:
                     self._push(nxt.arrival, _ARRIVAL, nxt)
-            else:
+            elif kind == _TRANSFER_END:
                 self._transfer_end(obj, now)
+            else:
+                self._stage_free(obj, now)
             if progress is not None and not events & 0xFFFF:
                 progress(now, events)
         mt = self.metrics

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..catalog import ModelSpec
 from ..designs import ClusterSpec, Design
+from ..instance import Instance
 from ..errors import UserError
 from ..perf.profile import ProfilePerfModel, read_profile_rows
 from ..policy.state import Pool
@@ -102,10 +103,11 @@ class MachineProfile:
         if design == "splitwise":
             d = Design(name="splitwise", scheduler="splitwise", prompt=self.name, token=self.name,
                        description=f"Splitwise on {self.name}")
-            return ClusterSpec(d, ((self.name, Pool.PROMPT, prompt), (self.name, Pool.TOKEN, token)))
+            one = Instance(self.name, tp=1)
+            return ClusterSpec(d, ((one, Pool.PROMPT, prompt), (one, Pool.TOKEN, token)))
         if design == "baseline":
             d = Design(name="baseline", scheduler="mixed", machine=self.name, description=f"unsplit on {self.name}")
-            return ClusterSpec(d, ((self.name, Pool.MIXED, machines),))
+            return ClusterSpec(d, ((Instance(self.name, tp=1), Pool.MIXED, machines),))
         raise UserError(f"design must be splitwise or baseline on a measured machine, got {design!r}")
 
 
