@@ -4,7 +4,8 @@ The Scheduler keeps the policy's view of this engine, one policy `Machine` whose
 the engine's sequences (KV in tokens, reserved in whole blocks of the engine's block size, the
 capacity being the whole cache). A step is `form_batch` on that view (policy/machine.py: FCFS
 prompts under the token cap or chunk budget, every decode in every batch, prompts that preempt the
-youngest decodes, isolated requests alone), carried out on the sequences and their blocks; after
+youngest decodes, isolated requests alone; or another named scheduler of policy/schedulers/,
+by `BatchingConfig.scheduler`: the engine runs every one), carried out on the sequences and their blocks; after
 the step `finish_iteration` accounts for it, and a sequence that ends early (a stop token, an
 abort, a prefill handed over) is `release`d. The view only ever changes through the transitions
 of policy/transitions.py, the same the simulator and the live router use.

@@ -25,6 +25,7 @@ from ..errors import UserError
 from .cluster import RoutingConfig
 from .kv_transfer import DEFAULT_LAYERWISE_THRESHOLD
 from .machine import BatchingConfig
+from .schedulers import CHUNKED, SCHEDULERS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +67,12 @@ OPTIONS = (
            "Chunked prefill: tokens per iteration, decodes first, then prompt chunks (0: whole prompts)."),
     Option("preemption-limit", "batching.preemption_limit",
            "Times one request may be preempted (its KV dropped, recomputed later) for a prompt."),
+    Option("machine-scheduler", "batching.scheduler",
+           "Machine-level scheduler (policy/schedulers/): splitwise (mixed batching, prompts first), vllm "
+           "(prefill-first), orca (max-length reservation), sarathi (stall-free chunked prefill), "
+           "fastertransformer (static batches) or lightllm (peak-KV admission)."),
+    Option("orca-max-len", "batching.max_len",
+           "--machine-scheduler orca: KV tokens reserved per request at admission (0: its prompt + output)."),
     Option("prompt-queue-threshold", "routing.prompt_queue_threshold",
            "Prefill tokens beyond which a prompt machine is full and work overflows to the mixed pool (see --overflow-rule)."),
     Option("overflow-rule", "routing.overflow_rule",
@@ -121,7 +128,14 @@ def make_policy(values: dict[str, Any]) -> PolicyConfig:
     cfg = PolicyConfig(batching=BatchingConfig(**sections["batching"]), routing=RoutingConfig(**sections["routing"]),
                        **top)
     b, r = cfg.batching, cfg.routing
-    for ok, msg in ((b.prompt_token_cap >= 1, f"--prompt-cap must be at least 1, got {b.prompt_token_cap}"),
+    for ok, msg in ((b.scheduler in SCHEDULERS,
+                     f"--machine-scheduler must be one of {', '.join(SCHEDULERS)}, got {b.scheduler!r}"),
+                    (b.chunk_size == 0 or b.scheduler in CHUNKED,
+                     f"--chunk-size applies to --machine-scheduler {' or '.join(CHUNKED)} only (got {b.scheduler})"),
+                    (b.max_len >= 0, f"--orca-max-len must be >= 0, got {b.max_len}"),
+                    (b.max_len == 0 or b.scheduler == "orca",
+                     f"--orca-max-len applies to --machine-scheduler orca only (got {b.scheduler})"),
+                    (b.prompt_token_cap >= 1, f"--prompt-cap must be at least 1, got {b.prompt_token_cap}"),
                     (b.chunk_size >= 0, f"--chunk-size must be 0 (off) or positive, got {b.chunk_size}"),
                     (b.preemption_limit >= 0, f"--preemption-limit must be >= 0, got {b.preemption_limit}"),
                     (r.prompt_queue_threshold >= 0,

@@ -16,6 +16,10 @@ One rule set serves every machine, because a machine's queues say what it is:
   one per stage at most; a new batch takes the decodes and prompts that no batch in flight holds
   (a decode makes one token per pass through every stage).
 
+- the rules above are the "splitwise" scheduler, the default; `BatchingConfig.scheduler` names
+  another machine-level scheduler (vllm, orca, sarathi, fastertransformer, lightllm), each a small
+  module of policy/schedulers/ built from the helpers here. form_batch dispatches on the name.
+
 - an isolated request (a suspect: it was in an engine step that failed, serve/router.py) never
   shares an iteration: while a machine holds one, iterations alternate between the oldest
   isolated request alone and everything else.
@@ -43,6 +47,8 @@ class BatchingConfig:
     chunk_size: int = 0                # 0: whole prompts; > 0: chunked prefill token budget
     preemption_limit: int = 3          # times one request may be preempted
     max_seqs: int = 0                  # requests holding KV at once (0: as many as memory holds)
+    scheduler: str = "splitwise"       # the machine-level scheduler, by name (policy/schedulers/)
+    max_len: int = 0                   # orca only: KV tokens reserved per request (0: its prompt + output)
 
 
 @dataclass(slots=True)
@@ -139,17 +145,21 @@ def _make_room(m: Machine, need: int, limit: int, batch: Batch, decoding: list[R
 
 
 def _admit(m: Machine, cfg: BatchingConfig, head: Request, budget: int, batch: Batch,
-           decoding: list[Request]) -> int:
+           decoding: list[Request], fits: Callable[[Request], bool] | None = None) -> int:
     """Start the next chunk of prompt `head` if the rules let it: the tokens it takes; 0 when it
     waits (and, FCFS, so does everyone behind it). Its first chunk needs a seat (max_seqs) and its
-    KV, for which decodes of `decoding` may be preempted."""
+    KV, for which decodes of `decoding` may be preempted; or, given `fits`, only what `fits(head)`
+    allows (a scheduler's own admission test, no preemption; it must also check the KV is free)."""
     n = prompt_take(cfg, head.prefill_len - head.prefilled, budget, first=not batch.prompts)
     if n == 0:
         return 0
     if head.prefilled == 0:
         if cfg.max_seqs and len(decoding) + len(batch.prompts) >= cfg.max_seqs:
             return 0
-        if not _make_room(m, prefill_reservation(m, head), cfg.preemption_limit, batch, decoding):
+        if fits is not None:
+            if not fits(head):
+                return 0
+        elif not _make_room(m, prefill_reservation(m, head), cfg.preemption_limit, batch, decoding):
             return 0
     start_chunk(m, head, n)
     batch.prompts.append(head)
@@ -159,7 +169,45 @@ def _admit(m: Machine, cfg: BatchingConfig, head: Request, budget: int, batch: B
 
 
 def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
-    """The next iteration's work on `m`, or None when it has nothing to run. Starts the chosen
+    """The next iteration's work on `m`, or None when it has nothing to run, by the machine-level
+    scheduler `cfg.scheduler` (policy/schedulers/; the default, "splitwise", is form_mixed)."""
+    if cfg.scheduler == "splitwise":
+        return form_mixed(m, cfg)
+    from .schedulers import SCHEDULERS  # a cycle at import time: schedulers/ builds on this module
+    return SCHEDULERS[cfg.scheduler](m, cfg)
+
+
+def free_decodes(m: Machine) -> list[Request]:
+    """The running decodes a new batch may take: all of them, or on a pipelined machine those that
+    no batch in flight holds (they wait for it)."""
+    if m.stages > 1:
+        return [r for r in m.running if not r.in_flight]
+    return m.running
+
+
+def close_batch(m: Machine, batch: Batch, decoding: list[Request]) -> Batch | None:
+    """A formed iteration that runs the prompts taken and the decodes `decoding`: the decodes it
+    preempted are requeued (they recompute soon, before younger prompts); None when it runs
+    nothing. On a pipelined machine its decodes are in flight until it ends."""
+    if batch.preempted:
+        for v in batch.preempted:
+            requeue_preempted(m, v)
+    elif not batch.prompts and not decoding:
+        return None
+    batch.decoding = decoding
+    batch.decodes = len(decoding)
+    if decoding is m.running:
+        batch.context = m.context_tokens
+    else:
+        batch.context = sum(r.prompt_tokens + r.generated for r in decoding)
+        if m.stages > 1:
+            for r in decoding:
+                r.in_flight = True
+    return batch
+
+
+def form_mixed(m: Machine, cfg: BatchingConfig) -> Batch | None:
+    """The splitwise scheduler (the rules above): mixed continuous batching. Starts the chosen
     prefill chunks (their first chunk reserves KV, preempting decodes if it must); running and
     ready decodes already hold theirs."""
     batch = Batch()
@@ -167,29 +215,14 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
         batch.joined = start_decodes(m)
     if m.isolated:  # rare: a suspect request is here
         return _form_isolated(m, cfg, batch)
-    queue, running = m.prompt_queue, m.running
-    if m.stages > 1:  # pipelined: decodes of batches still in flight wait for them
-        running = [r for r in running if not r.in_flight]
+    queue, running = m.prompt_queue, free_decodes(m)
     budget = prompt_budget(cfg, len(running))
     while queue:
         n = _admit(m, cfg, queue[0], budget, batch, running)
         if not n:
             break
         budget -= n
-    if batch.preempted:
-        for v in batch.preempted:             # recompute soon, before younger prompts
-            requeue_preempted(m, v)
-    elif not batch.prompts and not running:
-        return None
-    batch.decoding = running
-    batch.decodes = len(running)
-    if running is m.running:
-        batch.context = m.context_tokens
-    else:
-        batch.context = sum(r.prompt_tokens + r.generated for r in running)
-        for r in running:
-            r.in_flight = True
-    return batch
+    return close_batch(m, batch, running)
 
 
 def _formed(m: Machine, batch: Batch, decoding: list[Request]) -> Batch | None:

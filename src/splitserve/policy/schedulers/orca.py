@@ -1,0 +1,70 @@
+"""Orca (Yu et al., OSDI'22): iteration-level scheduling with selective batching, and admission
+that reserves the maximum length. Every iteration runs every running decode and, beside them,
+FCFS prompts (Orca's Algorithm 1: the request pool in arrival order, up to the maximum batch
+size `max_seqs`); a new request is admitted only if the KV slots reserved for the requests that
+hold KV here plus its own fit the machine's KV capacity: with `max_len` > 0 each request reserves
+max_len tokens ((holders + 1) * max_len <= capacity); with `max_len` 0 (the default) each reserves
+its own prompt + output (kv_need), which is what splitserve reserves anyway. The first prompt
+that does not fit stops admission (FCFS). No preemption: a request holds what it may ever need,
+so none is ever needed.
+
+Where it differs from Orca, and why:
+- the max_len slots are counted on top of the reservations policy/transitions.py keeps (a request
+  holds its kv_need there; the difference max(max_len, its need) - its need is added up here from
+  the requests the machine lists: running decodes and prefills in progress). KV this machine holds
+  for requests it does not list (a prompt machine's prefills being handed off, a token machine's
+  reservations for KV still in transfer) counts at its real size. A slot is at most the capacity,
+  so a request alone on a machine always starts.
+- Orca caps only the batch size; here a batch's prefill tokens are also capped by
+  `prompt_token_cap` (a longer prompt runs alone); set --prompt-cap high for Orca's behaviour.
+- Orca has no phase-split cluster; on a token machine of a split design, decodes arrive reserved
+  by the cluster (policy/cluster.py) and max_len applies only to prompts admitted here.
+"""
+
+from __future__ import annotations
+
+from ..machine import Batch, BatchingConfig, _admit, _form_isolated, close_batch, free_decodes
+from ..state import Machine, Phase, Request
+from ..transitions import decode_reservation, prefill_reservation, start_decodes
+
+
+def slot(m: Machine, cfg: BatchingConfig, held: int) -> int:
+    """KV tokens Orca reserves for a request that holds `held` here: max_len, at most the whole
+    capacity, or `held` if that is more (with max_len 0: `held`)."""
+    return max(held, min(m.kv_capacity, cfg.max_len))
+
+
+def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
+    batch = Batch()
+    if m.ready:
+        batch.joined = start_decodes(m)
+    if m.isolated:  # rare: a suspect request is here (policy/machine.py: isolated requests)
+        return _form_isolated(m, cfg, batch)
+    queue, running = m.prompt_queue, free_decodes(m)
+    # KV reserved by Orca beyond what the holders hold (0 with max_len 0)
+    extra = 0
+    if cfg.max_len:
+        for r in m.running:
+            held = decode_reservation(m, r)
+            extra += slot(m, cfg, held) - held
+        for r in queue:
+            if r.phase is Phase.PREFILL:
+                held = prefill_reservation(m, r)
+                extra += slot(m, cfg, held) - held
+
+    def fits(r: Request) -> bool:
+        nonlocal extra
+        held = prefill_reservation(m, r)
+        s = slot(m, cfg, held)
+        if m.kv_used + extra + s > m.kv_capacity:
+            return False
+        extra += s - held
+        return True
+
+    budget = cfg.prompt_token_cap
+    while queue:
+        n = _admit(m, cfg, queue[0], budget, batch, running, fits)
+        if not n:
+            break
+        budget -= n
+    return close_batch(m, batch, running)

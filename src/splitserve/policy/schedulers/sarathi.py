@@ -1,0 +1,32 @@
+"""Sarathi-Serve (Agrawal et al., OSDI'24): stall-free chunked prefill. Every iteration holds at
+most `chunk_size` tokens (512 when `chunk_size` is 0 under this scheduler): every running decode
+first (one token each, so decodes never stall behind a prompt), then prompt chunks FCFS in what
+is left of the budget; a prefill in progress stays at the queue's head until done. A prompt's
+first chunk reserves its KV and may preempt the youngest decodes (recomputed later).
+
+This is the splitwise scheduler's chunk path (policy/machine.py: prompt_budget, prompt_take) under
+another default. Where it differs from Sarathi-Serve: Sarathi-Serve (on vLLM) allocates KV block
+by block and preempts when a running decode cannot get its next block; here a request's whole
+output is reserved when its prefill starts, so decodes never run out and only a starting prompt
+preempts. Sarathi-Serve's budget is tuned per deployment from the TBT SLO; here it is a setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from ..machine import Batch, BatchingConfig, form_mixed
+from ..state import Machine
+
+DEFAULT_CHUNK = 512   # Sarathi-Serve's token budget in its evaluation of Mistral-7B / Yi-34B
+
+
+@functools.lru_cache(maxsize=16)
+def chunked(cfg: BatchingConfig) -> BatchingConfig:
+    """`cfg` with a token budget: its own chunk_size, or DEFAULT_CHUNK when that is 0."""
+    return cfg if cfg.chunk_size > 0 else dataclasses.replace(cfg, chunk_size=DEFAULT_CHUNK)
+
+
+def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
+    return form_mixed(m, chunked(cfg))

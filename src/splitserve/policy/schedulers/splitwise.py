@@ -1,0 +1,17 @@
+"""The splitwise scheduler (the default): the machine-level rules of the Splitwise paper (§IV-B)
+as policy/machine.py states them. Mixed continuous batching: every running decode in every
+iteration, and FCFS prompts beside them, whole, up to `prompt_token_cap` prefill tokens (a longer
+prompt runs alone); prompts take priority: a prompt that lacks KV preempts the youngest decodes
+(recomputed later, at most `preemption_limit` times each). With `chunk_size` > 0 prompts run in
+chunks after the decodes (Sarathi-style; see sarathi.py).
+
+Where it differs from the paper: the paper's simulator is the authors'; this is our reading of
+§IV-B (mixed batching with prompt priority and preemption on mixed machines), with KV reserved
+for a request's whole output when it is admitted (policy/transitions.py, decode_reservation).
+"""
+
+from __future__ import annotations
+
+from ..machine import form_mixed as form_batch
+
+__all__ = ["form_batch"]

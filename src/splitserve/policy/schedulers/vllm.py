@@ -1,0 +1,53 @@
+"""vLLM v0's default scheduler (Kwon et al., SOSP'23; vllm/core/scheduler.py `_schedule_default`):
+prefill first. An iteration runs either prefills only, or decodes only:
+- if the head of the FCFS queue can start, the iteration takes as many waiting prompts, FCFS, as
+  fit `prompt_token_cap` (vLLM's max_num_batched_tokens; the first prompt of an iteration runs
+  alone however long it is), `max_seqs` (max_num_seqs, counting the running decodes) and KV
+  memory, and no decode runs;
+- else every running decode runs, and no prompt.
+A prompt that lacks KV preempts the youngest running decodes (their KV dropped, recomputed later,
+at most `preemption_limit` times each), as in the splitwise scheduler.
+
+Where it differs from vLLM v0, and why:
+- vLLM allocates KV block by block as a sequence grows and preempts (recompute) the
+  latest-arrived running sequence when a decode cannot get its next block; a waiting prompt there
+  only waits for free blocks. splitserve reserves a request's whole prompt + output when its
+  prefill starts (policy/transitions.py, decode_reservation), so a decode never runs out; keeping
+  preemption where a prompt lacks KV keeps vLLM's recompute-on-pressure behaviour (prompts are
+  prioritised in both: vLLM runs no decode while a prompt can start).
+- vLLM refuses a prompt longer than max_num_batched_tokens (unless chunked prefill is on); here
+  it runs alone, as under the splitwise rules, so that every request of a trace completes.
+- vLLM's watermark of free blocks and swapping to CPU are not modelled.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..machine import Batch, BatchingConfig, _admit, _form_isolated, close_batch, free_decodes
+from ..state import Machine, Request
+from ..transitions import start_decodes
+
+
+def prefill_first(m: Machine, cfg: BatchingConfig,
+                  fits: Callable[[Request], bool] | None = None) -> Batch | None:
+    """An iteration of the prompts that can start (FCFS, up to the token cap, a seat and KV each;
+    `fits`: the scheduler's own admission test instead of preempting decodes), or when none can,
+    of every running decode."""
+    batch = Batch()
+    if m.ready:
+        batch.joined = start_decodes(m)
+    if m.isolated:  # rare: a suspect request is here (policy/machine.py: isolated requests)
+        return _form_isolated(m, cfg, batch)
+    queue, running = m.prompt_queue, free_decodes(m)
+    budget = cfg.prompt_token_cap
+    while queue:
+        n = _admit(m, cfg, queue[0], budget, batch, running, fits)
+        if not n:
+            break
+        budget -= n
+    return close_batch(m, batch, [] if batch.prompts else running)
+
+
+def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
+    return prefill_first(m, cfg)
