@@ -35,6 +35,14 @@ class Job:
     model: str = "llama2-70b"
     profile: str | None = None
     goodput: tuple[float, float] | None = None   # (TTFT, TPOT) SLOs, s: DistServe's attainment is the SLO
+    # DistServe's simulations (provision/placement.py); the defaults are the Splitwise searches'
+    parallel: tuple | None = None   # designs.Parallelism fields: (tp, pp, prompt_tp, prompt_pp, token_tp, token_pp)
+    scheduler: str | None = None    # machine-level scheduler by name (policy BatchingConfig.scheduler)
+    mixed_pool: bool = True         # False: DistServe's pools, no overflow into a mixed pool
+    colocated: bool = False         # prompt and token instances share nodes: KV over NVLink
+    max_context: int | None = None  # clip prompt + output (the model's context)
+    batch_cap: int = 0              # requests holding KV at once (BatchingConfig.max_seqs; 0: memory decides)
+    chunk_size: int = 0             # chunked prefill's token budget (0: whole prompts)
 
     def counts(self) -> dict:
         if self.machines is not None:
@@ -60,6 +68,8 @@ class Outcome:
     power_kw: float
     machines: int
     wall_s: float
+    attainment: float | None = None   # goodput SLO attainment (with a job's `goodput`)
+    gpus: int | None = None
 
     @classmethod
     def from_summary(cls, s: dict) -> "Outcome":
@@ -79,17 +89,42 @@ class Outcome:
                    slowdowns={k: v["slowdown"] for k, v in checks.items()},
                    throughput_rps=s["throughput_rps"], requests=s["requests"], completed=s["completed"],
                    cost_per_hour=c["cost_per_hour"], power_kw=c["power_kw"],
-                   machines=c["machine_count"], wall_s=s["sim"]["wall_s"])
+                   machines=c["machine_count"], wall_s=s["sim"]["wall_s"],
+                   attainment=g["attainment"] if g is not None else None, gpus=c.get("gpus"))
+
+
+def job_policy(job: Job):
+    """The PolicyConfig a job runs under: the default, without the mixed pool and with a named
+    machine scheduler when the job says so."""
+    from dataclasses import replace
+
+    from ..errors import UserError
+    from ..policy.config import PolicyConfig
+
+    pol = PolicyConfig()
+    if not job.mixed_pool:
+        pol = replace(pol, routing=replace(pol.routing, mixed_pool=False))
+    if job.scheduler is not None:
+        try:
+            pol = replace(pol, batching=replace(pol.batching, scheduler=job.scheduler))
+        except TypeError:
+            raise UserError(f"machine scheduler {job.scheduler!r}: this build's policy has no named "
+                            "machine schedulers") from None
+    if job.batch_cap or job.chunk_size:
+        pol = replace(pol, batching=replace(pol.batching, max_seqs=job.batch_cap, chunk_size=job.chunk_size))
+    return pol
 
 
 def run_job(job: Job) -> Outcome:
-    from ..simulate import run_simulation
-
+    from ..designs import Parallelism
     from ..report.goodput import GoodputSLO
+    from ..simulate import run_simulation
 
     s = run_simulation(design=job.design, **job.counts(), model=job.model, workload=job.workload,
                        rps=job.rps, duration=job.duration, seed=job.seed, profile=job.profile,
-                       goodput=GoodputSLO(*job.goodput) if job.goodput else None)
+                       goodput=GoodputSLO(*job.goodput) if job.goodput else None,
+                       parallel=Parallelism(*job.parallel) if job.parallel else None,
+                       policy=job_policy(job), max_context=job.max_context, colocated=job.colocated)
     return Outcome.from_summary(s)
 
 

@@ -36,10 +36,15 @@ def layerwise_done(link: Link, nbytes: float, layers: int, start: float, end: fl
     return done + link.overhead
 
 
-def link_between(src, dst) -> Link:
-    """The link a KV transfer from machine kind `src` to `dst` (HardwareSpecs) gets."""
+def link_between(src, dst, colocated: bool = False) -> Link:
+    """The link a KV transfer from machine kind `src` to `dst` (HardwareSpecs) gets: the machines'
+    network (`ib_gbs`), or with `colocated` (the prompt and token instances share a node, as
+    DistServe's low node-affinity placement puts them, provision/placement.py) one GPU's NVLink,
+    one way (`link_bytes_per_s`, half of `nvlink_gbs`)."""
     overheads = _overheads()
-    return Link(bandwidth=min(src.ib_bytes_per_s, dst.ib_bytes_per_s),
+    bandwidth = (min(src.link_bytes_per_s, dst.link_bytes_per_s) if colocated
+                 else min(src.ib_bytes_per_s, dst.ib_bytes_per_s))
+    return Link(bandwidth=bandwidth,
                 overhead=max(overheads.get(src.name, 0.0), overheads.get(dst.name, 0.0)))
 
 
