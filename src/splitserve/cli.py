@@ -25,9 +25,9 @@ def _root() -> None:
 @policy_options
 def simulate(
     design: Annotated[str, typer.Option(help="Cluster design: splitwise-aa|hh|ha|hhcap, baseline-a100|h100|h200.")] = "splitwise-hh",
-    prompt_machines: Annotated[Optional[int], typer.Option("--prompt-machines", "-p", help="Prompt-pool machines (Splitwise designs).")] = None,
-    token_machines: Annotated[Optional[int], typer.Option("--token-machines", "-t", help="Token-pool machines (Splitwise designs).")] = None,
-    machines: Annotated[Optional[int], typer.Option("--machines", "-m", help="Machines of an unsplit baseline.")] = None,
+    prompt_machines: Annotated[Optional[str], typer.Option("--prompt-machines", "-p", help="Prompt-pool machines (Splitwise designs): N, or a mix of kinds such as 2*dgx-h100+1*dgx-a100.")] = None,
+    token_machines: Annotated[Optional[str], typer.Option("--token-machines", "-t", help="Token-pool machines (Splitwise designs): N, or N*KIND+M*KIND.")] = None,
+    machines: Annotated[Optional[str], typer.Option("--machines", "-m", help="Machines of an unsplit baseline: N, or N*KIND+M*KIND.")] = None,
     model: Annotated[str, typer.Option(help="Model: llama2-70b, bloom-176b, llama3-8b, llama3-70b, llama2-7b, llama2-13b, codellama-34b, opt-13b, opt-66b, opt-175b (catalog/models.toml).")] = "llama2-70b",
     workload: Annotated[str, typer.Option(help="coding, conversation, or an Azure LLM trace CSV.")] = "coding",
     rps: Annotated[Optional[float], typer.Option(help="Mean arrival rate, requests/s (a trace is rescaled to it).")] = None,
@@ -101,7 +101,7 @@ def simulate(
 
 @app.command()
 def provision(
-    objective: Annotated[Optional[str], typer.Option(help="cost|power|machines (least at --rps, all SLOs met), throughput (most req/s at SLO within a budget) or batch (most requests per $ under stress within a budget).")] = None,
+    objective: Annotated[Optional[str], typer.Option(help="cost|power|machines (least at --rps, all SLOs met), throughput (most req/s at SLO within a budget), batch (most requests per $ under stress within a budget) or capacity-per-dollar (Vidur-style search over --tps/--pps/--schedulers/--batch-caps/--chunks).")] = None,
     rps: Annotated[Optional[float], typer.Option(help="Load the cluster must carry (cost/power/machines); offered stress load for batch (default 400).")] = None,
     constraint: Annotated[Optional[str], typer.Option(help="iso-power or iso-cost: the budget's kind (throughput and batch objectives).")] = None,
     budget: Annotated[Optional[str], typer.Option(help="kW (iso-power) or $/h (iso-cost), or N*HARDWARE, e.g. 40*dgx-h100.")] = None,
@@ -129,9 +129,44 @@ def provision(
                                                                "the nine slowdowns: at least 90% of requests with TTFT "
                                                                "<= this (s) and TPOT <= --goodput-tpot (s).")] = None,
     goodput_tpot: Annotated[Optional[float], typer.Option(help="Time per output token SLO (s) for --goodput-ttft.")] = None,
+    tps: Annotated[str, typer.Option(help="capacity-per-dollar: tensor-parallel degrees to search.", rich_help_panel="Configuration search")] = "1,2,4,8",
+    pps: Annotated[str, typer.Option(help="capacity-per-dollar: pipeline degrees to search.", rich_help_panel="Configuration search")] = "1",
+    schedulers: Annotated[str, typer.Option(help="capacity-per-dollar: machine schedulers to search (splitwise, vllm, orca, sarathi, fastertransformer, lightllm).", rich_help_panel="Configuration search")] = "splitwise,vllm,orca,sarathi",
+    batch_caps: Annotated[str, typer.Option(help="capacity-per-dollar: batch caps (requests holding KV at once; 0: memory decides).", rich_help_panel="Configuration search")] = "0,64,256",
+    chunks: Annotated[str, typer.Option(help="capacity-per-dollar: chunk sizes for the chunking schedulers (empty: their default).", rich_help_panel="Configuration search")] = "512",
 ) -> None:
     """Find the cluster to buy: the cheapest / lowest-power / fewest machines meeting the SLOs at a
-    load, or the most throughput within a power or cost budget, for each design."""
+    load, or the most throughput within a power or cost budget, for each design; or, with
+    --objective capacity-per-dollar, the replica configuration (tp, pp, machine scheduler, batch
+    cap, chunk size) with the most capacity per dollar, and the Pareto front of cost and capacity."""
+    if objective == "capacity-per-dollar":
+        from .provision import configs
+        from .provision.plan import RateRange
+        from .provision.search import RateLattice
+        from .report.goodput import from_options
+
+        slo = from_options(goodput_ttft, goodput_tpot)
+        res = configs.run_config_search(
+            designs=design or ["baseline-a100"], model=model, workload=workload, duration=duration, seed=seed,
+            profile=str(profile) if profile else None, goodput=(slo.ttft_s, slo.tpot_s) if slo else None,
+            tps=tps, pps=pps, schedulers=schedulers, batch_caps=batch_caps, chunks=chunks,
+            rates=RateRange(min_rps, max_rps, RateLattice(tolerance)), workers=workers, backend=backend,
+            address=address, cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
+            progress=not (quiet or json_out))
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "provision.json").write_text(json.dumps(res, indent=2) + "\n")
+            for r in res["designs"]:
+                configs.plot_pareto(r, out / f"pareto_{r['design']}.png")
+            if not json_out:
+                typer.echo(f"wrote {out / 'provision.json'} and the Pareto plots")
+        if json_out:
+            typer.echo(json.dumps(res, indent=2))
+        else:
+            configs.print_config_search(res)
+        if res["best"] is None:
+            raise typer.Exit(1)
+        return
     from .provision.command import infeasible_message, print_result, run_provision, write_result
 
     res = run_provision(

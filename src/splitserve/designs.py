@@ -63,14 +63,16 @@ class ClusterSpec:
         return sum(inst.gpus * n for inst, _, n in self.groups)
 
     def label(self) -> str:
-        def par(inst: Instance) -> str:
-            return "" if inst.name == inst.hardware else f" tp{inst.tp}pp{inst.pp}"
+        def pool(pool: Pool) -> list[str]:
+            return [f"{n}{'' if len(kinds) == 1 else ' ' + inst.hardware}"
+                    f"{'' if inst.name == inst.hardware else f' tp{inst.tp}pp{inst.pp}'}"
+                    for inst, p, n in self.groups if p is pool]
 
+        kinds = {inst.hardware for inst, _, _ in self.groups}
         if self.design.split:
-            (pi, _, p), (ti, _, t) = self.groups
-            return f"{self.design.name} ({p}P{par(pi)}, {t}T{par(ti)})"
-        (inst, _, n), = self.groups
-        return f"{self.design.name} ({n} {'machines' if not par(inst) else 'instances' + par(inst)})"
+            return f"{self.design.name} ({' + '.join(pool(Pool.PROMPT))}P, {' + '.join(pool(Pool.TOKEN))}T)"
+        default = all(inst.name == inst.hardware for inst, _, _ in self.groups)
+        return f"{self.design.name} ({' + '.join(pool(Pool.MIXED))} {'machines' if default else 'instances'})"
 
 
 def load_designs() -> dict[str, Design]:
@@ -82,32 +84,53 @@ def design_names() -> list[str]:
     return sorted(load_designs())
 
 
-def make_cluster(design: str, *, prompt_machines: int | None = None,
-                 token_machines: int | None = None, machines: int | None = None,
+Count = int | str   # instances, or a mix of machine kinds: "4*dgx-a100+2*dgx-h100"
+
+
+def parse_count(flag: str, value: Count, kind: str) -> list[tuple[str, int]]:
+    """A pool's instances by machine kind: N of the design's `kind`, or N*KIND+M*KIND (kinds of the
+    catalog; a mix of hardware in one pool)."""
+    parts = [(kind, value)] if isinstance(value, int) else []
+    if isinstance(value, str):
+        for term in value.replace(" ", "").split("+"):
+            n, star, k = term.partition("*")
+            try:
+                parts.append((k if star else kind, int(n)))
+            except ValueError:
+                raise UserError(f"{flag} {value!r}: give a count (4) or counts of machine kinds "
+                                f"(4*dgx-a100+2*dgx-h100)") from None
+    for k, n in parts:
+        if n < 1:
+            raise UserError(f"{flag} must be at least 1, got {n}")
+    return parts
+
+
+def make_cluster(design: str, *, prompt_machines: Count | None = None,
+                 token_machines: Count | None = None, machines: Count | None = None,
                  parallel: Parallelism = Parallelism()) -> ClusterSpec:
     """The cluster of `design` with these instance counts; each instance has the parallelism
-    `parallel` gives its pool (instance.py). A count counts instances (machines by default)."""
+    `parallel` gives its pool (instance.py). A count counts instances (machines by default); a
+    count such as "2*dgx-h100+1*dgx-a100" mixes machine kinds in the pool."""
     designs = load_designs()
     if design not in designs:
         raise UserError(f"unknown design {design!r}; choose one of: {', '.join(sorted(designs))}")
     d = designs[design]
+
+    def groups(flag: str, value: Count, kind: str, pool: Pool) -> tuple:
+        return tuple((make_instance(k, *parallel.of(pool)), pool, n) for k, n in parse_count(flag, value, kind))
+
     if d.split:
         if machines is not None:
             raise UserError(f"{design} is a Splitwise design: give --prompt-machines and "
                             f"--token-machines, not --machines")
         if prompt_machines is None or token_machines is None:
             raise UserError(f"{design} needs --prompt-machines N and --token-machines M")
-        for flag, n in (("--prompt-machines", prompt_machines), ("--token-machines", token_machines)):
-            if n < 1:
-                raise UserError(f"{flag} must be at least 1, got {n}")
-        return ClusterSpec(d, ((make_instance(d.prompt, *parallel.of(Pool.PROMPT)), Pool.PROMPT, prompt_machines),
-                               (make_instance(d.token, *parallel.of(Pool.TOKEN)), Pool.TOKEN, token_machines)))
+        return ClusterSpec(d, groups("--prompt-machines", prompt_machines, d.prompt, Pool.PROMPT)
+                           + groups("--token-machines", token_machines, d.token, Pool.TOKEN))
     if prompt_machines is not None or token_machines is not None:
         raise UserError(f"{design} is an unsplit baseline: give --machines N, not prompt/token counts")
     if machines is None:
         raise UserError(f"{design} needs --machines N")
-    if machines < 1:
-        raise UserError(f"--machines must be at least 1, got {machines}")
     if any(v is not None for v in (parallel.prompt_tp, parallel.prompt_pp, parallel.token_tp, parallel.token_pp)):
         raise UserError(f"{design} is an unsplit baseline: give --tp/--pp, not prompt/token parallelism")
-    return ClusterSpec(d, ((make_instance(d.machine, *parallel.of(Pool.MIXED)), Pool.MIXED, machines),))
+    return ClusterSpec(d, groups("--machines", machines, d.machine, Pool.MIXED))

@@ -24,8 +24,8 @@ def _check(cond: bool, msg: str) -> None:
         raise UserError(msg)
 
 
-def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None = None,
-                   token_machines: int | None = None, machines: int | None = None,
+def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | str | None = None,
+                   token_machines: int | str | None = None, machines: int | str | None = None,
                    model: str = "llama2-70b", workload: str = "coding", rps: float | None = None,
                    duration: float | None = None, seed: int = 0, arrivals: str = "auto",
                    profile: str | None = None, parallel=None, policy: PolicyConfig = PolicyConfig(),
@@ -39,6 +39,8 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | None 
     from .sim.simulator import SimConfig, Simulation
     from .workload import make_workload
 
+    prompt_machines, token_machines, machines = (int(c) if isinstance(c, str) and c.strip().isdigit() else c
+                                                 for c in (prompt_machines, token_machines, machines))
     rps = DEFAULT_RPS if rps is None else rps
     duration = DEFAULT_DURATION if duration is None else duration
     _check(math.isfinite(rps) and rps > 0, f"--rps must be a positive number, got {rps}")
