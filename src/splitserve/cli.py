@@ -125,6 +125,10 @@ def provision(
     out: Annotated[Optional[Path], typer.Option(help="Directory for provision.json.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print provision.json to stdout instead of a table.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
+    placement: Annotated[Optional[str], typer.Option(help="--objective goodput-per-gpu: DistServe's placement search, high-affinity (Alg. 1: phases apart, KV over the network) or low-affinity (Alg. 2: prefill and decode segments of a stage share a node, KV over NVLink).", rich_help_panel="DistServe placement")] = None,
+    nodes: Annotated[int, typer.Option(help="--placement: node limit per instance (Alg. 1) / pipeline stages (Alg. 2).", rich_help_panel="DistServe placement")] = 4,
+    max_pp: Annotated[Optional[int], typer.Option(help="--placement: most pipeline stages to consider.", rich_help_panel="DistServe placement")] = None,
+    probe_requests: Annotated[int, typer.Option(help="--placement: requests per simulated rate.", rich_help_panel="DistServe placement")] = 400,
     goodput_ttft: Annotated[Optional[float], typer.Option(help="With --goodput-tpot: the SLO is DistServe's instead of "
                                                                "the nine slowdowns: at least 90% of requests with TTFT "
                                                                "<= this (s) and TPOT <= --goodput-tpot (s).")] = None,
@@ -167,6 +171,26 @@ def provision(
         if res["best"] is None:
             raise typer.Exit(1)
         return
+    if objective == "goodput-per-gpu":  # DistServe's placement (provision/placement.py)
+        from .provision.placement import print_placement, run_placement
+
+        res = run_placement(placement=placement or "low-affinity", rps=rps, model=model, workload=workload,
+                            goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, nodes=nodes, max_pp=max_pp,
+                            requests=probe_requests, seed=seed, profile=str(profile) if profile else None,
+                            workers=workers, cache_dir=str(cache_dir) if cache_dir else None,
+                            use_cache=not no_cache)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "provision.json").write_text(json.dumps(res, indent=2) + "\n")
+        if json_out:
+            typer.echo(json.dumps(res, indent=2))
+        else:
+            print_placement(res)
+        if not res["feasible"]:
+            raise typer.Exit(1)
+        return
+    if placement is not None:
+        raise UserError("--placement goes with --objective goodput-per-gpu")
     from .provision.command import infeasible_message, print_result, run_provision, write_result
 
     res = run_provision(
@@ -239,6 +263,28 @@ def reproduce_splitwise(
     cache = None if no_cache else str(cache_dir or default_cache_dir())
     path = run(out, quick=quick, profile=str(profile) if profile else None, workers=workers, seed=seed,
                log=lambda msg: typer.echo(msg, err=True), cache_dir=cache)
+    typer.echo(f"wrote {path}")
+
+
+@reproduce_app.command("distserve")
+def reproduce_distserve(
+    out: Annotated[Path, typer.Option(help="Directory for report.md, its PNG plots and results.json.")] = Path("reproduction/distserve"),
+    scale: Annotated[str, typer.Option(help="tiny (a CI check), quick (minutes on 2 cores) or full.")] = "quick",
+    workers: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of every workload.")] = 0,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of the simulations (default ~/.cache/splitserve/provision).")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Simulate everything again.")] = False,
+) -> None:
+    """Run DistServe's evaluation (OSDI 2024: Figures 8, 9, 11) on the simulator and write a report
+    beside its numbers."""
+    from .provision.evaluate import default_cache_dir
+    from .reproduce.distserve import reproduce_distserve as run
+
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    cache = None if no_cache else str(cache_dir or default_cache_dir())
+    path = run(out, scale=scale, workers=workers, seed=seed, cache_dir=cache,
+               log=lambda msg: typer.echo(msg, err=True))
     typer.echo(f"wrote {path}")
 
 
