@@ -30,6 +30,11 @@ def run(capsys, *args):
     (["--rps", "fast"], "invalid value for '--rps'"),
     (["--no-such-flag"], "no such option"),
     (["--chunk-size", "-1"], "--chunk-size must be 0"),
+    (["--kv-pull"], "--kv-pull needs --no-mixed-pool"),
+    (["--design", "baseline-h100", "--machines", "2*dgx-nope"], "unknown hardware 'dgx-nope'"),
+    (["--design", "baseline-h100", "--machines", "2", "--tp", "16"], "tensor parallel 16 must be between 1 and 8"),
+    (["--design", "baseline-h100", "--machines", "2", "--pp", "0"], "pipeline stages must be at least 1"),
+    (["--design", "splitwise-hh", "-p", "1", "-t", "1", "--tp", "1"], "does not fit on 1 GPUs"),
 ])
 def test_bad_arguments(capsys, args, expect):
     code, out, err = run(capsys, *SMALL, *args)

@@ -22,7 +22,7 @@ def options(name: str) -> dict[str, tuple]:
 def test_serve_accepts_every_policy_option_of_simulate_with_the_same_default():
     sim, srv = options("simulate"), options("serve")
     policy = {f"--{o.name}" for o in OPTIONS}
-    assert len(policy) == 10 and policy <= set(sim) and policy <= set(srv)
+    assert len(policy) == 11 and policy <= set(sim) and policy <= set(srv)
     for name in policy:
         assert sim[name] == srv[name], name
     # and nothing else of simulate sets a policy: every field of PolicyConfig has its option
@@ -52,3 +52,16 @@ def test_the_config_reaches_the_workers_whole():
     argv = worker_argv(ServeConfig(policy=policy, max_num_seqs=12), WorkerInfo(0, "prompt"), "tcp://127.0.0.1:1")
     got = parse_args(argv).policy  # as the worker reads it
     assert got == dataclasses.replace(policy, batching=dataclasses.replace(policy.batching, max_seqs=12))
+
+
+def test_serve_refuses_the_simulated_only_pull():
+    import pytest
+
+    from splitserve.errors import UserError
+    from splitserve.policy.cluster import RoutingConfig
+    from splitserve.policy.config import PolicyConfig
+    from splitserve.serve.config import ServeConfig
+
+    cfg = ServeConfig(policy=PolicyConfig(routing=RoutingConfig(kv_pull=True, mixed_pool=False)))
+    with pytest.raises(UserError, match="--kv-pull is simulated only"):
+        cfg.validate()

@@ -123,3 +123,29 @@ def test_overflow_rules_by_hand(rule, running, queued, arriving, full):
 
 def test_the_authors_rule_is_the_default():
     assert RoutingConfig().overflow_rule == "authors"
+
+
+def test_pull_prefills_at_once_and_the_token_machine_takes_the_kv_when_it_has_memory():
+    from splitserve.policy.cluster import admit, admit_freed, pull_kv
+    from splitserve.policy.machine import BatchingConfig, finish_iteration, form_batch
+    from splitserve.policy.state import Phase
+    from splitserve.policy.transitions import decode_tokens, kv_landed
+
+    p, t = Machine(0, "x", Pool.PROMPT, 1000), Machine(1, "x", Pool.TOKEN, 300)
+    s = SplitwiseScheduler([p, t], RoutingConfig(mixed_pool=False, kv_pull=True))
+    a, b = Request(0, 0.0, 200, 3), Request(1, 0.0, 200, 3)
+    # push: b could not even start its prefill (t holds 300 tokens; a reserved 203)
+    assert admit(s, a, pull=True) and admit(s, b, pull=True)
+    assert (t.kv_used, p.queued_prompt_tokens) == (0, 400)          # nothing reserved on t yet
+    batch = form_batch(p, BatchingConfig())
+    assert batch.prompts == [a, b] and p.kv_used == 400             # both prefill, their KV on p
+    finish_iteration(p, batch)
+    assert a.phase is b.phase is Phase.HANDOFF
+    assert pull_kv(t, a) and t.kv_used == 203                       # a's KV moves now
+    assert not pull_kv(t, b) and list(t.admit_queue) == [b]         # b waits, its KV still on p
+    kv_landed(p, t, a)
+    assert p.kv_used == 200                                         # b's KV is p's queue
+    run = form_batch(t, BatchingConfig())
+    decode_tokens(t, run.decoding, k=2)                             # a finishes: 203 tokens freed
+    assert admit_freed(s, t) == [b] and b.phase is Phase.HANDOFF    # pulled, not queued for a prefill
+    assert p.queued_prompt_tokens == 0 and t.kv_used == 203

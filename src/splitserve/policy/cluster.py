@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Protocol
 
-from .state import Machine, Pool, Request
+from .state import Machine, Phase, Pool, Request
 from .transitions import admit_waiting, check_fits, enqueue_prompt, reserve_decode
 
 
@@ -34,6 +34,8 @@ class RoutingConfig:
     token_queue_threshold: int = 0       # queued decode tokens (waiting for KV memory) beyond which
                                          # a token machine is full
     mixed_pool: bool = True              # allow overflow into the mixed pool and borrowing
+    kv_pull: bool = False                # DistServe: the token machine pulls a prefilled request's
+                                         # KV when it has memory (else it reserves before the prefill)
 
 
 _pending = attrgetter("pending")        # pending tokens: the JSQ queue length
@@ -66,26 +68,39 @@ def moves_kv(r: Request) -> bool:
     return r.prompt_machine != r.token_machine and r.output_tokens > 1
 
 
-def admit(cls: ClusterScheduler, r: Request) -> bool:
+def admit(cls: ClusterScheduler, r: Request, pull: bool = False) -> bool:
     """A request arrives: route it, check it can ever fit, reserve its KV on its token machine and
     queue its prompt. False: it waits for KV memory on its token machine, holding nothing
-    (admit_freed queues its prompt later). DoesNotFit when a machine could never hold it."""
+    (admit_freed queues its prompt later). DoesNotFit when a machine could never hold it.
+    With `pull` (RoutingConfig.kv_pull, DistServe's pull): its prompt is queued at once and its
+    token machine reserves its KV only when the prefill is done (`pull_kv`)."""
     p, t = cls.route(r)
     r.prompt_machine, r.token_machine = p.id, t.id
     if r.kv_need > p.kv_capacity or r.kv_need > t.kv_capacity:
         check_fits(p, r)
         check_fits(t, r)
-    if not moves_kv(r) or reserve_decode(t, r):
+    if not moves_kv(r) or pull or reserve_decode(t, r):
         enqueue_prompt(p, r)
         return True
     return False
 
 
+def pull_kv(t: Machine, r: Request) -> bool:
+    """Pull: `r`'s prefill is done (HANDOFF) and its KV waits on its prompt machine, whose memory is
+    the queue. True: its token machine `t` has reserved memory and takes the KV now; False: `r`
+    waits in `t`'s admit queue (FCFS) until admit_freed hands it over. Token machines never wait on
+    prompt machines, so no two machines wait on each other (with no mixed pool: config.py)."""
+    return reserve_decode(t, r)
+
+
 def admit_freed(cls: ClusterScheduler, m: Machine) -> list[Request]:
     """KV memory was freed on `m`: the waiters it admits, each queued on the prompt machine chosen
-    now, by the load of this moment."""
+    now, by the load of this moment; a waiter already prefilled (pull, in HANDOFF) is not queued:
+    the caller moves its KV now."""
     admitted = admit_waiting(m)
     for r in admitted:
+        if r.phase is Phase.HANDOFF:
+            continue
         p = cls.pick_prompt(r)
         r.prompt_machine = p.id
         enqueue_prompt(p, r)

@@ -51,7 +51,11 @@ class Option:
     name: str
     path: str
     help: str
-    flag: bool = False   # a boolean switch that turns the setting off (--no-...)
+    flag: bool = False   # a boolean switch: --no-... turns the setting off, any other name turns it on
+
+    def given(self, on: bool) -> Any:
+        """The setting when the switch is (not) on the command line."""
+        return not on if self.name.startswith("no-") else on
 
     def default(self) -> Any:
         obj = PolicyConfig()
@@ -82,6 +86,10 @@ OPTIONS = (
            "Decode tokens waiting for KV memory beyond which a token machine is full."),
     Option("no-mixed-pool", "routing.mixed_pool", "No mixed pool: no overflow, no borrowing of machines.",
            flag=True),
+    Option("kv-pull", "routing.kv_pull",
+           "DistServe's pull: a token machine takes a prefilled prompt's KV when it has memory, the prompt "
+           "machine holding it meanwhile (default: reserve token-side memory before the prefill). Needs "
+           "--no-mixed-pool; simulated only.", flag=True),
     Option("layerwise-threshold", "layerwise_threshold",
            "Prompt-batch tokens from which KV moves layer by layer, overlapped with the prompt (else in one shot)."),
 )
@@ -108,7 +116,7 @@ def policy_options(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(**kw):
-        values = {o.path: (not kw.pop(o.name.replace("-", "_"))) if o.flag else kw.pop(o.name.replace("-", "_"))
+        values = {o.path: o.given(kw.pop(o.name.replace("-", "_"))) if o.flag else kw.pop(o.name.replace("-", "_"))
                   for o in OPTIONS}
         return command(policy=make_policy(values), **kw)
 
@@ -143,6 +151,9 @@ def make_policy(values: dict[str, Any]) -> PolicyConfig:
                     (r.token_queue_threshold >= 0, f"--token-queue-threshold must be >= 0, got {r.token_queue_threshold}"),
                     (r.overflow_rule in ("authors", "queued"),
                      f"--overflow-rule must be authors or queued, got {r.overflow_rule!r}"),
+                    (not (r.kv_pull and r.mixed_pool),
+                     "--kv-pull needs --no-mixed-pool: a mixed machine that both holds prefilled KV and "
+                     "waits for memory could wait on another doing the same"),
                     (cfg.layerwise_threshold >= 0,
                      f"--layerwise-threshold must be >= 0, got {cfg.layerwise_threshold}")):
         if not ok:
@@ -158,7 +169,7 @@ def cli_args(cfg: PolicyConfig) -> list[str]:
         for part in o.path.split("."):
             v = getattr(v, part)
         if o.flag:
-            args += [] if v else [f"--{o.name}"]
+            args += [f"--{o.name}"] if o.given(True) == v else []
         else:
             args += [f"--{o.name}", str(v)]
     return args

@@ -120,6 +120,9 @@ class ServeConfig:
         lim = self.limits
         if min(lim.max_body_bytes, lim.max_stop_strings, lim.max_stop_chars) < 1:
             raise UserError("--max-body-mb, --max-stop-strings and --max-stop-chars must be positive")
+        if self.policy.routing.kv_pull:
+            raise UserError("--kv-pull is simulated only: the live router reserves token-side KV before the "
+                            "prefill (push); leave --kv-pull out of serve")
         if self.max_queue < 1:
             raise UserError("--max-queue must be at least 1")
         if not 0 <= self.port < 65536:

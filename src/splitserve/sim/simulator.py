@@ -20,7 +20,7 @@ from ..instance import instance_spec
 from ..designs import ClusterSpec
 from ..errors import UserError
 from ..perf import make_perf_model
-from ..policy.cluster import JSQScheduler, SplitwiseScheduler, admit, admit_freed
+from ..policy.cluster import JSQScheduler, SplitwiseScheduler, admit, admit_freed, pull_kv
 from ..policy.config import PolicyConfig
 from ..policy.kv_transfer import TransferMode, choose_mode
 from ..policy.machine import Batch, finish_iteration, form_batch
@@ -105,6 +105,7 @@ class Simulation:
             self.ref, _ = make_perf_model(model, load_hardware(REFERENCE_HARDWARE), None, cfg.profile)
         self.host = cfg.machine
         self.trace = cfg.trace
+        self.pull = cfg.policy.routing.kv_pull
         if self.trace is not None:
             self.trace.name_machines(self.machines)
         self.path_s = cfg.machine.request_overhead if cfg.machine is not None else 0.0  # front end, to the client
@@ -146,7 +147,7 @@ class Simulation:
         ref = self.ref
         r.ref_tbt = ref.token_time(1, r.prompt_tokens + n // 2)
         try:
-            queued = admit(self.cls, r)
+            queued = admit(self.cls, r, self.pull)
         except DoesNotFit as e:
             raise UserError(f"{e} ({self.machines[r.token_machine].hardware}, {self.model.name}); use larger "
                             f"machines, a smaller model or shorter requests") from None
@@ -275,8 +276,11 @@ class Simulation:
             self._start(m, now)
 
     def _handoff(self, p: Machine, r: Request, start: float, end: float, layerwise: bool) -> None:
-        """Prefill of `r` done on prompt machine `p`: send its KV to its token machine."""
+        """Prefill of `r` done on prompt machine `p`: send its KV to its token machine (with pull,
+        once that one has memory for it: policy/cluster.py pull_kv; else _freed sends it later)."""
         t = self.machines[r.token_machine]
+        if not r.kv_on_token_machine and not pull_kv(t, r):
+            return
         link = self._link(p, t)
         nbytes = r.prompt_tokens * self.kv_bytes
         mt = self.metrics
@@ -308,7 +312,9 @@ class Simulation:
         if m.admit_queue:
             for r in admit_freed(self.cls, m):
                 p = self.machines[r.prompt_machine]
-                if not p.busy:
+                if r.phase is Phase.HANDOFF:  # pulled: its KV leaves its prompt machine now
+                    self._handoff(p, r, now, now, False)
+                elif not p.busy:
                     self._start(p, now)
         if not m.busy:
             self._start(m, now)
