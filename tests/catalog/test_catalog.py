@@ -1,6 +1,7 @@
 """Catalog: data files load into typed specs; KV sizes and capacities match hand arithmetic."""
 
 import re
+from dataclasses import replace
 from importlib import resources
 
 import pytest
@@ -19,9 +20,9 @@ from splitserve.errors import UserError
 
 
 def test_names():
-    assert hardware_names() == ["dgx-a100", "dgx-h100", "dgx-h100-cap", "dgx-h200"]
+    assert hardware_names() == ["dgx-a100", "dgx-h100", "dgx-h100-cap", "dgx-h200", "dgx-l40s"]
     assert model_names() == ["bloom-176b", "codellama-34b", "llama2-13b", "llama2-70b", "llama2-7b", "llama3-70b",
-                             "llama3-8b", "opt-13b", "opt-175b", "opt-66b"]
+                             "llama3-8b", "mixtral-8x7b", "opt-13b", "opt-175b", "opt-66b"]
     for n in hardware_names():
         assert isinstance(load_hardware(n), HardwareSpec)
     for n in model_names():
@@ -67,6 +68,60 @@ def test_opt_params_match_shapes():
         assert m.kv_heads == m.heads and m.heads * m.head_dim == h and f == 4 * h
 
 
+def test_mixtral_params_match_shapes_and_the_published_sizes():
+    m = load_model("mixtral-8x7b")
+    assert (m.experts, m.experts_per_token, m.intermediate) == (8, 2, 14336)
+    h, kvd = m.hidden, m.kv_heads * m.head_dim
+    attn = 2 * h * h + 2 * h * kvd                 # q, o; k, v (grouped-query)
+    expert = 3 * h * m.intermediate                # one SwiGLU expert of one layer
+    per_layer_rest = attn + h * m.experts + 2 * h  # + router (no bias) + 2 RMSNorms
+    outside = 2 * m.vocab * h + h                  # untied embeddings, final norm
+    total = m.layers * (per_layer_rest + 8 * expert) + outside
+    active = m.layers * (per_layer_rest + 2 * expert) + outside
+    assert m.params == total == 46_702_792_704
+    assert m.active_params == active == 12_879_925_248
+    assert m.expert_params == m.layers * 8 * expert and m.params_per_expert == m.layers * expert
+    assert m.shared_params == m.layers * per_layer_rest + outside
+    # Mistral AI's published 46.7B total and 12.9B active, within 1%
+    assert abs(m.params / 46.7e9 - 1) < 0.01
+    assert abs(m.active_params / 12.9e9 - 1) < 0.01
+    assert m.weight_bytes == 2 * total             # every expert is held
+    assert m.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2   # MoE does not change the KV cache
+
+
+def test_dense_models_have_no_experts():
+    for name in model_names():
+        m = load_model(name)
+        if m.name == "mixtral-8x7b":
+            continue
+        assert (m.experts, m.experts_per_token, m.is_moe) == (1, 1, False)
+        assert m.active_params == m.shared_params == m.params and m.expert_params == 0
+
+
+def test_moe_fields_are_checked():
+    m = load_model("mixtral-8x7b")
+    with pytest.raises(ValueError, match="experts_per_token"):
+        replace(m, experts_per_token=9)
+    with pytest.raises(ValueError, match="experts_per_token"):
+        replace(m, experts_per_token=0)
+    with pytest.raises(ValueError, match="must exceed"):
+        replace(m, params=m.expert_params)         # nothing left for attention and embeddings
+    # the twin builds dense specs without knowing their parameter count
+    assert replace(load_model("llama2-7b"), params=0).active_params == 0
+
+
+def test_kv_capacity_counts_every_expert():
+    m, hw = load_model("mixtral-8x7b"), load_hardware("dgx-a100")
+    usable = 8 * 80e9 * 0.9
+    weights = 2 * 46_702_792_704                   # all 8 experts, not the 2 active ones
+    # reserve: 32,768 tokens of (2*4096 + (32 + 2*8)*128/8 + 2*14336/8) bf16 values, 8 GPUs
+    per_token = (2 * 4096 + 48 * 128 // 8 + 2 * 14336 // 8) * 2
+    reserve = 8 * 32768 * per_token
+    assert activation_reserve_bytes(m, 8) == reserve
+    expected = int((usable - weights - reserve) // 131_072)
+    assert kv_capacity_tokens(m, hw) == expected == 3_631_727
+
+
 def test_kv_capacity_llama2_70b_dgx_a100_by_hand():
     usable = 8 * 80e9 * 0.9                                   # 576 GB
     weights = 2 * 68_976_648_192                              # 137.95 GB
@@ -110,6 +165,36 @@ def test_hardware_numbers_follow_the_paper():
         "a100-80gb", "h100-80gb", "h100-80gb-pcap", None)
     assert all(load_hardware(n).gpus == 8 for n in hardware_names())
     assert h200.hbm_gb == 141.0 and h200.hbm_bw_gbs > h100.hbm_bw_gbs
+
+
+def test_every_hardware_entry_loads_with_its_links():
+    for n in hardware_names():
+        hw = load_hardware(n)
+        assert hw.gpus == 8 and hw.nvlink_latency_s > 0 and hw.nvlink_gbs > 0
+        assert hw.link_bytes_per_s == hw.nvlink_gbs * 1e9 / 2     # one direction
+        assert hw.power_kw == pytest.approx(hw.gpus * hw.gpu_tdp_w * hw.machine_power_frac / 1e3)
+        ref = hw.roofline.fitted_on
+        assert ref in ("", "dgx-a100", "dgx-h100")
+        if ref:   # borrowed constants: the overheads of the machine they were fitted on
+            fitted = load_hardware(ref).roofline
+            assert replace(hw.roofline, fitted_on="", prompt_cap_slowdown=1.0) == fitted
+    nv = {load_hardware(n).nvlink_latency_s for n in hardware_names() if n != "dgx-l40s"}
+    assert nv == {0.47e-6}                                          # NCCL's NVLink ring step
+    assert load_hardware("dgx-h200").roofline.fitted_on == "dgx-h100"
+
+
+def test_l40s_machine():
+    l40s, a100 = load_hardware("dgx-l40s"), load_hardware("dgx-a100")
+    assert (l40s.gpu, l40s.hbm_gb, l40s.hbm_bw_gbs, l40s.bf16_tflops) == ("L40S-48GB", 48.0, 864.0, 362.05)
+    assert l40s.nvlink_gbs == 64.0 and l40s.link_bytes_per_s == 32e9  # PCIe Gen4 x16, each way
+    assert l40s.nvlink_latency_s == 1.0e-6                            # NCCL's PCI ring step
+    assert l40s.gpu_tdp_w == 350.0 and l40s.power_kw == pytest.approx(2.8)
+    assert l40s.cost_per_hour == 8 * 2.25 and l40s.profile_name is None
+    assert l40s.roofline.fitted_on == "dgx-a100"
+    assert replace(l40s.roofline, fitted_on="") == a100.roofline
+    # llama2-70b fits on 8 x 48 GB, with less room for KV than on the A100s
+    kv = kv_capacity_tokens(load_model("llama2-70b"), l40s)
+    assert 0 < kv < kv_capacity_tokens(load_model("llama2-70b"), a100)
 
 
 @pytest.mark.parametrize("filename", ["hardware.toml", "models.toml"])

@@ -52,6 +52,8 @@ class RooflineCalibration:
     token_layer_overhead_s: float    # fixed cost per layer of one decode iteration
     token_seq_layer_overhead_s: float  # extra decode cost per layer per request in the batch
     prompt_cap_slowdown: float       # prompt-phase slowdown from the GPU power cap (1 = uncapped)
+    fitted_on: str = ""              # machine whose profile the overheads were fitted to ("" = this
+                                     # one): their tensor-parallel all-reduces ran on ITS links
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,9 @@ class HardwareSpec:
     hbm_gb: float            # per GPU, 1e9 bytes
     hbm_bw_gbs: float        # per GPU, 1e9 bytes/s
     bf16_tflops: float       # per GPU, dense (no sparsity), 1e12 FLOP/s
-    nvlink_gbs: float        # per GPU, total NVLink bandwidth, 1e9 bytes/s
+    nvlink_gbs: float        # per GPU, total GPU-to-GPU bandwidth, both directions together, 1e9
+                             # bytes/s: NVLink, or PCIe on a machine without NVLink
+    nvlink_latency_s: float  # per step of a ring collective between two GPUs of the machine, s
     ib_gbs: float            # per machine, inter-machine bandwidth usable by one KV transfer, 1e9 B/s
     cost_per_hour: float     # $ per machine-hour
     power_kw: float          # provisioned power of the machine (GPUs), kW
@@ -84,6 +88,12 @@ class HardwareSpec:
         return self.ib_gbs * 1e9
 
     @property
+    def link_bytes_per_s(self) -> float:
+        """GPU-to-GPU bandwidth one way (half of `nvlink_gbs`, which counts both directions): what a
+        ring collective's step moves per second, each GPU sending and receiving at once."""
+        return self.nvlink_gbs * 1e9 / 2.0
+
+    @property
     def power_cap_w(self) -> float:
         """Most the machine's GPUs may draw together: cap * TDP * gpus."""
         return self.power_cap_frac * self.gpu_tdp_w * self.gpus
@@ -91,7 +101,12 @@ class HardwareSpec:
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """Shape of a decoder-only transformer."""
+    """Shape of a decoder-only transformer, dense or mixture of experts (MoE).
+
+    An MoE model (`experts` > 1) replaces every layer's MLP by `experts` SwiGLU MLPs of width
+    `intermediate` (three hidden x intermediate matrices each) and a router; each token runs
+    `experts_per_token` of them. `params` counts every expert; `active_params` what one token uses.
+    """
 
     name: str
     layers: int
@@ -99,11 +114,29 @@ class ModelSpec:
     heads: int
     kv_heads: int
     head_dim: int
-    intermediate: int
+    intermediate: int        # MLP width; an MoE model's width of ONE expert
     vocab: int
-    params: int
+    params: int              # all weights, every expert included
     max_context: int
     dtype_bytes: int
+    experts: int = 1                 # MLPs per layer (1 = dense)
+    experts_per_token: int = 1       # MLPs each token runs (top-k routing)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.experts_per_token <= self.experts:
+            raise ValueError(
+                f"model {self.name!r}: need 1 <= experts_per_token ({self.experts_per_token}) "
+                f"<= experts ({self.experts})"
+            )
+        if self.experts > 1 and self.params <= self.expert_params:
+            raise ValueError(
+                f"model {self.name!r}: params {self.params} must exceed the experts' "
+                f"{self.expert_params} (attention, embeddings and router come on top)"
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -112,7 +145,29 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> int:
+        """Every weight, all experts included (what the GPUs must hold)."""
         return self.params * self.dtype_bytes
+
+    @property
+    def params_per_expert(self) -> int:
+        """One expert's SwiGLU MLP summed over the layers: layers * 3 * hidden * intermediate.
+        0 for a dense model (its MLP counts as shared, not as an expert)."""
+        return 3 * self.layers * self.hidden * self.intermediate if self.is_moe else 0
+
+    @property
+    def expert_params(self) -> int:
+        """All experts of all layers: experts * params_per_expert (0 for a dense model)."""
+        return self.experts * self.params_per_expert
+
+    @property
+    def shared_params(self) -> int:
+        """Weights every token uses: embeddings, attention, norms, router (all of a dense model)."""
+        return self.params - self.expert_params
+
+    @property
+    def active_params(self) -> int:
+        """Weights one token computes with: shared + experts_per_token experts (params if dense)."""
+        return self.shared_params + self.experts_per_token * self.params_per_expert
 
 
 # ----------------------------------------------------------------------------- loading
@@ -124,18 +179,20 @@ def _read_toml(filename: str) -> dict[str, Any]:
 
 
 def _build(
-    cls: type, name: str, table: dict[str, Any], optional: frozenset[str] = frozenset()
+    cls: type, name: str, table: dict[str, Any], defaults: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Constructor arguments of `cls` from a TOML table, refusing missing or unknown keys."""
+    """Constructor arguments of `cls` from a TOML table, refusing missing or unknown keys;
+    a key of `defaults` may be left out and then takes its value from there."""
+    defaults = defaults or {}
     wanted = {f.name for f in fields(cls)} - {"name", "roofline"}
     given = set(table)
-    missing = wanted - given - optional
+    missing = wanted - given - set(defaults)
     unknown = given - wanted - {"roofline"}
     if missing or unknown:
         raise ValueError(
             f"catalog entry {name!r}: missing {sorted(missing)}, unknown {sorted(unknown)}"
         )
-    return {k: table.get(k) for k in wanted}
+    return {k: table[k] if k in table else defaults[k] for k in wanted}
 
 
 @lru_cache(maxsize=1)
@@ -143,13 +200,14 @@ def _hardware_table() -> dict[str, HardwareSpec]:
     raw = _read_toml("hardware.toml")
     out: dict[str, HardwareSpec] = {}
     for name, table in raw.items():
-        kwargs = _build(HardwareSpec, name, table, optional=frozenset({"profile_name"}))
+        kwargs = _build(HardwareSpec, name, table, defaults={"profile_name": None})
         if "roofline" not in table:
             raise ValueError(f"catalog entry {name!r}: missing [roofline] table")
         rf = table["roofline"]
         rf_names = {f.name for f in fields(RooflineCalibration)}
-        if set(rf) != rf_names:
-            raise ValueError(f"catalog entry {name!r}: roofline keys must be {sorted(rf_names)}")
+        if not rf_names - {"fitted_on"} <= set(rf) <= rf_names:
+            raise ValueError(f"catalog entry {name!r}: roofline keys must be {sorted(rf_names)} "
+                             f"(fitted_on optional)")
         spec = HardwareSpec(name=name, roofline=RooflineCalibration(**rf), **kwargs)
         rule_kw = spec.gpus * spec.gpu_tdp_w * spec.machine_power_frac / 1000.0
         if abs(spec.power_kw - rule_kw) > 1e-9:
@@ -158,13 +216,24 @@ def _hardware_table() -> dict[str, HardwareSpec]:
                 f"machine_power_frac / 1000 = {rule_kw}"
             )
         out[name] = spec
+    for name, spec in out.items():
+        ref = spec.roofline.fitted_on
+        if ref and (ref not in out or out[ref].roofline.fitted_on or out[ref].gpus != spec.gpus):
+            raise ValueError(
+                f"catalog entry {name!r}: roofline fitted_on {ref!r} must name a machine with "
+                f"its own fit and the same GPU count"
+            )
     return out
 
 
 @lru_cache(maxsize=1)
 def _model_table() -> dict[str, ModelSpec]:
     raw = _read_toml("models.toml")
-    return {name: ModelSpec(name=name, **_build(ModelSpec, name, t)) for name, t in raw.items()}
+    dense = {"experts": 1, "experts_per_token": 1}   # MoE keys: optional, dense by default
+    return {
+        name: ModelSpec(name=name, **_build(ModelSpec, name, t, defaults=dense))
+        for name, t in raw.items()
+    }
 
 
 def hardware_names() -> list[str]:
