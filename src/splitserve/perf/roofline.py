@@ -1,48 +1,102 @@
 """Analytical (roofline) performance model from model shape and hardware spec.
 
 For one model instance on `tp` GPUs of a machine, with P = tp * peak dense bf16 FLOP/s,
-BW = tp * HBM bytes/s, L layers, W weight bytes, kv KV bytes per token, and the fitted constants
-of `hw.roofline` (see docs/perf-model.md for the fit and its error):
+BW = tp * HBM bytes/s, L layers, W weight bytes (every expert of an MoE model), A active
+parameters (= params for a dense model), kv KV bytes per token, and the fitted constants of
+`hw.roofline` (see docs/perf-model.md for the fit and its error):
 
-  prompt_time(T) = s_cap * (L * o_p + max(F_p(T) / (P * mfu(T)), (W + T * kv) / (BW * mbu)))
-      F_p(T) = 2 * params * T + 2 * L * heads * head_dim * T^2
-          dense matmuls, plus causal attention (QK^T and AV, each T^2/2 * head_dim per head)
-          over ONE prompt of T tokens: an upper bound when T is several shorter prompts,
+  prompt_time(T) = s_cap * (L * o_p + D0 + max(F_p(T) / (P * mfu(T)) + D1 * T,
+                                              (W + T * kv) / (BW * mbu) + max(D1, 0) * T))
+      F_p(T) = 2 * A * T + 2 * L * heads * head_dim * T^2
+          matmuls of the active weights, plus causal attention (QK^T and AV, each T^2/2 * head_dim
+          per head) over ONE prompt of T tokens: an upper bound when T is several shorter prompts,
           < 2% of F_p for llama2-70b up to T = 2048 (Splitwise's prompt batch cap).
       1 / mfu(T) = 1 / mfu + (1 / mfu_large - 1 / mfu) * T / (T + T_knee)
           prompt throughput peaks near 2048 batched tokens and then falls (paper Fig. 6a); the
           profile's power columns reach TDP at the same size (paper Fig. 8a), so we model the
           large-batch loss as a lower, power-limited MFU.
+      A prefill reads every weight (all experts) once.
       s_cap: prompt-phase slowdown under a GPU power cap (paper Fig. 9a; 1.0 uncapped).
-  token_time(b, C) = L * (o_t + b * o_s) + max(F_d / (P * mfu), (W + C * kv) / (BW * mbu))
-      F_d = 2 * params * b + 4 * L * heads * head_dim * C     (matmuls + attention over C)
-      W + C * kv: every weight and every cached K/V byte is read once per iteration.
-      L * o_t: per-layer fixed cost (kernel launches, tensor-parallel all-reduces);
+  token_time(b, C) = L * o_t + D0 + max(L * o_s + D1, 0) * b
+                     + max(F_d / (P * mfu), (W_b + C * kv) / (BW * mbu))
+      F_d = 2 * A * b + 4 * L * heads * head_dim * C     (matmuls + attention over C)
+      W_b = shared weights + expert weights * (1 - (1 - k/E)^b): each of the b tokens picks k of
+          E experts per layer, uniformly, so a layer touches E (1 - (1 - k/E)^b) distinct experts
+          in expectation (k experts at b = 1, all E as b grows); dense: W_b = W.
+      L * o_t: per-layer fixed cost (kernel launches, the tp-G all-reduces of the fit);
       L * b * o_s: per-layer, per-request cost (attention kernels, sampling bookkeeping).
       The power cap does not slow decoding (paper Fig. 9b; the profile agrees).
+  D0 + D1 * n: tensor-parallel communication of a pass over n tokens, as a DIFFERENCE from what
+      the fitted overheads hold. They were fitted at tp = G, the GPU count of the machine in
+      `calibration.fitted_on` (this one if empty), with ep 1, so they contain 2 ring all-reduces
+      per layer on that machine's links. With t_ar(g, x) = 2 (g-1) alpha + 2 (g-1)/g * x / link,
+      t_a2a(e, x) = (e-1) alpha + x / link (alpha = hw.nvlink_latency_s, link = one direction of
+      hw.nvlink_gbs) and x_n = n * hidden * dtype_bytes:
+          D0 + D1 n = L * (comm(tp, ep) - 2 t_ar_fit(G, x_n))
+          comm = 2 t_ar(tp, x_n)                                    ep = 1 (dense: always)
+               = t_ar(tp, x_n) + 2 t_a2a(ep, k x_n (ep-1)/ep)        MoE, ep = tp > 1
+      0.0 exactly at tp = G on the fitted machine's links (every fitted prediction unchanged),
+      negative below. A saving per token comes off the compute side of a prefill and off o_s
+      (never below 0) in decode, so both stay monotone.
   mixed_time: the same composition rule as ProfilePerfModel.
 
-C is the KV tokens of the whole batch. Calls are O(1) pure-Python float arithmetic, measured
-with `python -m timeit` on the development machine (AMD EPYC, Python 3.11.7): prompt_time
-0.31 us, token_time 0.24 us, mixed_time 0.62 us per call.
+C is the KV tokens of the whole batch. Calls are O(1) pure-Python float arithmetic, no allocation
+beyond the float results; every constant is precomputed in __init__. Measured with `timeit` on the
+development machine (AMD EPYC, Python 3.11.7, 2 cores shared with other jobs; best of 40
+interleaved rounds of 100k calls, the code before and after these terms side by side; llama2-70b
+on dgx-a100 at tp 8), before -> after the MoE and communication terms: prompt_time 0.15 -> 0.17 us,
+token_time 0.12 -> 0.12 us, mixed_time 0.35 -> 0.39 us per call; an MoE model (mixtral-8x7b,
+ep 8, one float power more) 0.17 / 0.16 / 0.42 us. (`python -m timeit` before the change, best
+of 5: 0.16 / 0.13 / 0.38 us; the 0.31 / 0.24 / 0.62 us quoted here earlier were measured at
+another time, under other load, on the same kind of machine.)
 """
 
 from __future__ import annotations
 
-from splitserve.catalog import HardwareSpec, ModelSpec, RooflineCalibration
+from splitserve.catalog import HardwareSpec, ModelSpec, RooflineCalibration, load_hardware
 from splitserve.errors import UserError
 from .mixed import MixedBatching
 
-__all__ = ["RooflinePerfModel"]
+__all__ = ["RooflinePerfModel", "allreduce_time", "alltoall_time"]
 
 MIN_TIME_S = 1e-5
 
 
+def allreduce_time(gpus: int, nbytes: float, latency_s: float, link_bytes_per_s: float) -> float:
+    """Ring all-reduce of `nbytes` (the tensor each GPU holds) over `gpus` GPUs:
+    2 (gpus - 1) steps of latency_s, each GPU sending 2 (gpus - 1) / gpus * nbytes one way
+    (ring reduce-scatter + ring all-gather; Thakur, Rabenseifner & Gropp 2005). 0 for one GPU."""
+    return 2 * (gpus - 1) * latency_s + 2 * (gpus - 1) / gpus * nbytes / link_bytes_per_s
+
+
+def alltoall_time(gpus: int, nbytes: float, latency_s: float, link_bytes_per_s: float) -> float:
+    """Pairwise-exchange all-to-all in which each GPU sends (and receives) `nbytes` in all:
+    gpus - 1 steps of latency_s plus nbytes one way (Thakur et al. 2005). 0 for one GPU."""
+    return (gpus - 1) * latency_s + (nbytes / link_bytes_per_s if gpus > 1 else 0.0)
+
+
+def _comm_per_layer(model: ModelSpec, gpus: int, ep: int, latency_s: float,
+                    link_bytes_per_s: float) -> tuple[float, float]:
+    """Tensor-parallel communication of one layer as (fixed s, s per token in the pass): the
+    all-reduces after attention and after the MLP; with expert parallelism (ep > 1) the MoE MLP's
+    all-reduce becomes a dispatch and a combine all-to-all of k copies of each token, the
+    (ep - 1) / ep of them whose expert sits on another GPU."""
+    x = float(model.hidden * model.dtype_bytes)          # bytes per token of one activation
+    ar0 = allreduce_time(gpus, 0.0, latency_s, link_bytes_per_s)
+    ar1 = allreduce_time(gpus, x, 0.0, link_bytes_per_s)
+    if ep == 1:
+        return 2.0 * ar0, 2.0 * ar1
+    y = model.experts_per_token * x * (ep - 1) / ep
+    a2a0 = alltoall_time(ep, 0.0, latency_s, link_bytes_per_s)
+    a2a1 = alltoall_time(ep, y, 0.0, link_bytes_per_s)
+    return ar0 + 2.0 * a2a0, ar1 + 2.0 * a2a1
+
+
 class RooflinePerfModel(MixedBatching):
     __slots__ = (
-        "source", "model", "hw", "tp", "calibration",
-        "_s_cap", "_o_p", "_pa1", "_pa2", "_inv_mfu", "_inv_drop", "_knee", "_pm0", "_pm1",
-        "_o_t", "_o_seq", "_da1", "_da2", "_dm0", "_dm1",
+        "source", "model", "hw", "tp", "ep", "calibration",
+        "_s_cap", "_o_p", "_c_p", "_pa1", "_pa2", "_inv_mfu", "_inv_drop", "_knee", "_pm0", "_pm1",
+        "_o_t", "_o_seq", "_da1", "_da2", "_dm0", "_dm1", "_dmq", "_q", "_comm0", "_comm1",
     )
 
     def __init__(
@@ -51,11 +105,20 @@ class RooflinePerfModel(MixedBatching):
         hw: HardwareSpec,
         tp: int | None = None,
         calibration: RooflineCalibration | None = None,
+        ep: int = 1,
     ) -> None:
         if tp is None:
             tp = hw.gpus
         if not 1 <= tp <= hw.gpus:
             raise UserError(f"tensor parallel {tp} must be between 1 and {hw.gpus} on {hw.name}")
+        # ep < tp would split each expert over tp / ep GPUs, which needs an all-reduce inside
+        # each expert group on top of the all-to-alls: not modelled, so refused
+        if ep != 1 and not (model.is_moe and ep == tp and model.experts % ep == 0):
+            raise UserError(
+                f"expert parallel {ep} needs a mixture-of-experts model, must equal tensor "
+                f"parallel {tp} (experts spread over all the instance's GPUs) and divide "
+                f"{model.name}'s {model.experts} experts"
+            )
         c = hw.roofline if calibration is None else calibration
         if not (0.0 < c.mfu_large <= c.mfu <= 1.0 and 0.0 < c.mbu <= 1.0
                 and c.mfu_knee_tokens > 0.0 and c.prompt_cap_slowdown > 0.0):
@@ -64,37 +127,57 @@ class RooflinePerfModel(MixedBatching):
                 f"0 < mfu_large <= mfu <= 1, 0 < mbu <= 1, mfu_knee_tokens > 0)"
             )
         self.source = "roofline"
-        self.model, self.hw, self.tp, self.calibration = model, hw, tp, c
+        self.model, self.hw, self.tp, self.ep, self.calibration = model, hw, tp, ep, c
         peak = tp * hw.bf16_tflops * 1e12               # FLOP/s
         bw = tp * hw.hbm_bw_gbs * 1e9 * c.mbu           # achieved bytes/s
         layers = model.layers
         attn = layers * model.heads * model.head_dim
-        w = float(model.weight_bytes)
+        active = float(model.active_params)             # = params for a dense model
+        w = float(model.weight_bytes)                   # every expert
         kv = float(model.kv_bytes_per_token)
+        # all-reduce difference from the fit: the overheads were fitted at tp = the fitted
+        # machine's GPU count, ep 1, so they already hold that many GPUs' all-reduces on its links
+        ref = load_hardware(c.fitted_on) if c.fitted_on else hw
+        now0, now1 = _comm_per_layer(model, tp, ep, hw.nvlink_latency_s, hw.link_bytes_per_s)
+        fit0, fit1 = _comm_per_layer(model, ref.gpus, 1, ref.nvlink_latency_s,
+                                     ref.link_bytes_per_s)
+        self._comm0 = layers * (now0 - fit0)            # s per iteration (0.0 at the fit's tp)
+        self._comm1 = layers * (now1 - fit1)            # s per token in the pass
         # prompt: compute = (pa1 + pa2 T) T (inv_mfu + inv_mfu_drop T / (T + knee))
         self._s_cap = c.prompt_cap_slowdown
-        self._o_p = layers * c.prompt_layer_overhead_s
-        self._pa1 = 2.0 * model.params / peak
+        self._o_p = layers * c.prompt_layer_overhead_s + self._comm0
+        # per prompt token: extra communication (slower links or more GPUs than the fit) adds to
+        # the iteration, max(comp, mem) + c T = max(comp + c T, mem + c T); a saving (c < 0) can
+        # only come out of the per-token work the fit's all-reduces were part of, the compute side
+        # (off the memory side too, memory-bound prefills would shorten as they grow)
+        self._c_p = self._comm1                         # added to comp
+        c_mem = self._comm1 if self._comm1 > 0.0 else 0.0   # added to mem
+        self._pa1 = 2.0 * active / peak
         self._pa2 = 2.0 * attn / peak
         self._inv_mfu = 1.0 / c.mfu
         self._inv_drop = 1.0 / c.mfu_large - 1.0 / c.mfu
         self._knee = c.mfu_knee_tokens
-        self._pm0 = w / bw
-        self._pm1 = kv / bw
-        # decode: compute = da1 b + da2 C; memory = dm0 + dm1 C
-        self._o_t = layers * c.token_layer_overhead_s
-        self._o_seq = layers * c.token_seq_layer_overhead_s
-        self._da1 = 2.0 * model.params / (peak * c.mfu)
+        self._pm0 = w / bw                              # a prefill reads every weight once
+        self._pm1 = kv / bw + c_mem
+        # decode: compute = da1 b + da2 C; memory = dm0 - dmq q^b + dm1 C
+        self._o_t = layers * c.token_layer_overhead_s + self._comm0
+        o_seq = layers * c.token_seq_layer_overhead_s + self._comm1
+        self._o_seq = o_seq if o_seq > 0.0 else 0.0     # a saving stops at a free request
+        self._da1 = 2.0 * active / (peak * c.mfu)
         self._da2 = 4.0 * attn / (peak * c.mfu)
         self._dm0 = w / bw
         self._dm1 = kv / bw
+        # MoE: b tokens each picking k of E experts leave q^b of every expert untouched,
+        # q = 1 - k/E; those weights are not read (dense: dmq = 0, nothing subtracted)
+        self._q = 1.0 - model.experts_per_token / model.experts
+        self._dmq = model.expert_params * model.dtype_bytes / bw
 
     def prompt_time(self, tokens: int) -> float:
         if tokens <= 0:
             return 0.0
         comp = (self._pa1 + self._pa2 * tokens) * tokens * (
             self._inv_mfu + self._inv_drop * tokens / (tokens + self._knee)
-        )
+        ) + self._c_p * tokens
         mem = self._pm0 + self._pm1 * tokens
         t = self._s_cap * (self._o_p + (comp if comp > mem else mem))
         return t if t > MIN_TIME_S else MIN_TIME_S
@@ -106,8 +189,24 @@ class RooflinePerfModel(MixedBatching):
             context = 0
         comp = self._da1 * batch + self._da2 * context
         mem = self._dm0 + self._dm1 * context
+        if self._dmq:
+            mem -= self._dmq * self._q ** batch
         t = self._o_t + self._o_seq * batch + (comp if comp > mem else mem)
         return t if t > MIN_TIME_S else MIN_TIME_S
 
+    def decode_bytes(self, batch: int, context: int) -> float:
+        """Bytes one decode iteration reads: shared weights, the experts the batch touches
+        (expected E (1 - (1 - k/E)^b) of E per layer), and `context` tokens of K/V."""
+        m = self.model
+        touched = m.expert_params * (1.0 - self._q ** batch) if m.is_moe else 0.0
+        return (m.shared_params + touched) * m.dtype_bytes + context * m.kv_bytes_per_token
+
+    def comm_time(self, tokens: int) -> float:
+        """Tensor/expert-parallel communication of one pass over `tokens` tokens, as the
+        difference from what the fitted overheads hold (0 at the fit's tp, may be negative)."""
+        return self._comm0 + self._comm1 * tokens
+
     def __repr__(self) -> str:
-        return f"RooflinePerfModel(model={self.model.name!r}, hw={self.hw.name!r}, tp={self.tp})"
+        ep = f", ep={self.ep}" if self.ep != 1 else ""
+        return (f"RooflinePerfModel(model={self.model.name!r}, hw={self.hw.name!r}, "
+                f"tp={self.tp}{ep})")
