@@ -45,6 +45,9 @@ def simulate(
                                                    "(default: all its GPUs). -p/-t/-m then count instances.", rich_help_panel="Parallelism")] = None,
     pp: Annotated[Optional[int], typer.Option(help="Pipeline stages of each instance (default 1); an instance has "
                                                    "tp x pp GPUs and pays for them.", rich_help_panel="Parallelism")] = None,
+    ep: Annotated[Optional[int], typer.Option(help="Expert parallel degree of a mixture-of-experts model "
+                                                   "(equal to --tp: experts spread over the tensor-parallel GPUs, "
+                                                   "all-to-alls in place of the MLP all-reduce).", rich_help_panel="Parallelism")] = None,
     prompt_tp: Annotated[Optional[int], typer.Option(help="--tp of the prompt pool's instances.", rich_help_panel="Parallelism")] = None,
     prompt_pp: Annotated[Optional[int], typer.Option(help="--pp of the prompt pool's instances.", rich_help_panel="Parallelism")] = None,
     token_tp: Annotated[Optional[int], typer.Option(help="--tp of the token pool's instances.", rich_help_panel="Parallelism")] = None,
@@ -79,7 +82,7 @@ def simulate(
         design=design, prompt_machines=prompt_machines, token_machines=token_machines,
         machines=machines, model=model, workload=workload, rps=rps, duration=duration, seed=seed,
         arrivals=arrivals, profile=str(profile) if profile else None, policy=policy,
-        parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp),
+        parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp, ep),
         max_context=max_context, machine_profile=str(machine_profile) if machine_profile else None,
         memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace, goodput=goodput)
     if trace is not None:

@@ -36,6 +36,7 @@ class Parallelism:
     prompt_pp: int | None = None
     token_tp: int | None = None
     token_pp: int | None = None
+    ep: int | None = None      # expert parallel of every instance (mixture of experts; = its tp)
 
     def of(self, pool: Pool) -> tuple[int | None, int | None]:
         def pick(own: int | None, common: int | None) -> int | None:
@@ -117,7 +118,8 @@ def make_cluster(design: str, *, prompt_machines: Count | None = None,
     d = designs[design]
 
     def groups(flag: str, value: Count, kind: str, pool: Pool) -> tuple:
-        return tuple((make_instance(k, *parallel.of(pool)), pool, n) for k, n in parse_count(flag, value, kind))
+        return tuple((make_instance(k, *parallel.of(pool), parallel.ep), pool, n)
+                     for k, n in parse_count(flag, value, kind))
 
     if d.split:
         if machines is not None:

@@ -25,6 +25,7 @@ class Instance:
     tp: int               # tensor-parallel GPUs, within one machine
     pp: int = 1           # pipeline stages
     machine_gpus: int = 1  # GPUs of one machine of this kind
+    ep: int = 1           # expert parallel (a mixture of experts: experts spread over the tp GPUs)
 
     @property
     def gpus(self) -> int:
@@ -34,12 +35,12 @@ class Instance:
     def name(self) -> str:
         """The machine's name for the default instance (all GPUs of one machine, tensor parallel),
         else `hardware/tpNppM`."""
-        if self.pp == 1 and self.tp == self.machine_gpus:
+        if self.pp == 1 and self.tp == self.machine_gpus and self.ep == 1:
             return self.hardware
-        return f"{self.hardware}/tp{self.tp}pp{self.pp}"
+        return f"{self.hardware}/tp{self.tp}pp{self.pp}" + (f"ep{self.ep}" if self.ep > 1 else "")
 
 
-def make_instance(hardware: str, tp: int | None = None, pp: int | None = None) -> Instance:
+def make_instance(hardware: str, tp: int | None = None, pp: int | None = None, ep: int | None = None) -> Instance:
     """The instance of `tp` x `pp` GPUs of `hardware` (tp default: all GPUs of one machine; pp
     default 1); UserError names the option to fix."""
     hw = load_hardware(hardware)
@@ -50,7 +51,9 @@ def make_instance(hardware: str, tp: int | None = None, pp: int | None = None) -
                         f"use pipeline stages (--pp) to span machines")
     if pp < 1:
         raise UserError(f"pipeline stages must be at least 1, got {pp}")
-    return Instance(hardware, tp, pp, hw.gpus)
+    if ep is not None and ep < 1:
+        raise UserError(f"expert parallel must be at least 1, got {ep}")
+    return Instance(hardware, tp, pp, hw.gpus, ep or 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,3 +44,30 @@ def test_parallelism_per_pool_and_pro_rata_cost():
 def test_errors_name_what_to_fix(kw, msg):
     with pytest.raises(UserError, match=msg):
         make_cluster("baseline-a100", **kw)
+
+
+@pytest.mark.parametrize("model", ["llama2-7b", "llama2-13b", "codellama-34b", "llama2-70b", "opt-13b", "opt-66b",
+                                   "opt-175b", "bloom-176b", "mixtral-8x7b"])
+def test_every_model_runs_at_every_parallelism_that_holds_it(model):
+    """Each model of the seeds, every (tp, pp) of up to two A100 machines that holds its weights, split
+    and unsplit; mixtral with its experts spread over the tensor-parallel GPUs as well."""
+    from splitserve.catalog import kv_capacity_tokens, load_model
+
+    spec, hw = load_model(model), load_hardware("dgx-a100")
+    ran = 0
+    for tp in (1, 2, 4, 8):
+        for pp in (1, 2):
+            try:
+                kv_capacity_tokens(spec, hw, tp, 0.9, pp)
+            except UserError:
+                continue
+            eps = [None, tp] if spec.experts > 1 and spec.experts % tp == 0 and tp > 1 else [None]
+            for ep in eps:
+                par = Parallelism(tp=tp, pp=pp, ep=ep)
+                for kw in ({"design": "baseline-a100", "machines": 1},
+                           {"design": "splitwise-aa", "prompt_machines": 1, "token_machines": 1}):
+                    s = run_simulation(**kw, model=model, parallel=par, rps=1.0, duration=8, max_context=2048)
+                    assert s["completed"] == s["requests"] > 0
+                    assert s["cluster"]["gpus"] == tp * pp * (1 if "machines" in kw else 2)
+                    ran += 1
+    assert ran >= 4

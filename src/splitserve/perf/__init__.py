@@ -47,6 +47,7 @@ def make_perf_model(
     tp: int | None = None,
     profile: str | os.PathLike[str] | None = None,
     pp: int = 1,
+    ep: int = 1,
 ) -> tuple[PerfModel, PowerModel]:
     """The perf and power models for `model` on one `hw` machine at tensor parallel `tp`.
 
@@ -55,18 +56,18 @@ def make_perf_model(
     carry power measurements (AnalyticalPowerModel otherwise). Else a RooflinePerfModel and an
     AnalyticalPowerModel. The perf model's `source` says which: "profile:<path>" or "roofline".
     tp defaults to the machine's GPU count. With `pp` > 1 the perf model is a PipelinePerf over it
-    (perf/pipeline.py): `pp` stages of `tp` GPUs. A `profile` path that cannot be read is a UserError.
+    (perf/pipeline.py): `pp` stages of `tp` GPUs; `ep`: expert parallel (perf/roofline.py). A `profile` path that cannot be read is a UserError.
     """
     if tp is None:
         tp = hw.gpus
-    perf, power = _one_stage_group(model, hw, tp, profile)
+    perf, power = _one_stage_group(model, hw, tp, profile, ep)
     if pp > 1:
         from splitserve.perf.pipeline import PipelinePerf
         perf = PipelinePerf(perf, model, hw, tp, pp)
     return perf, power
 
 
-def _one_stage_group(model: ModelSpec, hw: HardwareSpec, tp: int, profile) -> tuple[PerfModel, PowerModel]:
+def _one_stage_group(model: ModelSpec, hw: HardwareSpec, tp: int, profile, ep: int = 1) -> tuple[PerfModel, PowerModel]:
     from splitserve.perf.power import AnalyticalPowerModel, ProfilePowerModel
     from splitserve.perf.profile import ProfilePerfModel, read_profile_rows
     from splitserve.perf.roofline import RooflinePerfModel
@@ -79,4 +80,4 @@ def _one_stage_group(model: ModelSpec, hw: HardwareSpec, tp: int, profile) -> tu
             perf = ProfilePerfModel.from_rows(rows, source=f"profile:{os.fspath(profile)}")
             power = ProfilePowerModel.from_rows(rows, hw, tp)
             return perf, (power if power.has_data else AnalyticalPowerModel(hw, tp))
-    return RooflinePerfModel(model, hw, tp), AnalyticalPowerModel(hw, tp)
+    return RooflinePerfModel(model, hw, tp, ep=ep), AnalyticalPowerModel(hw, tp)

@@ -81,7 +81,7 @@ class Simulation:
                 self.perf_sources[name] = cfg.machine.perf.source
             elif name not in hw_cache:
                 spec = instance_spec(inst)
-                perf, power = make_perf_model(model, spec.hw, inst.tp, cfg.profile, inst.pp)
+                perf, power = make_perf_model(model, spec.hw, inst.tp, cfg.profile, inst.pp, inst.ep)
                 cap = kv_capacity_tokens(model, spec.hw, inst.tp, cfg.memory_utilization, inst.pp)
                 hw_cache[name] = (spec, perf, power, cap)
                 self.perf_sources[name] = perf.source
