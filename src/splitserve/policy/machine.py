@@ -171,10 +171,15 @@ def _admit(m: Machine, cfg: BatchingConfig, head: Request, budget: int, batch: B
 def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
     """The next iteration's work on `m`, or None when it has nothing to run, by the machine-level
     scheduler `cfg.scheduler` (policy/schedulers/; the default, "splitwise", is form_mixed)."""
+    return batch_former(cfg)(m, cfg)
+
+
+def batch_former(cfg: BatchingConfig) -> Callable[[Machine, BatchingConfig], Batch | None]:
+    """The form_batch of `cfg.scheduler`, for a caller that forms many batches (the simulator)."""
     if cfg.scheduler == "splitwise":
-        return form_mixed(m, cfg)
+        return form_mixed
     from .schedulers import SCHEDULERS  # a cycle at import time: schedulers/ builds on this module
-    return SCHEDULERS[cfg.scheduler](m, cfg)
+    return SCHEDULERS[cfg.scheduler]
 
 
 def free_decodes(m: Machine) -> list[Request]:
@@ -215,7 +220,8 @@ def form_mixed(m: Machine, cfg: BatchingConfig) -> Batch | None:
         batch.joined = start_decodes(m)
     if m.isolated:  # rare: a suspect request is here
         return _form_isolated(m, cfg, batch)
-    queue, running = m.prompt_queue, free_decodes(m)
+    queue = m.prompt_queue
+    running = m.running if m.stages == 1 else free_decodes(m)
     budget = prompt_budget(cfg, len(running))
     while queue:
         n = _admit(m, cfg, queue[0], budget, batch, running)

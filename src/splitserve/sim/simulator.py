@@ -23,13 +23,14 @@ from ..perf import make_perf_model
 from ..policy.cluster import JSQScheduler, SplitwiseScheduler, admit, admit_freed, pull_kv
 from ..policy.config import PolicyConfig
 from ..policy.kv_transfer import TransferMode, choose_mode
-from ..policy.machine import Batch, finish_iteration, form_batch
+from ..policy.machine import Batch, batch_former, finish_iteration
 from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import DoesNotFit, kv_landed
 from .kv_transfer import Link, layerwise_done, link_between, serialized_done
 from .metrics import MachineStats, Metrics
 
 _ARRIVAL, _ITER_END, _TRANSFER_END, _STAGE_FREE = 0, 1, 2, 3
+_NONE: tuple = ()    # a batch with no prompt whose KV streams layer by layer
 REFERENCE_HARDWARE = "dgx-a100"     # SLOs are slowdowns against an uncontended DGX-A100 (Table VI)
 
 
@@ -67,6 +68,7 @@ class Simulation:
         self.workload = workload
         self.cfg = cfg
         self.batching = cfg.policy.batching
+        self.form_batch = batch_former(self.batching)   # policy/machine.py form_batch, looked up once
         self.metrics = Metrics()
         self.machines: list[Machine] = []
         self.perf = []
@@ -157,7 +159,7 @@ class Simulation:
                 self._start(p, now)
 
     def _start(self, m: Machine, now: float) -> None:
-        batch = form_batch(m, self.batching)
+        batch = self.form_batch(m, self.batching)
         if batch is None:
             m.busy = False
             return
@@ -171,7 +173,8 @@ class Simulation:
         ctx = batch.context
         if self.host is not None and batch.decodes:  # the engine reads padded KV (twin/machine.py)
             ctx = self.host.decode_kv(max(r.prompt_tokens + r.generated for r in batch.decoding), batch.decodes)
-        if m.stages > 1:
+        piped = m.stages > 1
+        if piped:
             dur, end = self._through_stages(mid, perf, batch, ctx, sq, now)
         else:
             dur = perf.mixed_time(batch.prompt_tokens, batch.decodes, ctx, sq)
@@ -185,16 +188,19 @@ class Simulation:
             mt.preemptions += 1
         # Splitwise hand-off: with a large batch, KV of prompts finishing now streams to their
         # token machines layer by layer while the batch runs (their KV there is reserved)
-        layerwise: list[Request] = []
-        mode = choose_mode(batch.prompt_tokens, self.cfg.policy.layerwise_threshold)
-        for r, n in zip(batch.prompts, batch.chunks):
-            if r.prompt_started_at < 0:
-                r.prompt_started_at = now
-                mt.queue.add(now - r.arrival)
-            if (mode is TransferMode.LAYERWISE and r.token_machine != mid
-                    and r.prefilled + n == r.prefill_len and r.kv_on_token_machine):
-                layerwise.append(r)
-        if m.stages > 1:
+        layerwise = _NONE
+        if batch.prompts:
+            mode = choose_mode(batch.prompt_tokens, self.cfg.policy.layerwise_threshold)
+            for r, n in zip(batch.prompts, batch.chunks):
+                if r.prompt_started_at < 0:
+                    r.prompt_started_at = now
+                    mt.queue.add(now - r.arrival)
+                if (mode is TransferMode.LAYERWISE and r.token_machine != mid
+                        and r.prefilled + n == r.prefill_len and r.kv_on_token_machine):
+                    if layerwise is _NONE:
+                        layerwise = []
+                    layerwise.append(r)
+        if piped:
             self.flight[mid].append((batch, now, dur, end, layerwise))
         else:
             self.batches[mid] = (batch, now, dur, end, layerwise)
@@ -203,7 +209,7 @@ class Simulation:
         else:
             w = self.power[mid].token_power_w(batch.decodes)
         st = mt.machines[mid]
-        st.busy_s += dur / m.stages      # each stage is busy for its share
+        st.busy_s += dur / m.stages if piped else dur     # each stage is busy for its share
         st.energy_j += w * dur
         st.iterations += 1
         st.prompt_tokens += batch.prompt_tokens
