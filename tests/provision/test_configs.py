@@ -23,6 +23,7 @@ def test_capacities_and_front_equal_brute_force(ev):
     d = plan.design("baseline-a100")
     cands, skipped = configs.grid("llama2-7b", ["dgx-a100"], [1, 2], [1], ["vllm", "sarathi"], [0, 8], [256])
     assert len(cands) == 2 * 2 * 2 and not skipped
+    assert {c.chunk for c in cands if c.scheduler == "sarathi"} == {256}
     got = configs.search(ev, d, (1,), SC, cands, RATES)
     searched = ev.simulated
     caps = {r["label"]: r["capacity_rps"] for r in got["configs"]}
@@ -47,6 +48,12 @@ def test_pareto_by_hand():
     rows = [{"label": k, "cost_per_hour": c, "capacity_rps": q} for k, c, q in
             [("a", 1, 2.0), ("b", 2, 1.5), ("c", 2, 3.0), ("d", 4, 3.0), ("e", 4, 5.0), ("f", 3, None)]]
     assert [r["label"] for r in configs.pareto(rows)] == ["a", "c", "e"]
+
+
+def test_chunk_sizes_per_scheduler():
+    cands, _ = configs.grid("llama2-7b", ["dgx-a100"], [1], [1], ["splitwise", "sarathi", "orca"], [0], [0, 256])
+    assert sorted((c.scheduler, c.chunk) for c in cands) == [
+        ("orca", 0), ("sarathi", 256), ("sarathi", 512), ("splitwise", 0), ("splitwise", 256)]
 
 
 def test_grid_leaves_out_what_does_not_fit():

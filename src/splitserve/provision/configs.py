@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from ..catalog import kv_capacity_tokens, load_hardware, load_model
 from ..designs import Design
 from ..errors import UserError
-from ..policy.schedulers import CHUNKED, SCHEDULERS
+from ..policy.schedulers import CHUNKED, SCHEDULERS, sarathi
 from .evaluate import Evaluator, Job
 from .plan import RateRange, Scenario
 from .search import max_rate
@@ -71,9 +71,20 @@ def grid(model: str, hardware: Sequence[str], tps: Sequence[int], pps: Sequence[
             skipped.append({"tp": tp, "pp": pp, "reason": why})
             continue
         for s, cap in itertools.product(schedulers, sorted(set(caps))):
-            for chunk in (sorted(set(chunks)) if s in CHUNKED and chunks else [0]):
+            for chunk in _chunk_sizes(s, chunks):
                 keep.append(Config(tp, pp, s, cap, chunk))
     return keep, skipped
+
+
+def _chunk_sizes(scheduler: str, chunks: Sequence[int]) -> list[int]:
+    """The chunk sizes to try under `scheduler`: none (0) for one that runs whole prompts; for a
+    chunking one, whole prompts too where 0 means that (splitwise), each size given, and no size
+    twice (sarathi's 0 is its default budget)."""
+    if scheduler not in CHUNKED:
+        return [0]
+    if scheduler == "sarathi":
+        return sorted({c or sarathi.DEFAULT_CHUNK for c in chunks} or {sarathi.DEFAULT_CHUNK})
+    return sorted({0, *chunks})
 
 
 def _job(sc: Scenario, d: Design, counts: tuple[int, ...], c: Config, rps: float) -> Job:
