@@ -54,3 +54,19 @@ def test_pipeline_alone_is_stages_plus_hops_and_pays_for_its_gpus():
     cluster = make_cluster("baseline-a100", machines=3, parallel=Parallelism(tp=4, pp=4))
     (inst, _, n), = cluster.groups
     assert (inst.name, inst.gpus, n) == ("dgx-a100/tp4pp4", 16, 3)
+
+
+def test_energy_counts_the_instances_gpus_every_stage():
+    """A tp 2 x pp 2 instance draws the watts of its 4 GPUs only: busy, each stage for its share of
+    the batch; idle, every stage (the machine's other 4 GPUs are other instances')."""
+    model, hw = load_model("llama2-13b"), load_hardware("dgx-a100")
+    perf, power = make_perf_model(model, hw, tp=2, pp=2)
+    assert power.idle_power_w() == pytest.approx(0.2 * hw.gpu_tdp_w * 2)        # 2 GPUs, none of the rest
+    cluster = make_cluster("baseline-a100", machines=1, parallel=Parallelism(tp=2, pp=2))
+    res = Simulation(cluster, model, [RequestSpec(0.0, 100, 1)], SimConfig()).run()
+    stage, hop = perf.stage_time(100, 0, 0), perf.hop_time(0, 100)
+    end = 2 * stage + hop
+    assert res.sim_end == pytest.approx(end)
+    busy = power.prompt_power_w(100) * 2 * stage                                # 2 GPUs per stage, 2 stages
+    idle = power.idle_power_w() * 2 * (end - stage)                             # each stage idles end - stage
+    assert res.metrics.machines[0].energy_j == pytest.approx(busy + idle)

@@ -56,7 +56,8 @@ def make_perf_model(
     carry power measurements (AnalyticalPowerModel otherwise). Else a RooflinePerfModel and an
     AnalyticalPowerModel. The perf model's `source` says which: "profile:<path>" or "roofline".
     tp defaults to the machine's GPU count. With `pp` > 1 the perf model is a PipelinePerf over it
-    (perf/pipeline.py): `pp` stages of `tp` GPUs; `ep`: expert parallel (perf/roofline.py). A `profile` path that cannot be read is a UserError.
+    (perf/pipeline.py): `pp` stages of `tp` GPUs; `ep`: expert parallel (perf/roofline.py). The power
+    model counts the instance's GPUs only (one stage's; the simulator counts every stage). A `profile` path that cannot be read is a UserError.
     """
     if tp is None:
         tp = hw.gpus
@@ -78,6 +79,6 @@ def _one_stage_group(model: ModelSpec, hw: HardwareSpec, tp: int, profile, ep: i
         rows = read_profile_rows(profile, model.name, hw.profile_name, tp)
         if rows:
             perf = ProfilePerfModel.from_rows(rows, source=f"profile:{os.fspath(profile)}")
-            power = ProfilePowerModel.from_rows(rows, hw, tp)
-            return perf, (power if power.has_data else AnalyticalPowerModel(hw, tp))
-    return RooflinePerfModel(model, hw, tp, ep=ep), AnalyticalPowerModel(hw, tp)
+            power = ProfilePowerModel.from_rows(rows, hw, tp, others_idle=False)
+            return perf, (power if power.has_data else AnalyticalPowerModel(hw, tp, others_idle=False))
+    return RooflinePerfModel(model, hw, tp, ep=ep), AnalyticalPowerModel(hw, tp, others_idle=False)

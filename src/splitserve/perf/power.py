@@ -6,6 +6,9 @@ Every figure is a fraction of GPU TDP per busy GPU, turned into machine watts as
 
     watts = min(frac, cap) * TDP * tp + min(idle, cap) * TDP * (gpus - tp)
 
+or, with `others_idle` False (the simulator's instances, instance.py: the other GPUs belong to
+other instances, which count their own), the first term only: the watts of the instance's GPUs.
+
 with cap = hw.power_cap_frac, so no answer ever exceeds cap * TDP * gpus (`hw.power_cap_w`).
 These are GPU watts, the quantity the paper provisions by (Table V); host power is not included.
 
@@ -51,7 +54,7 @@ class _MachineWatts:
 
     __slots__ = ("hw", "tp", "_busy_w", "_cap", "_idle_rest_w")
 
-    def __init__(self, hw: HardwareSpec, tp: int | None, idle_frac: float) -> None:
+    def __init__(self, hw: HardwareSpec, tp: int | None, idle_frac: float, others_idle: bool = True) -> None:
         if tp is None:
             tp = hw.gpus
         if not 1 <= tp <= hw.gpus:
@@ -59,7 +62,8 @@ class _MachineWatts:
         self.hw, self.tp = hw, tp
         self._cap = hw.power_cap_frac
         self._busy_w = hw.gpu_tdp_w * tp
-        self._idle_rest_w = min(idle_frac, self._cap) * hw.gpu_tdp_w * (hw.gpus - tp)
+        rest = hw.gpus - tp if others_idle else 0
+        self._idle_rest_w = min(idle_frac, self._cap) * hw.gpu_tdp_w * rest
 
     def watts(self, frac: float) -> float:
         if frac > self._cap:
@@ -84,8 +88,9 @@ class AnalyticalPowerModel:
         token_frac: float = 0.65,
         prompt_floor: float = 0.45,
         prompt_tokens_per_gpu: float = 128.0,
+        others_idle: bool = True,
     ) -> None:
-        self._m = _MachineWatts(hw, tp, idle_frac)
+        self._m = _MachineWatts(hw, tp, idle_frac, others_idle)
         self.hw, self.tp = hw, self._m.tp
         self.idle_frac = idle_frac
         self.token_frac = token_frac
@@ -140,10 +145,11 @@ class ProfilePowerModel:
         prompt_knots: Iterable[tuple[float, float]] = (),
         token_knots: Iterable[tuple[float, float]] = (),
         fallback: AnalyticalPowerModel | None = None,
+        others_idle: bool = True,
     ) -> None:
         """Knots are (batched prompt tokens, fraction of TDP) and (batch size, fraction of TDP)."""
-        self.fallback = fallback if fallback is not None else AnalyticalPowerModel(hw, tp)
-        self._m = _MachineWatts(hw, tp, self.fallback.idle_frac)
+        self.fallback = fallback if fallback is not None else AnalyticalPowerModel(hw, tp, others_idle=others_idle)
+        self._m = _MachineWatts(hw, tp, self.fallback.idle_frac, others_idle)
         self.hw, self.tp = hw, self._m.tp
         self.prompt_xs, self.prompt_fracs = _knots(prompt_knots)
         self.token_xs, self.token_fracs = _knots(token_knots)
@@ -155,6 +161,7 @@ class ProfilePowerModel:
         hw: HardwareSpec,
         tp: int | None = None,
         fallback: AnalyticalPowerModel | None = None,
+        others_idle: bool = True,
     ) -> ProfilePowerModel:
         """From profile rows of one (model, hardware, tp): prompt power from every row's
         peak_power at batch_size * prompt_size; decode power from the batch sweep's
@@ -167,7 +174,7 @@ class ProfilePowerModel:
             (r["batch_size"], r["average_power"]) for r in rows
             if ref is None or (r["prompt_size"], r["token_size"]) == ref
         ]
-        return cls(hw, tp, prompt, token, fallback)
+        return cls(hw, tp, prompt, token, fallback, others_idle)
 
     @property
     def has_data(self) -> bool:

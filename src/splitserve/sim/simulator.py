@@ -369,7 +369,7 @@ class Simulation:
         mt = self.metrics
         for m, st in zip(self.machines, mt.machines):
             idle = max(now - st.busy_s, 0.0)
-            st.energy_j += idle * self.power[m.id].idle_power_w()
+            st.energy_j += idle * self.power[m.id].idle_power_w() * m.stages   # every stage idles
         stuck = [m.id for m in self.machines if m.has_work() or m.admit_queue]
         if stuck or mt.completed != mt.requests:
             raise RuntimeError(f"simulation ended with work left on machines {stuck} "
