@@ -34,6 +34,9 @@ def simulate(
     duration: Annotated[Optional[float], typer.Option(help="Seconds of arrivals to simulate.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic workload.")] = 0,
     arrivals: Annotated[str, typer.Option(help="poisson, trace (a CSV's own timestamps) or auto.")] = "auto",
+    rate_profile: Annotated[Optional[str], typer.Option(help="Time-varying Poisson rate instead of --rps: "
+                                                            "START_S:RATE,... (e.g. 0:5,60:20,120:5) or "
+                                                            "sin:MEAN:AMPLITUDE:PERIOD_S.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Directory for summary.json.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout instead of tables.")] = False,
     profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); roofline model otherwise.")] = None,
@@ -81,7 +84,7 @@ def simulate(
     summary = run_simulation(
         design=design, prompt_machines=prompt_machines, token_machines=token_machines,
         machines=machines, model=model, workload=workload, rps=rps, duration=duration, seed=seed,
-        arrivals=arrivals, profile=str(profile) if profile else None, policy=policy,
+        arrivals=arrivals, profile=str(profile) if profile else None, policy=policy, rate_profile=rate_profile,
         parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp, ep),
         max_context=max_context, machine_profile=str(machine_profile) if machine_profile else None,
         memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace, goodput=goodput)

@@ -32,7 +32,7 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | str |
                    max_context: int | None = None, memory_utilization: float = 0.9,
                    progress: bool = False, record_requests: bool = False,
                    return_result: bool = False, machine_profile: str | None = None, trace=None,
-                   goodput=None, colocated: bool = False):
+                   goodput=None, colocated: bool = False, rate_profile: str | None = None):
     from .catalog import load_model
     from .designs import Parallelism, load_designs, make_cluster
     from .report.summary import simulation_summary
@@ -41,9 +41,10 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | str |
 
     prompt_machines, token_machines, machines = (int(c) if isinstance(c, str) and c.strip().isdigit() else c
                                                  for c in (prompt_machines, token_machines, machines))
-    rps = DEFAULT_RPS if rps is None else rps
+    _check(rate_profile is None or rps is None, "give --rps or --rate-profile, not both")
+    rps = DEFAULT_RPS if rps is None and rate_profile is None else rps
     duration = DEFAULT_DURATION if duration is None else duration
-    _check(math.isfinite(rps) and rps > 0, f"--rps must be a positive number, got {rps}")
+    _check(rps is None or (math.isfinite(rps) and rps > 0), f"--rps must be a positive number, got {rps}")
     _check(math.isfinite(duration) and duration > 0, f"--duration must be positive seconds, got {duration}")
     _check(0 < memory_utilization <= 1, f"--memory-utilization must be in (0, 1], got {memory_utilization}")
     _check(arrivals in ("auto", "poisson", "trace"), f"--arrivals must be auto, poisson or trace, got {arrivals!r}")
@@ -65,7 +66,7 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | str |
                                machines=machines, parallel=parallel or Parallelism())
         spec = load_model(model)
     wl = make_workload(workload, rps=rps, duration=duration, seed=seed, arrivals=arrivals,
-                       max_context=max_context)
+                       max_context=max_context, rate_profile=rate_profile)
     if machine is not None:  # the serving path's CPU at this load (twin/machine.py)
         prompts = [r.prompt_tokens for r in wl]
         moved = sum(prompts) / len(prompts) if prompts and cluster.design.split else 0.0

@@ -4,7 +4,9 @@ memory stays flat however long the run (a 2.5M-request hour costs no more than a
 `make_workload(source, rps=, duration=, seed=)` where `source` is `coding` or `conversation`
 (synthetic sizes fitted to the Azure 2023 traces, Poisson arrivals) or a trace CSV path (its own
 timestamps by default, time-scaled to `rps` when given, replayed back to back when shorter than
-`duration`). Measured on this project's 2-core dev machine: iterating a synthetic workload costs
+`duration`). `rate_profile=` (workload/rate.py: "0:5,60:20,120:5" or "sin:10:5:600") makes
+Poisson arrivals non-homogeneous, drawn by thinning with the same seeded generator, block by
+block, so memory stays flat as well. Measured on this project's 2-core dev machine: iterating a synthetic workload costs
 about 0.5 us per request (see tests/workload).
 """
 
@@ -19,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import UserError
+from .rate import RateProfile, parse_rate_profile, thinned_arrivals
 from .synthetic import SYNTHETIC, size_model
 from .trace import Trace, load_trace
 
@@ -43,10 +46,14 @@ class Workload:
     max_context: int | None = None
     trace: Trace | None = None
     trace_time_scale: float = 1.0     # trace seconds -> run seconds
+    rate_profile: RateProfile | None = None   # time-varying Poisson rate; rps is then its mean
 
     def describe(self) -> str:
         src = self.name if self.trace is None else f"trace {self.name} ({len(self.trace)} requests)"
         dur = f"{self.duration:g} s" if self.duration else f"{self.max_requests} requests"
+        if self.rate_profile is not None:
+            return (f"{src}, {self.arrivals} arrivals at {self.rate_profile.describe()} (mean "
+                    f"{self.rps:g} req/s) for {dur}, seed {self.seed}")
         return f"{src}, {self.arrivals} arrivals at {self.rps:g} req/s for {dur}, seed {self.seed}"
 
     def __iter__(self) -> Iterator[RequestSpec]:
@@ -66,7 +73,18 @@ class Workload:
 
     def _blocks(self):
         rng = np.random.default_rng(self.seed)
-        if self.trace is None:
+        if self.rate_profile is not None:
+            sizes = size_model(self.name) if self.trace is None else None
+            end = self.duration if self.duration is not None else math.inf
+            for arrival, t in thinned_arrivals(rng, self.rate_profile, BLOCK):
+                if sizes is not None:
+                    yield (arrival, *sizes.sample(rng, len(arrival)))
+                else:
+                    idx = rng.integers(0, len(self.trace), len(arrival))
+                    yield arrival, self.trace.prompt_tokens[idx], self.trace.output_tokens[idx]
+                if t >= end:                  # every later candidate lies past the run's end
+                    return
+        elif self.trace is None:
             sizes = size_model(self.name)
             t = 0.0
             while True:
@@ -96,7 +114,8 @@ class Workload:
 
 def make_workload(source: str, *, rps: float | None = None, duration: float | None = None,
                   seed: int = 0, arrivals: str = "auto", max_requests: int | None = None,
-                  max_context: int | None = None) -> Workload:
+                  max_context: int | None = None,
+                  rate_profile: str | RateProfile | None = None) -> Workload:
     if rps is not None and not (math.isfinite(rps) and rps > 0):
         raise UserError(f"rps must be a positive number, got {rps}")
     if duration is not None and not (math.isfinite(duration) and duration > 0):
@@ -105,6 +124,8 @@ def make_workload(source: str, *, rps: float | None = None, duration: float | No
         raise UserError(f"max context must be at least 2 tokens, got {max_context}")
     if arrivals not in ("auto", "poisson", "trace"):
         raise UserError(f"arrivals must be auto, poisson or trace, got {arrivals!r}")
+    if rate_profile is not None:
+        return _profiled(source, rate_profile, duration, seed, arrivals, max_requests, max_context, rps)
     if source in SYNTHETIC:
         if arrivals == "trace":
             raise UserError(f"{source} is synthetic: it has Poisson arrivals, not a trace's")
@@ -128,3 +149,30 @@ def make_workload(source: str, *, rps: float | None = None, duration: float | No
         duration = trace.duration * scale + 1e-9 if mode == "trace" else len(trace) / target
     return Workload(Path(source).name, target, duration, seed, mode, max_requests, max_context,
                     trace, scale)
+
+
+def _profiled(source, profile, duration, seed, arrivals, max_requests, max_context, rps) -> Workload:
+    """A workload whose Poisson rate follows `profile` (a synthetic one, or a trace's sizes)."""
+    if rps is not None:
+        raise UserError("give a rate or a rate profile, not both")
+    if arrivals == "trace":
+        raise UserError("a rate profile draws Poisson arrivals; it cannot replay a trace's timestamps")
+    profile = parse_rate_profile(profile) if isinstance(profile, str) else profile
+    trace = None
+    if source in SYNTHETIC:
+        size_model(source)
+        if duration is None and max_requests is None:
+            duration = DEFAULT_SYNTHETIC_DURATION
+    else:
+        if not source.lower().endswith(".csv") and not Path(source).exists():
+            size_model(source)                  # raises the unknown-workload error
+        trace = load_trace(source)
+        if duration is None and max_requests is None:
+            max_requests = len(trace)
+    if duration is not None:
+        mean = profile.expected(0.0, duration) / duration
+    else:                                       # long-run rate: the last segment's, or the sine's mean
+        mean = profile.rates[-1] if profile.kind == "piecewise" else profile.mean
+    name = source if trace is None else Path(source).name
+    return Workload(name, mean, duration, seed, "poisson", max_requests, max_context, trace,
+                    rate_profile=profile)

@@ -1,7 +1,9 @@
 """Synthetic request sizes (data/<name>.json): `coding` and `conversation` fitted to the Azure 2023
 traces (scripts/fit_workloads.py); `sharegpt`, `humaneval` and `longbench`, DistServe's chatbot,
 code-completion and summarization workloads, from published means and stated assumptions
-(scripts/distserve_workloads.py). Inverse-CDF sampling of each size's quantile function."""
+(scripts/distserve_workloads.py); `tetri-lpld`, `tetri-lphd`, `tetri-hpld`, `tetri-hphd` and
+`tetri-mixed`, TetriInfer's light/heavy prefill x decode mixes of ShareGPT, and `alpaca` and
+`bookcorpus`, EcoServe's Table 2 traces (scripts/neighbour_workloads.py). Inverse-CDF sampling of each size's quantile function."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import numpy as np
 
 from ..errors import UserError
 
-SYNTHETIC = ("coding", "conversation", "sharegpt", "humaneval", "longbench")
+SYNTHETIC = ("coding", "conversation", "sharegpt", "humaneval", "longbench", "tetri-lpld", "tetri-lphd",
+             "tetri-hpld", "tetri-hphd", "tetri-mixed", "alpaca", "bookcorpus")
 
 
 @dataclass(frozen=True, slots=True)
