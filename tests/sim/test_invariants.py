@@ -154,3 +154,27 @@ def test_pull_and_pipelines_lose_nothing_and_stay_within_memory(sc, pull, pp):
     for r, spec in zip(res.requests, specs):
         assert r.phase is Phase.DONE and r.generated == spec.output_tokens == len(r.token_times)
         assert all(b > a for a, b in zip(r.token_times, r.token_times[1:]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.sampled_from(["oracle", "tetriinfer-100", "ecoserve-bookcorpus"]))
+def test_tetriinfer_dispatch_loses_nothing_with_any_predictor(sc, predictor):
+    """Dispatch by predicted length, right or wrong: every request completes, memory holds."""
+    from splitserve.policy.cluster import RoutingConfig
+    from splitserve.policy.config import PolicyConfig
+
+    specs, design, counts, util, chunk = sc
+    policy = PolicyConfig(routing=RoutingConfig(decode_dispatch="tetriinfer", predictor=predictor))
+    sim = Simulation(make_cluster(design, **counts), load_model("llama2-70b"), specs,
+                     SimConfig(record_requests=True, memory_utilization=util, policy=policy))
+    original = sim._start
+
+    def checked_start(m, now):
+        original(m, now)
+        for x in sim.machines:
+            assert 0 <= x.kv_used <= x.kv_capacity
+
+    sim._start = checked_start
+    res = sim.run()
+    assert res.metrics.completed == len(specs)
+    assert all(r.phase is Phase.DONE and r.generated == s.output_tokens for r, s in zip(res.requests, specs))

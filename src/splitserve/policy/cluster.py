@@ -36,6 +36,9 @@ class RoutingConfig:
     mixed_pool: bool = True              # allow overflow into the mixed pool and borrowing
     kv_pull: bool = False                # DistServe: the token machine pulls a prefilled request's
                                          # KV when it has memory (else it reserves before the prefill)
+    decode_dispatch: str = "jsq"         # the token machine: "jsq" (pending tokens) or "tetriinfer"
+                                         # (policy/tetriinfer.py: power of two by predicted length)
+    predictor: str = "oracle"            # output-length predictor of predictive policies (predictor.py)
 
 
 _pending = attrgetter("pending")        # pending tokens: the JSQ queue length
@@ -116,6 +119,10 @@ class SplitwiseScheduler:
         if not self.pools[Pool.PROMPT] or not self.pools[Pool.TOKEN]:
             raise ValueError("Splitwise needs at least one prompt and one token machine")
         self.borrowed = 0                # machines moved into the mixed pool so far
+        if cfg.decode_dispatch == "tetriinfer":
+            from .predictor import make_predictor
+            from .tetriinfer import Registry
+            self.predictor, self.registry = make_predictor(cfg.predictor), Registry()
 
     def _move(self, m: Machine, to: Pool) -> None:
         self.pools[m.pool].remove(m)
@@ -164,6 +171,9 @@ class SplitwiseScheduler:
         if p.pool is Pool.MIXED:
             return p
         tokens = self.pools[Pool.TOKEN]
+        if tokens and self.cfg.decode_dispatch == "tetriinfer":
+            from .tetriinfer import pick_decode
+            return pick_decode(tokens, r, self.predictor, self.registry)
         t = min(tokens, key=_pending) if tokens else None
         if t is not None and (not self.cfg.mixed_pool
                               or t.queued_decode_tokens <= self.cfg.token_queue_threshold):

@@ -90,6 +90,12 @@ OPTIONS = (
            "DistServe's pull: a token machine takes a prefilled prompt's KV when it has memory, the prompt "
            "machine holding it meanwhile (default: reserve token-side memory before the prefill). Needs "
            "--no-mixed-pool; simulated only.", flag=True),
+    Option("decode-dispatch", "routing.decode_dispatch",
+           "How a split request's token machine is chosen: jsq (fewest pending tokens) or tetriinfer "
+           "(power of two among those with memory for the predicted output, the lower share of heavy decodes)."),
+    Option("predictor", "routing.predictor",
+           "Output-length predictor of predictive policies: oracle, tetriinfer-100|200|400, "
+           "ecoserve-alpaca|sharegpt|bookcorpus (policy/predictor.py: the papers' accuracies)."),
     Option("layerwise-threshold", "layerwise_threshold",
            "Prompt-batch tokens from which KV moves layer by layer, overlapped with the prompt (else in one shot)."),
 )
@@ -151,6 +157,10 @@ def make_policy(values: dict[str, Any]) -> PolicyConfig:
                     (r.token_queue_threshold >= 0, f"--token-queue-threshold must be >= 0, got {r.token_queue_threshold}"),
                     (r.overflow_rule in ("authors", "queued"),
                      f"--overflow-rule must be authors or queued, got {r.overflow_rule!r}"),
+                    (r.decode_dispatch in ("jsq", "tetriinfer"),
+                     f"--decode-dispatch must be jsq or tetriinfer, got {r.decode_dispatch!r}"),
+                    (r.predictor in _predictors(),
+                     f"--predictor must be one of {', '.join(_predictors())}, got {r.predictor!r}"),
                     (not (r.kv_pull and r.mixed_pool),
                      "--kv-pull needs --no-mixed-pool: a mixed machine that both holds prefilled KV and "
                      "waits for memory could wait on another doing the same"),
@@ -159,6 +169,11 @@ def make_policy(values: dict[str, Any]) -> PolicyConfig:
         if not ok:
             raise UserError(msg)
     return cfg
+
+
+def _predictors() -> list[str]:
+    from .predictor import PRESETS
+    return list(PRESETS)
 
 
 def cli_args(cfg: PolicyConfig) -> list[str]:
