@@ -66,7 +66,9 @@ def scenarios(draw):
     block = draw(st.sampled_from([1, 16]))
     cap = draw(st.sampled_from([256, 512, 1024]))
     routing = RoutingConfig(prompt_queue_threshold=draw(st.sampled_from([64, 8192])),
-                            token_queue_threshold=draw(st.sampled_from([0, 100])))
+                            token_queue_threshold=draw(st.sampled_from([0, 100])),
+                            decode_dispatch=draw(st.sampled_from(["jsq", "tetriinfer"])),
+                            predictor=draw(st.sampled_from(["oracle", "tetriinfer-100"])))
     batching = BatchingConfig(prompt_token_cap=draw(st.sampled_from([64, 2048])),
                               chunk_size=draw(st.sampled_from([0, 0, 48])),
                               preemption_limit=draw(st.integers(0, 3)))
