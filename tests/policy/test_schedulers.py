@@ -284,3 +284,19 @@ def test_simulate_runs_every_scheduler(design, name):
     policy = make_policy({"batching.scheduler": name})
     _, res = run_simulation(design=design, duration=4, rps=3, seed=1, policy=policy, return_result=True)
     assert res.metrics.requests > 0 and res.metrics.completed == res.metrics.requests
+
+
+# ---- tetriinfer ----------------------------------------------------------------------------------
+def test_tetriinfer_orders_prompts_then_cuts_512_token_chunks():
+    def rs():   # prefill only (one output token each): A 600, B 100, C 300 tokens, all at iteration 0
+        return {0: [req(0, 600, 1), req(1, 100, 1), req(2, 300, 1)]}
+
+    def order(name):
+        return [list(d.items()) for d, _, _ in drive(machine(2000), BatchingConfig(scheduler=name), rs())]
+
+    # FCFS: A's first 512; then the rest of A (it holds its KV: non-preemptive), B, C
+    assert order("tetriinfer-fcfs") == [[("A", 512)], [("A", 88), ("B", 100), ("C", 300)]]
+    # SJF: B 100, C 300, then A's first 112 of the 512; A's other 488
+    assert order("tetriinfer-sjf") == [[("B", 100), ("C", 300), ("A", 112)], [("A", 488)]]
+    # LJF: A's first 512; A's last 88 (started first), then C before B
+    assert order("tetriinfer-ljf") == [[("A", 512)], [("A", 88), ("C", 300), ("B", 100)]]

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from ..catalog import kv_capacity_tokens, load_hardware, load_model
 from ..designs import Design
 from ..errors import UserError
-from ..policy.schedulers import CHUNKED, SCHEDULERS, sarathi
+from ..policy.schedulers import CHUNKED, DEFAULT_CHUNK, SCHEDULERS
 from .evaluate import Evaluator, Job
 from .plan import RateRange, Scenario
 from .search import max_rate
@@ -79,11 +79,12 @@ def grid(model: str, hardware: Sequence[str], tps: Sequence[int], pps: Sequence[
 def _chunk_sizes(scheduler: str, chunks: Sequence[int]) -> list[int]:
     """The chunk sizes to try under `scheduler`: none (0) for one that runs whole prompts; for a
     chunking one, whole prompts too where 0 means that (splitwise), each size given, and no size
-    twice (sarathi's 0 is its default budget)."""
+    twice (sarathi's and tetriinfer's 0 is their default budget)."""
     if scheduler not in CHUNKED:
         return [0]
-    if scheduler == "sarathi":
-        return sorted({c or sarathi.DEFAULT_CHUNK for c in chunks} or {sarathi.DEFAULT_CHUNK})
+    if scheduler in DEFAULT_CHUNK:
+        d = DEFAULT_CHUNK[scheduler]
+        return sorted({c or d for c in chunks} or {d})
     return sorted({0, *chunks})
 
 

@@ -13,6 +13,7 @@ both run every one of them.
     sarathi             Sarathi-Serve: stall-free chunked prefill under a token budget
     fastertransformer   static batches: nobody joins until the whole batch has finished
     lightllm            LightLLM: prefill-first, admission by the estimated peak KV
+    tetriinfer-fcfs|sjf|ljf  TetriInfer: 512-token chunks, prompts FCFS / shortest / longest first
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Callable
 
 from ..machine import Batch, BatchingConfig
 from ..state import Machine
-from . import fastertransformer, lightllm, orca, sarathi, splitwise, vllm
+from . import fastertransformer, lightllm, orca, sarathi, splitwise, tetriinfer, vllm
 
 SCHEDULERS: dict[str, Callable[[Machine, BatchingConfig], Batch | None]] = {
     "splitwise": splitwise.form_batch,
@@ -30,7 +31,13 @@ SCHEDULERS: dict[str, Callable[[Machine, BatchingConfig], Batch | None]] = {
     "sarathi": sarathi.form_batch,
     "fastertransformer": fastertransformer.form_batch,
     "lightllm": lightllm.form_batch,
+    "tetriinfer-fcfs": tetriinfer.fcfs,
+    "tetriinfer-sjf": tetriinfer.sjf,
+    "tetriinfer-ljf": tetriinfer.ljf,
 }
 
 # schedulers that prefill in chunks (--chunk-size); the others run whole prompts
-CHUNKED = ("splitwise", "sarathi")
+CHUNKED = ("splitwise", "sarathi", "tetriinfer-fcfs", "tetriinfer-sjf", "tetriinfer-ljf")
+# chunking schedulers whose chunk size 0 means this budget (splitwise's 0: whole prompts)
+DEFAULT_CHUNK = {"sarathi": sarathi.DEFAULT_CHUNK, "tetriinfer-fcfs": tetriinfer.CHUNK,
+                 "tetriinfer-sjf": tetriinfer.CHUNK, "tetriinfer-ljf": tetriinfer.CHUNK}
