@@ -67,35 +67,43 @@ SPECS = {
 }
 
 
-def _interp_mean(q: list[float]) -> float:
-    """Mean of inverse-CDF sampling with linear interpolation between equally spaced quantiles."""
-    return sum((a + b) / 2 for a, b in zip(q, q[1:])) / (len(q) - 1)
+def interp_mean(probs: list[float], q: list[float]) -> float:
+    """Mean of inverse-CDF sampling with linear interpolation between tabulated quantiles."""
+    return sum((p1 - p0) * (a + b) / 2 for p0, p1, a, b in zip(probs, probs[1:], q, q[1:]))
 
 
-def _lognormal_q(mu: float, sigma: float, lo: float, hi: float) -> list[float]:
+def lognormal_q(mu: float, sigma: float, lo: float, hi: float, probs: list[float]) -> list[float]:
+    """Quantiles at `probs` of a log-normal (mu, sigma) truncated to [lo, hi]."""
     nd = NormalDist()
     f_lo = nd.cdf((math.log(lo) - mu) / sigma)
     f_hi = nd.cdf((math.log(hi) - mu) / sigma)
     out = []
-    for p in PROBS:
-        f = min(max(f_lo + p * (f_hi - f_lo), 1e-12), 1 - 1e-12)
+    for p in probs:
+        f = min(max(f_lo + p * (f_hi - f_lo), 1e-15), 1 - 1e-15)
         out.append(min(max(math.exp(mu + sigma * nd.inv_cdf(f)), lo), hi))
     out[0], out[-1] = float(lo), float(hi)
     return out
 
 
-def quantiles(kind: str, p: dict) -> list[float]:
-    if kind == "uniform":
-        return [p["lo"] + u * (p["hi"] - p["lo"]) for u in PROBS]
-    # solve the location so that the interpolated, truncated distribution has the stated mean
-    a, b = math.log(p["lo"]) - 5 * p["sigma"], math.log(p["hi"]) + 5 * p["sigma"]
+def solve_mu(mean: float, sigma: float, lo: float, hi: float, probs: list[float]) -> float:
+    """The location whose truncated, interpolated log-normal has the stated mean (bisection)."""
+    a, b = math.log(lo) - 6 * sigma, math.log(hi) + 6 * sigma
     for _ in range(200):
         m = (a + b) / 2
-        if _interp_mean(_lognormal_q(m, p["sigma"], p["lo"], p["hi"])) < p["mean"]:
+        if interp_mean(probs, lognormal_q(m, sigma, lo, hi, probs)) < mean:
             a = m
         else:
             b = m
-    return _lognormal_q((a + b) / 2, p["sigma"], p["lo"], p["hi"])
+    m = (a + b) / 2
+    got = interp_mean(probs, lognormal_q(m, sigma, lo, hi, probs))
+    assert abs(got - mean) < 1e-3 * mean, f"mean {mean} unreachable in [{lo}, {hi}] at sigma {sigma}: {got}"
+    return m
+
+
+def quantiles(kind: str, p: dict) -> list[float]:
+    if kind == "uniform":
+        return [p["lo"] + u * (p["hi"] - p["lo"]) for u in PROBS]
+    return lognormal_q(solve_mu(p["mean"], p["sigma"], p["lo"], p["hi"], PROBS), p["sigma"], p["lo"], p["hi"], PROBS)
 
 
 def main() -> None:
@@ -108,8 +116,8 @@ def main() -> None:
                       "sampling with linear interpolation; sizes independent (ASSUMED)",
             "prompt_source": spec["prompt"][2],
             "output_source": spec["output"][2],
-            "mean_prompt_tokens": round(_interp_mean(q["prompt"]), 2),
-            "mean_output_tokens": round(_interp_mean(q["output"]), 2),
+            "mean_prompt_tokens": round(interp_mean(PROBS, q["prompt"]), 2),
+            "mean_output_tokens": round(interp_mean(PROBS, q["output"]), 2),
             "mean_rps": 1.0,
             "probs": [round(p, 6) for p in PROBS],
             "prompt_tokens": [round(v, 3) for v in q["prompt"]],

@@ -52,9 +52,9 @@ Run: python scripts/neighbour_workloads.py   (deterministic; no inputs)
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
-from statistics import NormalDist
+
+from distserve_workloads import interp_mean, lognormal_q, solve_mu
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "splitserve" / "workload" / "data"
 N = 256
@@ -69,37 +69,6 @@ OUTPUT_HEAVY = 128       # TetriInfer §5.1: more than 128 generated tokens is h
 TETRI_SRC = ("TetriInfer (seed 002, paper 4) §5.1 class {cls}; ShareGPT size distribution of "
              "sharegpt.json (EcoServe Table 2 mean {mean}, range [{lo}, {hi}], log-normal sigma "
              "{sigma} ASSUMED) conditioned on [{a}, {b}]; mean DERIVED, not published")
-
-
-def interp_mean(probs: list[float], q: list[float]) -> float:
-    """Mean of inverse-CDF sampling with linear interpolation between tabulated quantiles."""
-    return sum((p1 - p0) * (a + b) / 2 for p0, p1, a, b in zip(probs, probs[1:], q, q[1:]))
-
-
-def lognormal_q(mu: float, sigma: float, lo: float, hi: float, probs: list[float]) -> list[float]:
-    nd = NormalDist()
-    f_lo = nd.cdf((math.log(lo) - mu) / sigma)
-    f_hi = nd.cdf((math.log(hi) - mu) / sigma)
-    out = []
-    for p in probs:
-        f = min(max(f_lo + p * (f_hi - f_lo), 1e-15), 1 - 1e-15)
-        out.append(min(max(math.exp(mu + sigma * nd.inv_cdf(f)), lo), hi))
-    out[0], out[-1] = float(lo), float(hi)
-    return out
-
-
-def solve_mu(mean: float, sigma: float, lo: float, hi: float, probs: list[float]) -> float:
-    a, b = math.log(lo) - 6 * sigma, math.log(hi) + 6 * sigma
-    for _ in range(200):
-        m = (a + b) / 2
-        if interp_mean(probs, lognormal_q(m, sigma, lo, hi, probs)) < mean:
-            a = m
-        else:
-            b = m
-    m = (a + b) / 2
-    got = interp_mean(probs, lognormal_q(m, sigma, lo, hi, probs))
-    assert abs(got - mean) < 1e-3 * mean, f"mean {mean} unreachable in [{lo}, {hi}] at sigma {sigma}: {got}"
-    return m
 
 
 def chunked_q(mean: float, lo: float, chunk: float, probs: list[float]) -> list[float]:
