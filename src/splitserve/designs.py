@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
 from .errors import UserError
@@ -58,6 +58,11 @@ class ClusterSpec:
     def machines(self) -> int:
         """Instances (machines, for default instances)."""
         return sum(n for _, _, n in self.groups)
+
+    def unsplit(self) -> "ClusterSpec":
+        """The same instances as one mixed pool (an unsplit system run on a Splitwise design)."""
+        d = replace(self.design, name=f"{self.design.name} unsplit", scheduler="mixed")
+        return ClusterSpec(d, tuple((inst, Pool.MIXED, n) for inst, _, n in self.groups))
 
     @property
     def gpus(self) -> int:

@@ -65,6 +65,10 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | str |
         cluster = make_cluster(design, prompt_machines=prompt_machines, token_machines=token_machines,
                                machines=machines, parallel=parallel or Parallelism())
         spec = load_model(model)
+    if policy.split is False and cluster.design.split:
+        cluster = cluster.unsplit()
+    _check(policy.split is not True or cluster.design.split,
+           f"--policy {policy.system} splits the phases: give a Splitwise design (--design splitwise-hh -p N -t M)")
     wl = make_workload(workload, rps=rps, duration=duration, seed=seed, arrivals=arrivals,
                        max_context=max_context, rate_profile=rate_profile)
     if machine is not None:  # the serving path's CPU at this load (twin/machine.py)

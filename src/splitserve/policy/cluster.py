@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Protocol
+from typing import Callable, Protocol
 
 from .state import Machine, Phase, Pool, Request
 from .transitions import admit_waiting, check_fits, enqueue_prompt, reserve_decode
@@ -39,6 +39,8 @@ class RoutingConfig:
     decode_dispatch: str = "jsq"         # the token machine: "jsq" (pending tokens) or "tetriinfer"
                                          # (policy/tetriinfer.py: power of two by predicted length)
     predictor: str = "oracle"            # output-length predictor of predictive policies (predictor.py)
+    cluster_scheduler: str = "auto"      # CLUSTER_SCHEDULERS by name; auto: splitwise when the design
+                                         # splits the phases, else jsq
 
 
 _pending = attrgetter("pending")        # pending tokens: the JSQ queue length
@@ -233,3 +235,24 @@ class JSQScheduler:
     def remove(self, m: Machine) -> None:
         if m in self.machines:
             self.machines.remove(m)
+
+
+def _splitwise(machines: list[Machine], cfg: RoutingConfig, split: bool) -> ClusterScheduler:
+    if not split:
+        raise ValueError("the splitwise cluster scheduler needs a design with prompt and token pools")
+    return SplitwiseScheduler(machines, cfg)
+
+
+# cluster-level schedulers by name (--cluster-scheduler): (machines, routing, split) -> scheduler
+CLUSTER_SCHEDULERS: dict[str, Callable[[list[Machine], RoutingConfig, bool], ClusterScheduler]] = {
+    "splitwise": _splitwise,
+    "jsq": lambda machines, cfg, split: JSQScheduler(machines),
+}
+
+
+def make_cluster_scheduler(machines: list[Machine], cfg: RoutingConfig, split: bool) -> ClusterScheduler:
+    """The cluster scheduler the routing config names; `auto`: Splitwise's for a design with prompt
+    and token pools (`split`), JSQ over mixed machines otherwise. The simulator and the live router
+    both build theirs here."""
+    name = cfg.cluster_scheduler if cfg.cluster_scheduler != "auto" else ("splitwise" if split else "jsq")
+    return CLUSTER_SCHEDULERS[name](machines, cfg, split)

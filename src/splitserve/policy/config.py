@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import UserError
-from .cluster import RoutingConfig
+from .cluster import CLUSTER_SCHEDULERS, RoutingConfig
 from .kv_transfer import DEFAULT_LAYERWISE_THRESHOLD
 from .machine import BatchingConfig
 from .schedulers import CHUNKED, SCHEDULERS
@@ -33,6 +33,7 @@ class PolicyConfig:
     batching: BatchingConfig = BatchingConfig()
     routing: RoutingConfig = RoutingConfig()
     layerwise_threshold: int = DEFAULT_LAYERWISE_THRESHOLD   # prompt-batch tokens from which KV streams by layer
+    system: str = ""          # the serving system these settings came from (--policy, systems.py); "": none
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
@@ -41,7 +42,13 @@ class PolicyConfig:
     def from_json(cls, text: str) -> "PolicyConfig":
         d = json.loads(text)
         return cls(batching=BatchingConfig(**d["batching"]), routing=RoutingConfig(**d["routing"]),
-                   layerwise_threshold=d["layerwise_threshold"])
+                   layerwise_threshold=d["layerwise_threshold"], system=d.get("system", ""))
+
+    @property
+    def split(self) -> bool | None:
+        """Whether the named system splits the phases (None: no system named, the design decides)."""
+        from .systems import system
+        return system(self.system).split if self.system else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +103,17 @@ OPTIONS = (
     Option("predictor", "routing.predictor",
            "Output-length predictor of predictive policies: oracle, tetriinfer-100|200|400, "
            "ecoserve-alpaca|sharegpt|bookcorpus (policy/predictor.py: the papers' accuracies)."),
+    Option("cluster-scheduler", "routing.cluster_scheduler",
+           "Cluster-level scheduler: auto (splitwise for a design with prompt and token pools, else jsq), "
+           "splitwise or jsq (policy/cluster.py CLUSTER_SCHEDULERS)."),
     Option("layerwise-threshold", "layerwise_threshold",
            "Prompt-batch tokens from which KV moves layer by layer, overlapped with the prompt (else in one shot)."),
 )
+
+
+SYSTEM_HELP = ("A serving system by name, its policy settings at once (policy/systems.py): vllm, sarathi, "
+               "splitwise, distserve, tetriinfer. Options given beside it win; unsplit systems run the "
+               "design's machines as one mixed pool.")
 
 
 def _param(o: Option) -> inspect.Parameter:
@@ -124,23 +139,30 @@ def policy_options(command: Callable) -> Callable:
     def wrapper(**kw):
         values = {o.path: o.given(kw.pop(o.name.replace("-", "_"))) if o.flag else kw.pop(o.name.replace("-", "_"))
                   for o in OPTIONS}
-        return command(policy=make_policy(values), **kw)
+        return command(policy=make_policy(values, kw.pop("policy_system")), **kw)
 
-    extra = [_param(o) for o in OPTIONS]
+    import typer
+    extra = [_param(o) for o in OPTIONS] + [inspect.Parameter(
+        "policy_system", inspect.Parameter.KEYWORD_ONLY, annotation=str,
+        default=typer.Option("", "--policy", help=SYSTEM_HELP, show_default=False, rich_help_panel="Policy"))]
     wrapper.__signature__ = sig.replace(parameters=params + extra)
     wrapper.__annotations__ = {p.name: p.annotation for p in params + extra}
     return wrapper
 
 
-def make_policy(values: dict[str, Any]) -> PolicyConfig:
-    """A PolicyConfig from {path: value}, checked; UserError names the option to fix."""
+def make_policy(values: dict[str, Any], system: str = "") -> PolicyConfig:
+    """A PolicyConfig from {path: value}, with the settings of serving system `system` (systems.py)
+    where an option is left at its default; checked: UserError names the option to fix."""
+    if system:
+        from .systems import apply
+        values = apply(system, values, {o.path: o.default() for o in OPTIONS})
     sections: dict[str, dict] = {"batching": {}, "routing": {}}
     top = {}
     for path, v in values.items():
         section, _, field = path.rpartition(".")
         (sections[section] if section else top)[field] = v
     cfg = PolicyConfig(batching=BatchingConfig(**sections["batching"]), routing=RoutingConfig(**sections["routing"]),
-                       **top)
+                       system=system, **top)
     b, r = cfg.batching, cfg.routing
     for ok, msg in ((b.scheduler in SCHEDULERS,
                      f"--machine-scheduler must be one of {', '.join(SCHEDULERS)}, got {b.scheduler!r}"),
@@ -159,6 +181,9 @@ def make_policy(values: dict[str, Any]) -> PolicyConfig:
                      f"--overflow-rule must be authors or queued, got {r.overflow_rule!r}"),
                     (r.decode_dispatch in ("jsq", "tetriinfer"),
                      f"--decode-dispatch must be jsq or tetriinfer, got {r.decode_dispatch!r}"),
+                    (r.cluster_scheduler in ("auto", *CLUSTER_SCHEDULERS),
+                     f"--cluster-scheduler must be one of auto, {', '.join(CLUSTER_SCHEDULERS)}, "
+                     f"got {r.cluster_scheduler!r}"),
                     (r.predictor in _predictors(),
                      f"--predictor must be one of {', '.join(_predictors())}, got {r.predictor!r}"),
                     (not (r.kv_pull and r.mixed_pool),
@@ -187,4 +212,4 @@ def cli_args(cfg: PolicyConfig) -> list[str]:
             args += [f"--{o.name}"] if o.given(True) == v else []
         else:
             args += [f"--{o.name}", str(v)]
-    return args
+    return args + (["--policy", cfg.system] if cfg.system else [])

@@ -86,6 +86,10 @@ def serve(
                       drain_timeout_s=drain_timeout, step_log_dir=str(step_log.resolve()) if step_log else None,
                       limits=RequestLimits(max_body_bytes=int(max_body_mb * 2 ** 20), max_stop_strings=max_stop_strings,
                                            max_stop_chars=max_stop_chars))
+    if policy.split is False and design == "splitwise":
+        design = cfg.design = "baseline"   # an unsplit system: the prompt and token workers all mixed
+    if policy.split and design == "baseline":
+        raise UserError(f"--policy {policy.system} splits the phases: give --design splitwise")
     if design == "baseline":
         # baseline: every worker is mixed; --mixed-workers K of them, else prompt + token workers
         cfg.mixed_workers = mixed_workers or prompt_workers + token_workers

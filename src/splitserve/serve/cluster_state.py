@@ -24,7 +24,7 @@ its replacement in. Nothing here does I/O; the router carries the decisions out.
 
 from __future__ import annotations
 
-from ..policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler, admit, admit_freed
+from ..policy.cluster import RoutingConfig, admit, admit_freed, make_cluster_scheduler
 from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.transitions import (DoesNotFit, decode_tokens, end_chunk, first_token, kv_landed, preempt,
                                   release, requeue_preempted, start_chunk, start_decode)
@@ -45,7 +45,7 @@ class LiveCluster:
         self.kv_block = kv_block
         self.machines = [Machine(i, "live", home=h, kv_capacity=c, kv_block=kv_block)
                          for i, (h, c) in enumerate(zip(homes, kv_tokens))]
-        self.cls = SplitwiseScheduler(self.machines, routing) if split else JSQScheduler(self.machines)
+        self.cls = make_cluster_scheduler(self.machines, routing, split)
         self.alive = [True] * len(self.machines)
         self.in_step: list[list[Request]] = [[] for _ in self.machines]  # prefill chunks running per worker
 

@@ -20,7 +20,7 @@ from ..instance import instance_spec
 from ..designs import ClusterSpec
 from ..errors import UserError
 from ..perf import make_perf_model
-from ..policy.cluster import JSQScheduler, SplitwiseScheduler, admit, admit_freed, pull_kv
+from ..policy.cluster import admit, admit_freed, make_cluster_scheduler, pull_kv
 from ..policy.config import PolicyConfig
 from ..policy.kv_transfer import TransferMode, choose_mode
 from ..policy.machine import Batch, batch_former, finish_iteration
@@ -97,10 +97,7 @@ class Simulation:
                 self.metrics.machines.append(MachineStats(name, pool.name.lower(), kv_capacity=cap))
         self.hw = {name: v[0] for name, v in hw_cache.items()}
         self.links: dict[tuple[str, str], Link] = {}
-        if cluster.design.split:
-            self.cls = SplitwiseScheduler(self.machines, cfg.policy.routing)
-        else:
-            self.cls = JSQScheduler(self.machines)
+        self.cls = make_cluster_scheduler(self.machines, cfg.policy.routing, cluster.design.split)
         if cfg.machine is not None:  # SLO slowdowns against the same request alone on this machine
             self.ref = cfg.machine.perf
         else:

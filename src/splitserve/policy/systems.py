@@ -1,0 +1,61 @@
+"""Serving systems by name (`--policy NAME`): each a set of policy settings that makes splitserve
+schedule as that system does, and whether it splits the phases.
+
+A system is nothing but settings of the policy options (policy/config.py OPTIONS, by path), so the
+simulator, `provision` and the live router run it with the same code as any other setting. An
+option given on the command line wins over the system's value for it (an option left at its
+default takes the system's). `compare` (compare/) runs them side by side.
+
+    vllm         unsplit; vLLM v0's prefill-first iterations, JSQ over the machines
+    sarathi      unsplit; Sarathi-Serve's stall-free chunked prefill (512-token chunks)
+    splitwise    prompt and token pools, mixed pool for overflow (the paper's defaults)
+    distserve    prompt and token pools, no mixed pool, prefill-first batching; the token machine
+                 reserves the KV before the prefill (DistServe pulls it after, --kv-pull: simulated
+                 only, so not part of the system that also runs live)
+    tetriinfer   prompt and token pools, no mixed pool; 512-token chunks FCFS on prompt machines,
+                 decode dispatch by predicted length (power of two, heavy/light), its 200-token
+                 bucket predictor (74.9%)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UserError
+
+
+@dataclass(frozen=True, slots=True)
+class System:
+    name: str
+    split: bool                                   # prompt and token machines apart
+    settings: dict[str, Any] = field(default_factory=dict)   # option path -> value
+    summary: str = ""
+
+
+SYSTEMS: dict[str, System] = {s.name: s for s in (
+    System("vllm", False, {"routing.cluster_scheduler": "jsq", "batching.scheduler": "vllm"},
+           "unsplit, prefill-first iterations (vLLM v0)"),
+    System("sarathi", False, {"routing.cluster_scheduler": "jsq", "batching.scheduler": "sarathi"},
+           "unsplit, stall-free chunked prefill (Sarathi-Serve)"),
+    System("splitwise", True, {}, "prompt, token and mixed pools (Splitwise)"),
+    System("distserve", True, {"routing.mixed_pool": False, "batching.scheduler": "vllm"},
+           "prompt and token pools, no mixed pool (DistServe)"),
+    System("tetriinfer", True, {"routing.mixed_pool": False, "routing.decode_dispatch": "tetriinfer",
+                                "routing.predictor": "tetriinfer-200", "batching.scheduler": "tetriinfer-fcfs"},
+           "chunked prefill, decode dispatch by predicted length (TetriInfer)"),
+)}
+
+
+def system(name: str) -> System:
+    """The system `name`; UserError lists the names."""
+    if name not in SYSTEMS:
+        raise UserError(f"unknown --policy {name!r}; choose one of: {', '.join(SYSTEMS)}")
+    return SYSTEMS[name]
+
+
+def apply(name: str, values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """{path: value} of the options with system `name`'s settings in place of every option left at
+    its default."""
+    s = system(name)
+    return {**values, **{p: v for p, v in s.settings.items() if values.get(p, defaults[p]) == defaults[p]}}
