@@ -144,11 +144,15 @@ def provision(
     schedulers: Annotated[str, typer.Option(help="capacity-per-dollar: machine schedulers to search (splitwise, vllm, orca, sarathi, fastertransformer, lightllm).", rich_help_panel="Configuration search")] = "splitwise,vllm,orca,sarathi",
     batch_caps: Annotated[str, typer.Option(help="capacity-per-dollar: batch caps (requests holding KV at once; 0: memory decides).", rich_help_panel="Configuration search")] = "0,64,256",
     chunks: Annotated[str, typer.Option(help="capacity-per-dollar: chunk sizes for the chunking schedulers (empty: their default).", rich_help_panel="Configuration search")] = "512",
+    policy_system: Annotated[str, typer.Option("--policy", help="Serving system whose policy every simulation runs (policy/systems.py; cost, power, machines, throughput and batch objectives): its kind of designs only.", show_default=False)] = "",
 ) -> None:
     """Find the cluster to buy: the cheapest / lowest-power / fewest machines meeting the SLOs at a
     load, or the most throughput within a power or cost budget, for each design; or, with
     --objective capacity-per-dollar, the replica configuration (tp, pp, machine scheduler, batch
     cap, chunk size) with the most capacity per dollar, and the Pareto front of cost and capacity."""
+    if policy_system and objective in ("capacity-per-dollar", "goodput-per-gpu"):
+        raise UserError(f"--policy goes with the cost, power, machines, throughput and batch objectives; "
+                        f"--objective {objective} searches its own schedulers")
     if objective == "capacity-per-dollar":
         from .provision import configs
         from .provision.plan import RateRange
@@ -207,7 +211,7 @@ def provision(
         workers=workers, backend=backend, address=address,
         cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
         progress=not (quiet or json_out), goodput_ttft=goodput_ttft,
-        goodput_tpot=goodput_tpot)
+        goodput_tpot=goodput_tpot, system=policy_system)
     if out is not None:
         path = write_result(res, out)
         if not json_out:

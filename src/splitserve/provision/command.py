@@ -43,7 +43,8 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
                   max_rps: float = 2000.0, stress_rps: float = 400.0, workers: int | None = None,
                   backend: str = "local", address: str | None = None,
                   cache_dir: str | None = None, use_cache: bool = True, progress: bool = True,
-                  goodput_ttft: float | None = None, goodput_tpot: float | None = None) -> dict:
+                  goodput_ttft: float | None = None, goodput_tpot: float | None = None,
+                  system: str = "") -> dict:
     # ---- the question ----
     if constraint is not None and constraint not in plan.CONSTRAINTS:
         raise UserError(f"--constraint must be iso-power or iso-cost, got {constraint!r}")
@@ -87,6 +88,15 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
     names = list(designs) if designs else list(DEFAULT_DESIGNS)
     for n in names:
         plan.design(n)                       # unknown names fail before any simulation
+    if system:                               # --policy: the designs of its kind (split or not)
+        from ..policy.systems import system as named
+        split = named(system).split
+        wrong = [n for n in names if known[n].split != split]
+        if designs and wrong:
+            raise UserError(f"--policy {system} {'splits' if split else 'does not split'} the phases: "
+                            f"{', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} "
+                            f"{'unsplit' if split else 'Splitwise'} design{'s' if len(wrong) > 1 else ''}")
+        names = [n for n in names if n not in wrong]
     from ..catalog import load_model
     load_model(model)
     from ..workload import make_workload
@@ -95,7 +105,8 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
 
     from ..report.goodput import from_options
     slo = from_options(goodput_ttft, goodput_tpot)
-    sc = plan.Scenario(workload, duration, seed, model, profile, (slo.ttft_s, slo.tpot_s) if slo else None)
+    sc = plan.Scenario(workload, duration, seed, model, profile, (slo.ttft_s, slo.tpot_s) if slo else None,
+                       system)
     lim = plan.Limits(max_prompt, max_token, max_machines)
     rates = plan.RateRange(min_rps, max_rps, RateLattice(tolerance))
 
@@ -207,7 +218,8 @@ def print_result(res: dict) -> None:
             else f"highest throughput at SLO within {res['budget']} ({res['constraint']})" if obj == "throughput"
             else f"most requests per dollar under stress within {res['budget']} ({res['constraint']})")
     sc = res["scenario"]
-    tab = Table(title=f"{head} | {sc['model']} | {sc['workload']} ({sc['duration']:g} s, seed {sc['seed']})",
+    tab = Table(title=f"{head} | {sc['model']} | {sc['workload']} ({sc['duration']:g} s, seed {sc['seed']})"
+                      + (f" | policy {sc['system']}" if sc.get("system") else ""),
                 title_justify="left")
     for col in ("design", "prompt", "token", "machines", "$/h", "kW"):
         tab.add_column(col, justify="left" if col == "design" else "right")

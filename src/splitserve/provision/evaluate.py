@@ -43,6 +43,7 @@ class Job:
     max_context: int | None = None  # clip prompt + output (the model's context)
     batch_cap: int = 0              # requests holding KV at once (BatchingConfig.max_seqs; 0: memory decides)
     chunk_size: int = 0             # chunked prefill's token budget (0: whole prompts)
+    system: str = ""                # a serving system by name (policy/systems.py); "": the default policy
 
     def counts(self) -> dict:
         if self.machines is not None:
@@ -94,14 +95,14 @@ class Outcome:
 
 
 def job_policy(job: Job):
-    """The PolicyConfig a job runs under: the default, without the mixed pool and with a named
-    machine scheduler when the job says so."""
+    """The PolicyConfig a job runs under: the default or its serving system's, without the mixed
+    pool and with a named machine scheduler when the job says so."""
     from dataclasses import replace
 
     from ..errors import UserError
-    from ..policy.config import PolicyConfig
+    from ..policy.config import PolicyConfig, make_policy
 
-    pol = PolicyConfig()
+    pol = make_policy({}, job.system) if job.system else PolicyConfig()
     if not job.mixed_pool:
         pol = replace(pol, routing=replace(pol.routing, mixed_pool=False))
     if job.scheduler is not None:

@@ -42,13 +42,14 @@ class Scenario:
     model: str = "llama2-70b"
     profile: str | None = None
     goodput: tuple[float, float] | None = None   # DistServe's (TTFT, TPOT) SLOs in place of the nine slowdowns
+    system: str = ""                             # serving system by name (policy/systems.py; --policy)
 
     def job(self, design: str, counts: tuple[int, ...], rps: float) -> Job:
         if len(counts) == 2:
             return Job(design, counts[0], counts[1], None, rps, self.workload, self.duration,
-                       self.seed, self.model, self.profile, self.goodput)
+                       self.seed, self.model, self.profile, self.goodput, system=self.system)
         return Job(design, None, None, counts[0], rps, self.workload, self.duration, self.seed,
-                   self.model, self.profile, self.goodput)
+                   self.model, self.profile, self.goodput, system=self.system)
 
 
 @dataclass(frozen=True)
