@@ -6,10 +6,10 @@ machine and request is compared after every event. No sockets, no processes."""
 
 from __future__ import annotations
 
-from hypothesis import example, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from splitserve.policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler, admit, admit_freed
+from splitserve.policy.cluster import RoutingConfig, admit, admit_freed, make_cluster_scheduler
 from splitserve.policy.machine import BatchingConfig, finish_iteration, form_batch
 from splitserve.policy.state import Machine, Phase, Pool, Request
 from splitserve.policy.transitions import DoesNotFit, kv_landed
@@ -21,7 +21,7 @@ class SimPath:
 
     def __init__(self, homes, cap, block, split, routing, batching):
         self.ms = [Machine(i, "x", home=h, kv_capacity=cap, kv_block=block) for i, h in enumerate(homes)]
-        self.cls = SplitwiseScheduler(self.ms, routing) if split else JSQScheduler(self.ms)
+        self.cls = make_cluster_scheduler(self.ms, routing, split)   # splitwise, jsq or tetriinfer (flips)
         self.batching = batching
         self.batches = {}
         self.reqs: dict[int, Request] = {}
@@ -48,6 +48,10 @@ class SimPath:
         kv_landed(p, t, r)
         admit_freed(self.cls, p)
 
+    def watch(self, now: float) -> list[int]:
+        """Simulation._watch: the instance-flip watcher's sample (a flipped machine holds nothing)."""
+        return [m.id for m in self.cls.watch(now)] if hasattr(self.cls, "watch") else []
+
 
 def state(ms: list[Machine], reqs: dict[int, Request]) -> tuple:
     ids = lambda rs: [r.id for r in rs]  # noqa: E731
@@ -62,13 +66,16 @@ def state(ms: list[Machine], reqs: dict[int, Request]) -> tuple:
 @st.composite
 def scenarios(draw):
     split = draw(st.booleans())
-    homes = [Pool.PROMPT, Pool.PROMPT, Pool.TOKEN, Pool.TOKEN] if split else [Pool.MIXED] * 2
+    P, T = Pool.PROMPT, Pool.TOKEN
+    homes = draw(st.sampled_from([[P, P, T, T], [P, P, P, T], [P, T, T]])) if split else [Pool.MIXED] * 2
     block = draw(st.sampled_from([1, 16]))
     cap = draw(st.sampled_from([256, 512, 1024]))
     routing = RoutingConfig(prompt_queue_threshold=draw(st.sampled_from([64, 8192])),
                             token_queue_threshold=draw(st.sampled_from([0, 100])),
                             decode_dispatch=draw(st.sampled_from(["jsq", "tetriinfer"])),
-                            predictor=draw(st.sampled_from(["oracle", "tetriinfer-100"])))
+                            predictor=draw(st.sampled_from(["oracle", "tetriinfer-100"])),
+                            cluster_scheduler=draw(st.sampled_from(["auto", "tetriinfer", "tetriinfer"])) if split else "auto",
+                            flip_idle_s=draw(st.sampled_from([0.0, 0.0, 3.0])))
     batching = BatchingConfig(prompt_token_cap=draw(st.sampled_from([64, 2048])),
                               chunk_size=draw(st.sampled_from([0, 0, 48])),
                               preemption_limit=draw(st.integers(0, 3)))
@@ -76,7 +83,8 @@ def scenarios(draw):
         st.tuples(st.just("arrive"), st.integers(1, 200), st.integers(1, 60), st.booleans()),
         st.tuples(st.just("step"), st.integers(0, 3)),
         st.tuples(st.just("end"), st.integers(0, 3)),
-        st.tuples(st.just("land"), st.integers(0, 7))), min_size=5, max_size=120))
+        st.tuples(st.just("land"), st.integers(0, 7)),
+        st.tuples(st.just("watch"), st.just(0))), min_size=5, max_size=120))
     return split, homes, cap, block, routing, batching, events
 
 
@@ -93,6 +101,7 @@ def test_the_router_view_follows_the_simulator_event_by_event(sc):
     live = LiveCluster(homes, [cap] * len(homes), split, routing, kv_block=block)
     live_reqs: dict[int, Request] = {}
     in_transfer: list[int] = []
+    flipped: list[int] = []
     n = len(homes)
 
     def check():
@@ -146,6 +155,10 @@ def test_the_router_view_follows_the_simulator_event_by_event(sc):
             step(ev[1] % n)
         elif kind == "end":
             end(ev[1] % n)
+        elif kind == "watch":  # the flip watcher at time i, in both (the same flips)
+            flips = sim.watch(float(i))
+            assert live.watch(float(i)) == flips
+            flipped.extend(flips)
         else:
             land(ev[1])
         check()
@@ -162,3 +175,4 @@ def test_the_router_view_follows_the_simulator_event_by_event(sc):
             step(i)
             check()
     assert all(r.phase is Phase.DONE for r in sim.reqs.values()) and live.idle()
+    event(f"instances flipped: {bool(flipped)}")

@@ -41,6 +41,8 @@ class RoutingConfig:
     predictor: str = "oracle"            # output-length predictor of predictive policies (predictor.py)
     cluster_scheduler: str = "auto"      # CLUSTER_SCHEDULERS by name; auto: splitwise when the design
                                          # splits the phases, else jsq
+    flip_idle_s: float = 60.0            # --cluster-scheduler tetriinfer: an instance idle this long
+                                         # flips role (policy/instance_flip.py)
 
 
 _pending = attrgetter("pending")        # pending tokens: the JSQ queue length
@@ -243,10 +245,18 @@ def _splitwise(machines: list[Machine], cfg: RoutingConfig, split: bool) -> Clus
     return SplitwiseScheduler(machines, cfg)
 
 
+def _tetriinfer(machines: list[Machine], cfg: RoutingConfig, split: bool) -> ClusterScheduler:
+    if not split:
+        raise ValueError("the tetriinfer cluster scheduler needs a design with prompt and token pools")
+    from .instance_flip import InstanceFlipScheduler
+    return InstanceFlipScheduler(machines, cfg)
+
+
 # cluster-level schedulers by name (--cluster-scheduler): (machines, routing, split) -> scheduler
 CLUSTER_SCHEDULERS: dict[str, Callable[[list[Machine], RoutingConfig, bool], ClusterScheduler]] = {
     "splitwise": _splitwise,
     "jsq": lambda machines, cfg, split: JSQScheduler(machines),
+    "tetriinfer": _tetriinfer,
 }
 
 

@@ -105,7 +105,11 @@ OPTIONS = (
            "ecoserve-alpaca|sharegpt|bookcorpus (policy/predictor.py: the papers' accuracies)."),
     Option("cluster-scheduler", "routing.cluster_scheduler",
            "Cluster-level scheduler: auto (splitwise for a design with prompt and token pools, else jsq), "
-           "splitwise or jsq (policy/cluster.py CLUSTER_SCHEDULERS)."),
+           "splitwise, jsq or tetriinfer (no mixed pool, TetriInfer's decode dispatch, idle instances flip "
+           "role: policy/instance_flip.py) (policy/cluster.py CLUSTER_SCHEDULERS)."),
+    Option("flip-idle-s", "routing.flip_idle_s",
+           "--cluster-scheduler tetriinfer: seconds an instance must be idle (no pending tokens) before it "
+           "flips to the other role, whose instances all have load (TetriInfer: a minute)."),
     Option("layerwise-threshold", "layerwise_threshold",
            "Prompt-batch tokens from which KV moves layer by layer, overlapped with the prompt (else in one shot)."),
 )
@@ -186,6 +190,7 @@ def make_policy(values: dict[str, Any], system: str = "") -> PolicyConfig:
                      f"got {r.cluster_scheduler!r}"),
                     (r.predictor in _predictors(),
                      f"--predictor must be one of {', '.join(_predictors())}, got {r.predictor!r}"),
+                    (r.flip_idle_s >= 0, f"--flip-idle-s must be >= 0, got {r.flip_idle_s}"),
                     (not (r.kv_pull and r.mixed_pool),
                      "--kv-pull needs --no-mixed-pool: a mixed machine that both holds prefilled KV and "
                      "waits for memory could wait on another doing the same"),

@@ -14,7 +14,8 @@ default takes the system's). `compare` (compare/) runs them side by side.
                  only, so not part of the system that also runs live)
     tetriinfer   prompt and token pools, no mixed pool; 512-token chunks FCFS on prompt machines,
                  decode dispatch by predicted length (power of two, heavy/light), its 200-token
-                 bucket predictor (74.9%)
+                 bucket predictor (74.9%); an instance idle for a minute flips role
+                 (policy/instance_flip.py)
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
     System("distserve", True, {"routing.mixed_pool": False, "batching.scheduler": "vllm"},
            "prompt and token pools, no mixed pool (DistServe)"),
     System("tetriinfer", True, {"routing.mixed_pool": False, "routing.decode_dispatch": "tetriinfer",
-                                "routing.predictor": "tetriinfer-200", "batching.scheduler": "tetriinfer-fcfs"},
+                                "routing.predictor": "tetriinfer-200", "batching.scheduler": "tetriinfer-fcfs",
+                                "routing.cluster_scheduler": "tetriinfer"},
            "chunked prefill, decode dispatch by predicted length (TetriInfer)"),
 )}
 

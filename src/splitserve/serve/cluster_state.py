@@ -173,6 +173,20 @@ class LiveCluster:
         if self._live(m):
             self.cls.settle(m)
 
+    # ---- instance flips (TetriInfer) -------------------------------------------------------------
+    def watch(self, now: float, quiet=None) -> list[int]:
+        """The cluster scheduler's watcher at time `now` (policy/instance_flip.py, the router calls it
+        every `watch_interval` seconds): the workers that flipped role. `quiet(machine)`: whether
+        the worker itself reports holding nothing (a flip waits for it too). A flipped worker's
+        home is its new role (its replacement joins that role)."""
+        watch = getattr(self.cls, "watch", None)
+        if watch is None:
+            return []
+        flipped = watch(now, quiet)
+        for m in flipped:
+            self.homes[m.id] = m.pool
+        return [m.id for m in flipped]
+
     # ---- membership ---------------------------------------------------------------------------
     def down(self, i: int) -> None:
         """Worker i died; the caller has released every request that ran or waited on it."""

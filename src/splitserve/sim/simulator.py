@@ -29,7 +29,7 @@ from ..policy.transitions import DoesNotFit, kv_landed
 from .kv_transfer import Link, layerwise_done, link_between, serialized_done
 from .metrics import MachineStats, Metrics
 
-_ARRIVAL, _ITER_END, _TRANSFER_END, _STAGE_FREE = 0, 1, 2, 3
+_ARRIVAL, _ITER_END, _TRANSFER_END, _STAGE_FREE, _WATCH = 0, 1, 2, 3, 4
 _NONE: tuple = ()    # a batch with no prompt whose KV streams layer by layer
 REFERENCE_HARDWARE = "dgx-a100"     # SLOs are slowdowns against an uncontended DGX-A100 (Table VI)
 
@@ -336,6 +336,16 @@ class Simulation:
         if now > mt.last_completion:
             mt.last_completion = now
 
+    def _watch(self, now: float) -> None:
+        """The cluster scheduler's periodic watcher (TetriInfer's instance flip,
+        policy/instance_flip.py): every `watch_interval` of simulated time while other events are
+        due."""
+        for m in self.cls.watch(now):
+            if not m.busy:
+                self._start(m, now)
+        if self.heap:
+            self._push(now + self.cls.watch_interval, _WATCH, None)
+
     # ---- driver ------------------------------------------------------------------------------
     def run(self, progress: Callable[[float, int], None] | None = None) -> SimResult:
         wall0 = time.perf_counter()
@@ -345,6 +355,8 @@ class Simulation:
         first = next(arrivals, None)
         if first is not None:
             self._push(first.arrival, _ARRIVAL, first)
+            if getattr(self.cls, "watch_interval", 0):
+                self._push(first.arrival, _WATCH, None)
         events = 0
         now = 0.0
         while heap:
@@ -359,8 +371,10 @@ class Simulation:
                     self._push(nxt.arrival, _ARRIVAL, nxt)
             elif kind == _TRANSFER_END:
                 self._transfer_end(obj, now)
-            else:
+            elif kind == _STAGE_FREE:
                 self._stage_free(obj, now)
+            else:
+                self._watch(now)
             if progress is not None and not events & 0xFFFF:
                 progress(now, events)
         mt = self.metrics

@@ -1,0 +1,129 @@
+"""TetriInfer's instance flip (Hu et al., 2024; seed 002 paper 4, §3.2 cluster monitor, §3.5 instance
+flip, §5.1 setting): prefill and decode instances are roles, not machines; a transition watcher
+moves an instance from one role to the other as the load changes, within fixed hardware.
+
+`InstanceFlipScheduler` (`--cluster-scheduler tetriinfer`) routes as `SplitwiseScheduler` with no
+mixed pool and TetriInfer's decode dispatch (policy/tetriinfer.py), and adds the watcher:
+
+- how load is measured: an instance's load is its pending tokens (the JSQ queue length the
+  global scheduler balances on: queued and running prefill tokens, decode tokens to make, KV
+  on its way). The cluster monitor samples every instance every FLIP_CHECK_S = 0.1 s (the paper's
+  instances report their load "e.g., every 100 ms", §3.2); an instance is idle since the first
+  sample that saw its load at 0, and busy again at the first that sees it above 0.
+- when an instance flips (§5.1: "We flip an instance once it becomes idle for a minute"): it has
+  been idle for `RoutingConfig.flip_idle_s` (60 s) of samples, and
+  * ASSUMED (the paper names no target): every instance of the other role has load, so one more
+    there helps; an idle instance whose other role also has an idle instance stays;
+  * ASSUMED: its role keeps at least one instance that is not flipping (a request always has a
+    prompt and a token machine);
+  * ASSUMED: one instance flips at a time (none is selected while one drains, or in the sample
+    one flipped in); of several candidates, the one idle longest, then the lowest id.
+- what it must drain first (§3.5 mechanism, Figure 10): once selected, the global scheduler stops
+  forwarding to it (it leaves its pool: no route, no decode dispatch picks it); it flips when it
+  holds nothing at all: no queued, running, ready or waiting request and no KV (a prompt instance
+  still holding prefilled KV that is on its way to a token instance waits for it to land). The
+  flip itself takes no time (the paper: 5 to 7 ms, a variable; ASSUMED 0 here). The live router
+  also waits for the worker's own report of holding nothing (serve/cluster_state.py `watch`).
+- after a flip, the instance is idle in its new role from that sample on: it may flip back only
+  after another `flip_idle_s`. Its `home` becomes its new role (a replacement of a dead flipped
+  worker joins that role).
+
+`watch(now)` is the watcher: the simulator calls it every FLIP_CHECK_S of simulated time while it
+has events (sim/simulator.py), the live router every FLIP_CHECK_S of wall-clock time
+(serve/router.py); both pass their clock, so the same loads give the same flips.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .cluster import RoutingConfig, SplitwiseScheduler
+from .state import Machine, Pool
+
+FLIP_CHECK_S = 0.1          # the cluster monitor's sampling period (§3.2: "e.g., every 100 ms")
+OTHER = {Pool.PROMPT: Pool.TOKEN, Pool.TOKEN: Pool.PROMPT}
+
+
+@dataclass(frozen=True, slots=True)
+class Flip:
+    at: float          # the watcher's time of the flip (s)
+    machine: int
+    to: Pool
+    selected_at: float  # when it was selected and left its pool (drain time: at - selected_at)
+
+
+def drained(m: Machine) -> bool:
+    """`m` holds nothing: no request queued, prefilling, ready, decoding or waiting, no KV."""
+    return (m.pending == 0 and m.kv_used == 0 and not m.prompt_queue and not m.running and not m.ready
+            and not m.admit_queue)
+
+
+class InstanceFlipScheduler(SplitwiseScheduler):
+    """Splitwise's routing, no mixed pool, TetriInfer's decode dispatch, and instance flips."""
+
+    watch_interval = FLIP_CHECK_S
+
+    def __init__(self, machines: list[Machine], cfg: RoutingConfig = RoutingConfig()) -> None:
+        super().__init__(machines, dataclasses.replace(cfg, mixed_pool=False, decode_dispatch="tetriinfer"))
+        self.idle_since: dict[int, float] = {}       # machine id -> first sample that saw it idle
+        self.draining: list[Machine] = []            # selected, out of their pool, not yet flipped
+        self.selected_at: dict[int, float] = {}
+        self.flips: list[Flip] = []
+
+    def watch(self, now: float, quiet: Callable[[Machine], bool] | None = None) -> list[Machine]:
+        """One sample of the cluster monitor at time `now`: the machines that flipped. `quiet`
+        (live only): whether the worker itself reports holding nothing."""
+        flipped = []
+        for m in list(self.draining):
+            if drained(m) and (quiet is None or quiet(m)):
+                self._flip(m, now)
+                flipped.append(m)
+        idle = self.idle_since
+        for pool in (Pool.PROMPT, Pool.TOKEN):
+            for m in self.pools[pool]:
+                if m.pending == 0:
+                    if m.id not in idle:
+                        idle[m.id] = now
+                elif m.id in idle:
+                    del idle[m.id]
+        if not self.draining and not flipped:
+            m = self._candidate(now)
+            if m is not None:
+                self.pools[m.pool].remove(m)
+                self.draining.append(m)
+                self.selected_at[m.id] = now
+                if drained(m) and (quiet is None or quiet(m)):
+                    self._flip(m, now)
+                    flipped.append(m)
+        return flipped
+
+    def _candidate(self, now: float) -> Machine | None:
+        idle, limit = self.idle_since, self.cfg.flip_idle_s
+        for pool in (Pool.PROMPT, Pool.TOKEN):
+            mine, theirs = self.pools[pool], self.pools[OTHER[pool]]
+            if len(mine) < 2 or any(t.id in idle for t in theirs):
+                continue
+            ready = [m for m in mine if m.id in idle and now - idle[m.id] >= limit]
+            if ready:
+                return min(ready, key=lambda m: (idle[m.id], m.id))
+        return None
+
+    def _flip(self, m: Machine, now: float) -> None:
+        self.draining.remove(m)
+        to = OTHER[m.pool]
+        m.pool = m.home = to
+        self.pools[to].append(m)
+        self.idle_since[m.id] = now
+        self.flips.append(Flip(now, m.id, to, self.selected_at.pop(m.id)))
+
+    def remove(self, m: Machine) -> None:
+        super().remove(m)
+        if m in self.draining:
+            self.draining.remove(m)
+            self.selected_at.pop(m.id, None)
+        self.idle_since.pop(m.id, None)
+
+    def settle(self, m: Machine) -> None:
+        pass                                          # no mixed pool: nothing is ever lent
