@@ -10,7 +10,8 @@ Counters: splitserve_kv_transfers_total{mode}, splitserve_kv_transfer_bytes_tota
 splitserve_kv_transfer_seconds_total{mode}, splitserve_kv_transfer_exposed_seconds_total{mode}
 (the non-overlapped part), splitserve_kv_transfer_failures_total, splitserve_requests_total{outcome},
 splitserve_rejected_total{status}, splitserve_request_restarts_total,
-splitserve_worker_restarts_total; splitserve_rejected_internal_messages{where} (router, worker<N>).
+splitserve_worker_restarts_total, splitserve_instance_flips_total{to} (TetriInfer's instance flip, the
+role taken); splitserve_rejected_internal_messages{where} (router, worker<N>).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class ServeMetrics:
         self.rejected = Counter("splitserve_rejected", "Requests shed by overload", ["status"], registry=r)
         self.restarts = Counter("splitserve_request_restarts", "Requests restarted on another worker", registry=r)
         self.worker_restarts = Counter("splitserve_worker_restarts", "Workers replaced", registry=r)
+        self.flips = Counter("splitserve_instance_flips", "Workers that flipped role", ["to"], registry=r)
         self.bad_messages = Gauge("splitserve_rejected_internal_messages",
                                   "Internal messages dropped for a bad MAC (no cluster secret)", ["where"],
                                   registry=r)

@@ -63,6 +63,7 @@ class Recovery:
                 self.sup.paused(now - tick - MONITOR_S)
             tick = now
             self.sup.check(now)
+            self._watch(now)
             if now >= next_ping:
                 next_ping = now + PING_S
                 for w in self.workers:

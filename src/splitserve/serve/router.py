@@ -70,6 +70,8 @@ class Router(WorkerReports, Recovery):
         self.cluster: LiveCluster | None = None
         self._tasks: list[asyncio.Task] = []
         self._max_request = 0
+        self._next_watch = 0.0
+        self.flips: list[dict] = []       # instance flips (--cluster-scheduler tetriinfer), in order
         self.ready = self.draining = self.closing = False
 
     @property
@@ -143,7 +145,8 @@ class Router(WorkerReports, Recovery):
         """Tokens (prompt and output) one request may hold: what the smallest worker that may have
         to hold all of it can (its context and KV cache), as they said at start."""
         if not self._max_request:
-            holders = [w for w in self.workers if w.home != "prompt" or not self.cfg.split]
+            flips = getattr(self.cluster.cls, "watch_interval", 0) if self.cluster is not None else 0
+            holders = [w for w in self.workers if w.home != "prompt" or not self.cfg.split or flips]
             self._max_request = min(min(w.max_len, w.kv_tokens) for w in holders)
         return self._max_request
 
@@ -204,6 +207,26 @@ class Router(WorkerReports, Recovery):
             req = self.reqs.by_policy.get(r.id)
             if req is not None and req.stage is Stage.WAITING:
                 self._dispatch(req)
+
+    # ---- instance flips ------------------------------------------------------------------------
+    def _watch(self, now: float) -> None:
+        """The cluster scheduler's watcher (TetriInfer's instance flip, policy/instance_flip.py), every
+        `watch_interval` seconds from the monitor loop. A worker flips only when the policy view
+        holds nothing of it and its own last heartbeat says it runs and reserves nothing; it needs
+        no message: a worker runs whatever it is sent (worker.py), its role is the router's."""
+        interval = getattr(self.cluster.cls, "watch_interval", 0)
+        if not interval or now < self._next_watch:
+            return
+        self._next_watch = now + interval
+        for wid in self.cluster.watch(now, self._quiet):
+            w = self.workers[wid]
+            w.home = self.cluster.machines[wid].pool.name.lower()
+            self.flips.append({"at": now, "worker": wid, "to": w.home, "in_flight": len(self.reqs)})
+            self.metrics.flips.labels(w.home).inc()
+
+    def _quiet(self, m) -> bool:
+        w = self.workers[m.id]
+        return w.up and w.running == 0 and w.reserved == 0
 
     # ---- the client's side -------------------------------------------------------------------
     def _deliver(self, req: LiveRequest, toks: list[int]) -> bool:
@@ -289,6 +312,7 @@ class Router(WorkerReports, Recovery):
                          "kv_addr": w.kv_addr} for w in self.workers],
             "machines": self.cluster_snapshot(),
             "policy_idle": self.cluster.idle() if self.cluster is not None else True,
+            "flips": self.flips,
             "in_flight": len(self.reqs),
             "parked": len(self.reqs.parked),
             "router_address": self.address,
