@@ -299,6 +299,7 @@ def reproduce_distserve(
 
 
 from .bench.cli import bench as _bench_cmd; app.command("bench")(_bench_cmd)
+from .compare.cli import compare as _compare_cmd; app.command("compare")(_compare_cmd)
 from .serve.cli import serve as _serve_cmd; app.command("serve")(_serve_cmd)
 from .twin.cli import profile as _profile_cmd; app.command("profile")(_profile_cmd)
 from .twin.cli import twin as _twin_cmd; app.command("twin")(_twin_cmd)

@@ -1,0 +1,142 @@
+"""`splitserve compare` as a function: check the question, find every system's goodput on the
+same workload, model, machines and budget, measure each at its goodput, write report.md,
+results.json and the plots."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from ..errors import UserError
+from ..policy.systems import SYSTEMS
+from ..provision.evaluate import Cache, Evaluator, LocalBackend, default_cache_dir
+from ..provision.plan import ASSUMPTION, RateRange, Scenario
+from ..provision.search import RateLattice
+from .budget import Budget
+from .claims import finding, load_claims
+from .goodput import system_goodput
+from .measure import Point, measure_all
+
+DEFAULT_MACHINES = 10
+
+
+def curve_rates(top: float, points: int) -> list[float]:
+    """`points` rates from a quarter to 1.5 times `top` (the best goodput), evenly spaced."""
+    if points < 1 or not top:
+        return []
+    if points == 1:
+        return [float(f"{top:.4g}")]
+    return [float(f"{top * (0.25 + 1.25 * i / (points - 1)):.4g}") for i in range(points)]
+
+
+def run_compare(*, out: Path, command: str, workload: str = "coding", model: str = "llama2-70b",
+                hardware: str = "dgx-h100", machines: int = DEFAULT_MACHINES, duration: float = 120.0,
+                seed: int = 0, goodput_ttft: float | None = None, goodput_tpot: float | None = None,
+                tolerance: float = 0.02, min_rps: float = 0.5, max_rps: float = 2000.0,
+                curve_points: int = 6, systems: list[str] | None = None, workers: int | None = None,
+                cache_dir: str | None = None, use_cache: bool = True,
+                log: Callable[[str], None] = lambda m: None) -> dict:
+    # ---- the question, checked before any simulation ----
+    names = list(systems) if systems else list(SYSTEMS)
+    for n in names:
+        if n not in SYSTEMS:
+            raise UserError(f"unknown --system {n!r}; choose from: {', '.join(SYSTEMS)}")
+    if not (math.isfinite(duration) and duration > 0):
+        raise UserError(f"--duration must be positive seconds, got {duration}")
+    if not (0 < tolerance < 1):
+        raise UserError(f"--tolerance must be in (0, 1), got {tolerance}")
+    if not (0 < min_rps < max_rps and math.isfinite(max_rps)):
+        raise UserError(f"need 0 < --min-rps < --max-rps, got {min_rps} and {max_rps}")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    if curve_points < 0:
+        raise UserError(f"--curve-points must be >= 0, got {curve_points}")
+    budget = Budget(hardware, machines)
+    designs = {s: budget.design(s) for s in {SYSTEMS[n].split for n in names}}
+    from ..catalog import load_model
+    from ..report.goodput import from_options
+    from ..workload import make_workload
+    load_model(model)
+    make_workload(workload, rps=1.0, duration=duration, seed=seed)
+    slo = from_options(goodput_ttft, goodput_tpot)
+    sc = Scenario(workload, duration, seed, model, None, (slo.ttft_s, slo.tpot_s) if slo else None)
+    lattice = RateLattice(tolerance)          # provision's: 1.0 x (1 + tolerance)^k
+    rates = RateRange(min_rps, max_rps, lattice)
+    claims = load_claims()
+
+    # ---- each system's goodput ----
+    ev = Evaluator(LocalBackend(workers), Cache(Path(cache_dir) if cache_dir else default_cache_dir())
+                   if use_cache else None)
+    t0 = time.perf_counter()
+    rows = []
+    try:
+        for n in names:
+            t1, sims = time.perf_counter(), ev.simulated + ev.cached
+            r = system_goodput(ev, SYSTEMS[n], budget, sc, rates)
+            r["next_rps"] = r["next_slo_met"] = None
+            if r["goodput_rps"] is not None:
+                nxt = lattice.rate(lattice.index(r["goodput_rps"]) + 1)
+                if nxt <= max_rps:                 # simulated by the search; asked again: a cache hit
+                    (o,) = ev([Scenario(**{**asdict(sc), "system": n}).job(r["design"], tuple(r["cluster"]), nxt)])
+                    r["next_rps"], r["next_slo_met"] = nxt, o.slo_met
+            rows.append(r)
+            log(f"{n}: goodput {format(r['goodput_rps'], '.4g') if r['goodput_rps'] is not None else 'none'} req/s"
+                f" at {r['split']} ({ev.simulated + ev.cached - sims} simulations, "
+                f"{time.perf_counter() - t1:.1f} s)")
+    finally:
+        ev.close()
+
+    # ---- each at its goodput, and the latency curves ----
+    top = max((r["goodput_rps"] or 0.0 for r in rows), default=0.0)
+    grid = curve_rates(top, curve_points)
+    at = [Point(r["system"], r["design"], tuple(r["cluster"]), r["goodput_rps"], sc)
+          for r in rows if r["goodput_rps"] is not None]
+    curve_pts = [Point(r["system"], r["design"], tuple(r["cluster"]), x, sc) for r in rows for x in grid]
+    measured = measure_all(at + curve_pts, workers)
+    by_system = {p.system: m for p, m in zip(at, measured[:len(at)])}
+    curves: dict[str, list[dict]] = {}
+    for p, m in zip(curve_pts, measured[len(at):]):
+        curves.setdefault(p.system, []).append(m)
+    goodputs = {r["system"]: r["goodput_rps"] for r in rows}
+    for r in rows:
+        r["at_goodput"] = by_system.get(r["system"])
+        c = claims.get(r["system"])
+        r["claim"] = asdict(c) if c else None
+        r["finding"] = finding(c, goodputs)
+    wall = time.perf_counter() - t0
+    if grid:
+        log(f"measured every system at its goodput and at {len(grid)} common rates")
+
+    res = {
+        "command": command,
+        "scenario": {**asdict(sc), "tolerance": tolerance, "min_rps": min_rps, "max_rps": max_rps},
+        "budget": {"hardware": hardware, "machines": machines, "cost_per_hour": budget.cost_per_hour,
+                   "split_design": designs.get(True, budget.design(True)).name,
+                   "unsplit_design": designs.get(False, budget.design(False)).name},
+        "assumption": ASSUMPTION,
+        "systems": rows,
+        "curve_rates": grid,
+        "curves": curves,
+        "search": {"simulated": ev.simulated, "cached": ev.cached, "measured": len(measured),
+                   "wall_s": wall, "workers": ev.width},
+    }
+    write_outputs(res, out)
+    return res
+
+
+def write_outputs(res: dict, out: Path) -> Path:
+    from . import plots
+    from .report import write_report
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
+    sc, b = res["scenario"], res["budget"]
+    title = f"{sc['workload']}, {sc['model']}, {b['machines']} x {b['hardware']}"
+    plots.goodput_bars(res["systems"], f"goodput: {title}", out / "goodput.png")
+    if res["curves"]:
+        plots.latency_curves(res["curves"], f"P99 latencies against the rate: {title}", out / "latency.png")
+    return write_report(res, out)

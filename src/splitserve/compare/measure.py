@@ -1,0 +1,65 @@
+"""What a system's cluster does at a rate, in full: one simulation's latencies, tokens, cost and
+SLO checks (the searches keep only pass/fail and slowdowns). Used at each system's goodput for
+the table, and over a common grid of rates for the latency-vs-rate curves.
+
+Cost per million output tokens is the cluster's $/h over the output tokens it generated per hour
+of the simulated span (arrivals to the last completion), at the goodput rate.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from ..provision.plan import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    system: str
+    design: str
+    cluster: tuple[int, ...]
+    rps: float
+    scenario: Scenario
+
+
+def measure(pt: Point) -> dict:
+    """One simulation of `pt`, reduced to the figures the report shows."""
+    from ..designs import load_designs
+    from ..policy.config import make_policy
+    from ..report.goodput import GoodputSLO
+    from ..simulate import run_simulation
+
+    sc = pt.scenario
+    counts = ({"prompt_machines": pt.cluster[0], "token_machines": pt.cluster[1]}
+              if load_designs()[pt.design].split else {"machines": pt.cluster[0]})
+    s = run_simulation(design=pt.design, **counts, model=sc.model, workload=sc.workload, rps=pt.rps,
+                       duration=sc.duration, seed=sc.seed, profile=sc.profile,
+                       goodput=GoodputSLO(*sc.goodput) if sc.goodput else None,
+                       policy=make_policy({}, pt.system))
+    checks = s["slo"]["checks"]
+    ratio = {k: (c["slowdown"] if c["slowdown"] is not None else float("inf")) / c["limit"]
+             for k, c in checks.items()}
+    worst = max(ratio, key=ratio.get)
+    span, tokens, cost = s["sim"]["simulated_s"], s["tokens_generated"], s["cluster"]["cost_per_hour"]
+    per_m = cost / (tokens / span * 3600) * 1e6 if tokens and span > 0 else None
+    g = s.get("goodput")
+    return {
+        "rps": pt.rps, "requests": s["requests"], "completed": s["completed"],
+        "throughput_rps": s["throughput_rps"], "output_tokens": tokens, "simulated_s": span,
+        "cost_per_hour": cost, "power_kw": s["cluster"]["power_kw"], "cost_per_m_output_tokens": per_m,
+        **{f"{m}_{q}_s": s[f"{m}_s"][q] for m in ("ttft", "tbt", "e2e") for q in ("p50", "p99")},
+        "slo_met": bool(s["slo"]["met"]), "checks_met": sum(c["met"] for c in checks.values()),
+        "checks": len(checks), "worst_check": worst, "worst_ratio": ratio[worst],
+        "attainment": g["attainment"] if g else None, "attainment_target": g["target"] if g else None,
+    }
+
+
+def measure_all(points: list[Point], workers: int | None = None) -> list[dict]:
+    """`measure` of every point, over a process pool of `workers` (1: in this process)."""
+    n = max(1, workers or os.cpu_count() or 1)
+    if n == 1 or len(points) <= 1:
+        return [measure(p) for p in points]
+    with ProcessPoolExecutor(min(n, len(points))) as pool:
+        return list(pool.map(measure, points))

@@ -1,0 +1,122 @@
+"""`splitserve compare` end to end at a tiny scale, its goodputs re-simulated at the lattice edge,
+and the split search against brute force on a tiny budget."""
+
+import json
+
+import pytest
+
+from splitserve.cli import main
+from splitserve.compare.budget import Budget
+from splitserve.compare.claims import load_claims
+from splitserve.compare.command import curve_rates, run_compare
+from splitserve.compare.goodput import system_goodput
+from splitserve.policy.systems import SYSTEMS
+from splitserve.provision.evaluate import Evaluator, LocalBackend, run_job
+from splitserve.provision.plan import RateRange, Scenario, boundary
+from splitserve.provision.search import RateLattice
+
+TINY = dict(machines=3, duration=20.0, tolerance=0.1, curve_points=2, workers=2, use_cache=False)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    lines = []
+    res = run_compare(out=out, command="splitserve compare (test)", log=lines.append, **TINY)
+    return out, res, lines
+
+
+def test_tiny_run_writes_every_system_and_its_report(tiny):
+    out, res, lines = tiny
+    saved = json.loads((out / "results.json").read_text())
+    names = [r["system"] for r in saved["systems"]]
+    assert names == list(SYSTEMS)                       # every system of SYSTEMS, at run time
+    assert len([m for m in lines if ": goodput " in m]) == len(SYSTEMS)   # a line per finished system
+    assert (out / "goodput.png").stat().st_size > 5_000 and (out / "latency.png").stat().st_size > 5_000
+    text = (out / "report.md").read_text()
+    assert "splitserve compare (test)" in text.splitlines()[5]           # the command at the top
+    for r in saved["systems"]:
+        assert r["goodput_rps"] is not None, r["system"]                # 3 H100s carry 0.5 req/s
+        row = next(line for line in text.splitlines() if line.startswith(f"| {r['system']} |"))
+        assert f"| {r['goodput_rps']:.4g} |" in row
+        assert (len(r["cluster"]) == 2) == SYSTEMS[r["system"]].split and sum(r["cluster"]) == 3
+        m = r["at_goodput"]
+        assert m["slo_met"] and m["checks_met"] == m["checks"] == 9
+        # cost per million output tokens: the budget's $/h over the tokens per hour generated
+        assert m["cost_per_hour"] == pytest.approx(3 * 38.0)
+        assert m["cost_per_m_output_tokens"] == pytest.approx(
+            m["cost_per_hour"] / (m["output_tokens"] / m["simulated_s"] * 3600) * 1e6)
+    assert set(saved["curves"]) == set(SYSTEMS) and all(len(v) == 2 for v in saved["curves"].values())
+
+
+def test_each_goodput_meets_the_slos_and_the_next_lattice_rate_does_not(tiny):
+    _, res, _ = tiny
+    lattice = RateLattice(TINY["tolerance"])
+    for r in res["systems"]:
+        sc = Scenario("coding", TINY["duration"], 0, "llama2-70b", system=r["system"])
+        g = r["goodput_rps"]
+        k = lattice.index(g)
+        assert lattice.rate(k) == g                                     # a lattice rate
+        at, nxt = (run_job(sc.job(r["design"], tuple(r["cluster"]), x)) for x in (g, lattice.rate(k + 1)))
+        assert at.slo_met, r["system"]
+        assert not nxt.slo_met, r["system"]
+        assert r["next_rps"] == lattice.rate(k + 1) and r["next_slo_met"] is False
+
+
+def test_the_split_search_finds_the_brute_force_best_split():
+    """Budget of 4 H100s: every split (1,3), (2,2), (3,1), every lattice rate from 0.5 req/s up to
+    each split's first miss, simulated one by one; the search's goodput is the best of those edges
+    and its split reaches it."""
+    budget = Budget("dgx-h100", 4)
+    lattice = RateLattice(0.15)
+    rates = RateRange(0.5, 60.0, lattice)
+    split_systems = [s for s in SYSTEMS.values() if s.split]
+    assert split_systems
+    for s in split_systems:
+        sc = Scenario("coding", 15.0, 0, "llama2-70b", system=s.name)
+        edge = {}
+        for counts in budget.splits():
+            k, last = lattice.index(rates.lo), None
+            while lattice.rate(k) <= rates.hi and run_job(sc.job("splitwise-hh", counts, lattice.rate(k))).slo_met:
+                last, k = lattice.rate(k), k + 1
+            edge[counts] = last
+        best = max(v for v in edge.values() if v is not None)
+        ev = Evaluator(LocalBackend(1))
+        r = system_goodput(ev, s, budget, Scenario("coding", 15.0, 0, "llama2-70b"), rates)
+        assert r["goodput_rps"] == best, (s.name, edge, r)
+        assert edge[tuple(r["cluster"])] == best
+        assert r["candidates"] == 3
+
+
+def test_the_budget_is_provisions_iso_cost_boundary():
+    b = Budget("dgx-h100", 5)
+    assert b.splits() == [(1, 4), (2, 3), (3, 2), (4, 1)]
+    assert boundary(b.design(True), "iso-cost", b.cost_per_hour, b.limits()) == b.splits()
+    assert boundary(b.design(False), "iso-cost", b.cost_per_hour, b.limits()) == [(5,)]
+    assert (b.design(True).name, b.design(False).name) == ("splitwise-hh", "baseline-h100")
+    assert Budget("dgx-a100", 2).design(True).name == "splitwise-aa"
+
+
+def test_curve_rates_span_a_quarter_to_one_and_a_half_of_the_best_goodput():
+    assert curve_rates(10.0, 6) == [2.5, 5.0, 7.5, 10.0, 12.5, 15.0]
+    assert curve_rates(10.0, 0) == [] and curve_rates(0.0, 6) == []
+
+
+def test_claims_name_systems_that_exist():
+    for name, c in load_claims().items():
+        assert c.baseline == "" or c.baseline in SYSTEMS or c.baseline in ("aladdin", "ecoserve"), name
+        assert c.paper and c.section and c.claim
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["compare", "--machines", "1"], "--machines must be at least 2"),
+    (["compare", "--system", "nope"], "unknown --system 'nope'"),
+    (["compare", "--hardware", "dgx-h100-cap"], "no unsplit design of dgx-h100-cap machines"),
+    (["compare", "--goodput-ttft", "1"], "give both --goodput-ttft and --goodput-tpot"),
+    (["compare", "--tolerance", "0"], "--tolerance must be in (0, 1)"),
+])
+def test_mistakes_are_one_error_line(argv, msg, capsys, tmp_path):
+    assert main(argv + ["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and msg in err[0]
+    assert not (tmp_path / "report.md").exists()
