@@ -298,6 +298,21 @@ def reproduce_distserve(
     typer.echo(f"wrote {path}")
 
 
+@reproduce_app.command("tetriinfer")
+def reproduce_tetriinfer(
+    out: Annotated[Path, typer.Option(help="Directory for report.md, its PNG plots and results.json.")] = Path("reproduction/tetriinfer"),
+    scale: Annotated[str, typer.Option(help="tiny (a CI check), quick (seconds on 2 cores) or full.")] = "quick",
+    seed: Annotated[int, typer.Option(help="Added to every workload seed.")] = 0,
+) -> None:
+    """Run TetriInfer's evaluation (2024: Figures 11-15, TTFT, JCT, resource use and perf/$ against
+    vLLM on its five workloads; its instance flip under a load shift) on the simulator and write a
+    report beside its numbers."""
+    from .reproduce.tetriinfer import reproduce_tetriinfer as run
+
+    path = run(out, scale=scale, seed=seed, log=lambda msg: typer.echo(msg, err=True))
+    typer.echo(f"wrote {path}")
+
+
 from .bench.cli import bench as _bench_cmd; app.command("bench")(_bench_cmd)
 from .compare.cli import compare as _compare_cmd; app.command("compare")(_compare_cmd)
 from .serve.cli import serve as _serve_cmd; app.command("serve")(_serve_cmd)
