@@ -339,7 +339,7 @@ class Simulation:
     def _watch(self, now: float) -> None:
         """The cluster scheduler's periodic watcher (TetriInfer's instance flip,
         policy/instance_flip.py): every `watch_interval` of simulated time while other events are
-        due."""
+        due (so the run's end, `sim_end`, may fall up to one interval after its last other event)."""
         for m in self.cls.watch(now):
             if not m.busy:
                 self._start(m, now)
