@@ -74,7 +74,9 @@ def scenarios(draw):
                             token_queue_threshold=draw(st.sampled_from([0, 100])),
                             decode_dispatch=draw(st.sampled_from(["jsq", "tetriinfer"])),
                             predictor=draw(st.sampled_from(["oracle", "tetriinfer-100"])),
-                            cluster_scheduler=draw(st.sampled_from(["auto", "tetriinfer", "tetriinfer"])) if split else "auto",
+                            cluster_scheduler=draw(st.sampled_from(["auto", "tetriinfer", "tetriinfer", "aladdin"]))
+                            if split else draw(st.sampled_from(["auto", "aladdin"])),
+                            scale_window=draw(st.sampled_from([0.0, 3.0])),   # aladdin: workers scaled
                             flip_idle_s=draw(st.sampled_from([0.0, 0.0, 3.0])))
     batching = BatchingConfig(prompt_token_cap=draw(st.sampled_from([64, 2048])),
                               chunk_size=draw(st.sampled_from([0, 0, 48])),
@@ -106,6 +108,8 @@ def test_the_router_view_follows_the_simulator_event_by_event(sc):
 
     def check():
         assert state(live.machines, live_reqs) == state(sim.ms, sim.reqs)
+        if routing.cluster_scheduler == "aladdin":  # the same workers take new requests, the same predictions
+            assert live.cls.state == sim.cls.state and live.cls.pred == sim.cls.pred
         for m in sim.ms:
             assert m.pending == m.recount_pending() >= 0 and 0 <= m.kv_used <= m.kv_capacity
 
@@ -176,3 +180,5 @@ def test_the_router_view_follows_the_simulator_event_by_event(sc):
             check()
     assert all(r.phase is Phase.DONE for r in sim.reqs.values()) and live.idle()
     event(f"instances flipped: {bool(flipped)}")
+    if routing.cluster_scheduler == "aladdin":
+        event(f"aladdin workers scaled down: {live.cls.scale_downs > 0}")

@@ -41,6 +41,10 @@ class RoutingConfig:
     predictor: str = "oracle"            # output-length predictor of predictive policies (predictor.py)
     cluster_scheduler: str = "auto"      # CLUSTER_SCHEDULERS by name; auto: splitwise when the design
                                          # splits the phases, else jsq
+    scale_window: float = 0.0            # aladdin: seconds of arrivals whose rate sizes the active
+                                         # workers (0: no scaling; policy/aladdin.py)
+    aladdin_ttft_slo: float = 0.0        # aladdin: TTFT SLO, s (0: the prefill of 4096 tokens)
+    aladdin_atgt_slo: float = 0.0        # aladdin: ATGT SLO, s (0: 1.3 x a lone decode step at 4096)
     flip_idle_s: float = 60.0            # --cluster-scheduler tetriinfer: an instance idle this long
                                          # flips role (policy/instance_flip.py)
 
@@ -252,10 +256,16 @@ def _tetriinfer(machines: list[Machine], cfg: RoutingConfig, split: bool) -> Clu
     return InstanceFlipScheduler(machines, cfg)
 
 
+def _aladdin(machines: list[Machine], cfg: RoutingConfig, split: bool) -> ClusterScheduler:
+    from .aladdin import AladdinScheduler
+    return AladdinScheduler(machines, cfg, split)
+
+
 # cluster-level schedulers by name (--cluster-scheduler): (machines, routing, split) -> scheduler
 CLUSTER_SCHEDULERS: dict[str, Callable[[list[Machine], RoutingConfig, bool], ClusterScheduler]] = {
     "splitwise": _splitwise,
     "jsq": lambda machines, cfg, split: JSQScheduler(machines),
+    "aladdin": _aladdin,
     "tetriinfer": _tetriinfer,
 }
 

@@ -110,13 +110,22 @@ OPTIONS = (
     Option("flip-idle-s", "routing.flip_idle_s",
            "--cluster-scheduler tetriinfer: seconds an instance must be idle (no pending tokens) before it "
            "flips to the other role, whose instances all have load (TetriInfer: a minute)."),
+    Option("scale-window", "routing.scale_window",
+           "--cluster-scheduler aladdin: seconds of arrivals whose rate and lengths size the workers taking "
+           "new requests (Eq. 7; the others drain); 0: no scaling."),
+    Option("aladdin-ttft-slo", "routing.aladdin_ttft_slo",
+           "--cluster-scheduler aladdin: TTFT SLO in seconds its placement keeps (0: the prefill time of "
+           "4096 tokens, the paper's choice)."),
+    Option("aladdin-atgt-slo", "routing.aladdin_atgt_slo",
+           "--cluster-scheduler aladdin: average token generation time SLO in seconds (0: 1.3 times a lone "
+           "request's decode step at 4096 tokens, the paper's choice)."),
     Option("layerwise-threshold", "layerwise_threshold",
            "Prompt-batch tokens from which KV moves layer by layer, overlapped with the prompt (else in one shot)."),
 )
 
 
 SYSTEM_HELP = ("A serving system by name, its policy settings at once (policy/systems.py): vllm, sarathi, "
-               "splitwise, distserve, tetriinfer. Options given beside it win; unsplit systems run the "
+               "splitwise, distserve, tetriinfer, aladdin. Options given beside it win; unsplit systems run the "
                "design's machines as one mixed pool.")
 
 
@@ -188,6 +197,8 @@ def make_policy(values: dict[str, Any], system: str = "") -> PolicyConfig:
                     (r.cluster_scheduler in ("auto", *CLUSTER_SCHEDULERS),
                      f"--cluster-scheduler must be one of auto, {', '.join(CLUSTER_SCHEDULERS)}, "
                      f"got {r.cluster_scheduler!r}"),
+                    (r.scale_window >= 0 and r.aladdin_ttft_slo >= 0 and r.aladdin_atgt_slo >= 0,
+                     "--scale-window, --aladdin-ttft-slo and --aladdin-atgt-slo must be >= 0"),
                     (r.predictor in _predictors(),
                      f"--predictor must be one of {', '.join(_predictors())}, got {r.predictor!r}"),
                     (r.flip_idle_s >= 0, f"--flip-idle-s must be >= 0, got {r.flip_idle_s}"),

@@ -16,6 +16,9 @@ default takes the system's). `compare` (compare/) runs them side by side.
                  decode dispatch by predicted length (power of two, heavy/light), its 200-token
                  bucket predictor (74.9%); an instance idle for a minute flips role
                  (policy/instance_flip.py)
+    aladdin      unsplit; Aladdin's best-fit placement by predicted KV and batch latency against
+                 TTFT and ATGT SLOs, re-prediction of outlived lengths, workers scaled to the
+                 arrival rate of the last 30 s (policy/aladdin.py), the 100-token bucket predictor
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
                                 "routing.predictor": "tetriinfer-200", "batching.scheduler": "tetriinfer-fcfs",
                                 "routing.cluster_scheduler": "tetriinfer"},
            "chunked prefill, decode dispatch by predicted length (TetriInfer)"),
+    System("aladdin", False, {"routing.cluster_scheduler": "aladdin", "routing.predictor": "tetriinfer-100",
+                              "routing.scale_window": 30.0},
+           "best-fit placement for SLOs, workers scaled to the arrival rate (Aladdin)"),
 )}
 
 

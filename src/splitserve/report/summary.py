@@ -88,7 +88,31 @@ def simulation_summary(result, workload, slo: SLO = SLO(), goodput=None) -> dict
     })
     if goodput is not None:
         out["goodput"] = _clean(attainment_summary(goodput, mt.attained, mt.completed, mt.requests))
+    if result.scaling is not None:
+        out["scaling"] = _clean(scaling_summary(result, mt))
     return out
+
+
+def scaling_summary(result, mt) -> dict:
+    """What a scaling scheduler kept on (policy/aladdin.py `activity`): machine-seconds, GPU-hours and
+    cost while on, beside the whole cluster's for the same span."""
+    from ..catalog import load_hardware
+
+    act = result.scaling
+    on_s = gpu_h = cost = 0.0
+    for mid, s in act["machine_seconds"].items():
+        name = mt.machines[mid].hardware
+        hw = result.hardware.get(name) or load_hardware(name)
+        gpus = hw.instance.gpus if hasattr(hw, "instance") else hw.gpus
+        on_s += s
+        gpu_h += gpus * s / 3600.0
+        cost += hw.cost_per_hour * s / 3600.0
+    span = result.sim_end * len(mt.machines)
+    return {"machine_seconds_active": on_s, "active_fraction": on_s / span if span > 0 else None,
+            "gpu_hours_active": gpu_h, "cost_active": cost,
+            "cost_per_1k_requests_active": cost / mt.completed * 1000 if mt.completed else None,
+            "scale_ups": act["scale_ups"], "scale_downs": act["scale_downs"],
+            "bins_opened": act["bins_opened"], "corrections": act["corrections"]}
 
 
 def write_summary(summary: dict, out_dir: str | Path) -> Path:

@@ -59,6 +59,7 @@ class SimResult:
     perf_sources: dict[str, str]
     requests: list[Request] = field(default_factory=list)
     hardware: dict = field(default_factory=dict)  # name -> spec with cost_per_hour and power_kw
+    scaling: dict | None = None                   # a scaling scheduler's activity (policy/aladdin.py)
 
 
 class Simulation:
@@ -98,6 +99,10 @@ class Simulation:
         self.hw = {name: v[0] for name, v in hw_cache.items()}
         self.links: dict[tuple[str, str], Link] = {}
         self.cls = make_cluster_scheduler(self.machines, cfg.policy.routing, cluster.design.split)
+        bind = getattr(self.cls, "bind_latency", None)
+        if bind is not None:  # it places by batch latency (policy/aladdin.py): the perf models that time the batches
+            from ..policy.aladdin import PerfLatency
+            bind(PerfLatency(self.perf))
         if cfg.machine is not None:  # SLO slowdowns against the same request alone on this machine
             self.ref = cfg.machine.perf
         else:
@@ -388,4 +393,5 @@ class Simulation:
         return SimResult(metrics=mt, cluster=self.cluster, model=self.model.name, events=events,
                          wall_s=time.perf_counter() - wall0, sim_end=now,
                          borrowed=self.cls.borrowed, perf_sources=self.perf_sources,
-                         requests=self.kept, hardware=self.hw)
+                         requests=self.kept, hardware=self.hw,
+                         scaling=self.cls.activity(now) if hasattr(self.cls, "activity") else None)
