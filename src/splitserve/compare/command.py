@@ -77,12 +77,12 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
         for n in names:
             t1, sims = time.perf_counter(), ev.simulated + ev.cached
             r = system_goodput(ev, SYSTEMS[n], budget, sc, rates)
-            r["next_rps"] = r["next_slo_met"] = None
+            r["next_rps"] = r["next_slo_met"] = r["next_worst"] = r["next_ratio"] = None
             if r["goodput_rps"] is not None:
                 nxt = lattice.rate(lattice.index(r["goodput_rps"]) + 1)
                 if nxt <= max_rps:                 # simulated by the search; asked again: a cache hit
                     (o,) = ev([Scenario(**{**asdict(sc), "system": n}).job(r["design"], tuple(r["cluster"]), nxt)])
-                    r["next_rps"], r["next_slo_met"] = nxt, o.slo_met
+                    r.update(next_rps=nxt, next_slo_met=o.slo_met, next_worst=o.worst, next_ratio=o.violation)
             rows.append(r)
             log(f"{n}: goodput {format(r['goodput_rps'], '.4g') if r['goodput_rps'] is not None else 'none'} req/s"
                 f" at {r['split']} ({ev.simulated + ev.cached - sims} simulations, "

@@ -58,7 +58,7 @@ def render(res: dict) -> str:
         f"- SLOs: {_slo_text(res)}.",
         f"- Goodput: the highest rate of the lattice (1 + {sc['tolerance']:g})^k req/s between "
         f"{sc['min_rps']:g} and {sc['max_rps']:g} req/s at which the system's simulation meets the SLOs; the next "
-        "lattice rate was simulated and misses them (column `next rate`). Search: provision's "
+        "lattice rate was simulated and misses them (column `next rate`: its worst check, as a multiple of its limit). Search: provision's "
         "`--objective throughput` within an iso-cost budget (provision/plan.py `best_within_budget`), "
         "exact under its assumption that " + res["assumption"] + ".",
         "- Cost per million output tokens: the budget's $/h over the output tokens generated per hour "
@@ -68,14 +68,14 @@ def render(res: dict) -> str:
         "## Goodput and latencies at goodput",
         "",
     ]
-    head = ["system", "split", "goodput (req/s)", "next rate (req/s)", "$ per M output tokens",
+    head = ["system", "split", "goodput (req/s)", "next rate (req/s): what misses", "$ per M output tokens",
             "TTFT P50 / P99 (ms)", "TBT P50 / P99 (ms)", "E2E P50 / P99 (s)", "SLO at goodput", "sims"]
     L += [_row(head), _row(["---"] * len(head))]
     for r in res["systems"]:
         m = r["at_goodput"]
         L.append(_row([
             f"{r['system']}", r["split"] if r["goodput_rps"] else "-", _f(r["goodput_rps"], ".4g", "none"),
-            _f(r["next_rps"], ".4g"),
+            f"{r['next_rps']:.4g}: {r['next_worst']} {r['next_ratio']:.2f}x" if r["next_rps"] else "-",
             _f(m and m["cost_per_m_output_tokens"], ",.2f"),
             f"{_ms(m['ttft_p50_s'])} / {_ms(m['ttft_p99_s'])}" if m else "-",
             f"{_ms(m['tbt_p50_s'])} / {_ms(m['tbt_p99_s'])}" if m else "-",
