@@ -215,5 +215,11 @@ class LiveCluster:
         return [{"id": m.id, "alive": a, "home": m.home.name.lower(), "pool": m.pool.name.lower(),
                  "pending": m.pending, "kv_used": m.kv_used, "kv_capacity": m.kv_capacity,
                  "prompt_queue": len(m.prompt_queue), "prefill_tokens_running": m.running_prompt_tokens,
-                 "admit_queue": len(m.admit_queue), "running": len(m.running)}
+                 "admit_queue": len(m.admit_queue), "running": len(m.running), "accepting": self.accepting(m)}
                 for m, a in zip(self.machines, self.alive)]
+
+    def accepting(self, m: Machine) -> bool:
+        """Whether new requests may be routed to `m`: a scaling scheduler's scaled-down workers
+        (policy/aladdin.py) stay up as warm standby, finish what they hold and take nothing new."""
+        f = getattr(self.cls, "accepting", None)
+        return f(m) if f is not None else True
