@@ -89,7 +89,8 @@ params = st.builds(
     seed=st.none() | st.integers(-(2**63), U64), presence_penalty=finite, frequency_penalty=finite,
     repetition_penalty=finite, logit_bias=st.lists(st.tuples(st.integers(0, U64), finite), max_size=4))
 
-gen_full = st.builds(Gen, rid=rid, prompt_ids=ids, params=params, kind=st.just("full"), isolated=st.booleans())
+gen_full = st.builds(Gen, rid=rid, prompt_ids=ids, params=params, kind=st.just("full"), isolated=st.booleans(),
+                     predicted=st.none() | st.integers(1, U64))
 gen_prefill = st.builds(Gen, rid=rid, prompt_ids=ids, params=params, kind=st.just("prefill"),
                         isolated=st.booleans(), dest=nat, dest_ident=st.text(max_size=30),
                         dest_addr=st.text(max_size=30), threshold=nat, region=st.none() | opaque,
@@ -331,7 +332,7 @@ EXAMPLES: dict[type, Message] = {
     Gen: Gen(rid="1.0", prompt_ids=[1, 2], params=WireParams(
         max_tokens=4, temperature=0.0, top_p=1.0, top_k=0, ignore_eos=False, stop_token_ids=[2], seed=1,
         presence_penalty=0.1, frequency_penalty=0.1, repetition_penalty=1.1, logit_bias=[(1, 1.0)]),
-        kind="prefill", isolated=True, dest=1, dest_ident=W1, dest_addr="tcp://h:1", threshold=512,
+        kind="prefill", isolated=True, predicted=7, dest=1, dest_ident=W1, dest_addr="tcp://h:1", threshold=512,
         region={"kind": "shm"}, blocks=[0]),
     Expect: Expect(rid="1.0", prompt_ids=[1], params=WireParams(
         max_tokens=4, temperature=0.0, top_p=1.0, top_k=0, ignore_eos=False, stop_token_ids=[]), src=0, isolated=True),

@@ -5,6 +5,11 @@ list and carry a reference count: `fork` lets a second sequence share a parent's
 shared, partly filled last block is copied before either sequence writes into it (copy on
 write; `append` returns the (src, dst) pairs the cache must copy). Full blocks are never written
 again, so sharing them is safe.
+
+Pools: blocks reserved but not yet written. `set_pool(key, n)` holds `n` blocks aside under `key`
+(out of the free list, in no table), and `append(..., pool=key)` takes a sequence's new blocks
+from that pool only. EcoServe's KV pipelining (policy/schedulers/ecoserve.py) so runs for real: a
+host's reservation is its pool, and the guests it hosts write into blocks from it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ class BlockManager:
         self._refs = [0] * num_blocks
         self._tables: dict[Hashable, list[int]] = {}
         self._lengths: dict[Hashable, int] = {}  # token positions each sequence has room for
+        self._pools: dict[Hashable, list[int]] = {}  # reserved, unwritten blocks by holder
 
     # ---- queries -----------------------------------------------------------------------
     @property
@@ -66,7 +72,22 @@ class BlockManager:
         return sum(1 for b in self._tables.get(seq_id, ()) if self._refs[b] == 1)
 
     # ---- changes -----------------------------------------------------------------------
-    def _take(self, n: int) -> list[int]:
+    def pool_size(self, key: Hashable) -> int:
+        return len(self._pools.get(key, ()))
+
+    @property
+    def pools(self) -> dict[Hashable, int]:
+        return {k: len(v) for k, v in self._pools.items()}
+
+    def _take(self, n: int, pool: Hashable | None = None) -> list[int]:
+        if pool is not None:
+            src = self._pools.get(pool, [])
+            if n > len(src):
+                raise NoFreeBlocks(f"need {n} blocks, {len(src)} reserved in pool {pool!r}")
+            out = [src.pop() for _ in range(n)]
+            for b in out:
+                self._refs[b] = 1
+            return out
         if n > len(self._free):
             raise NoFreeBlocks(f"need {n} blocks, {len(self._free)} free")
         out = [self._free.popleft() for _ in range(n)]
@@ -74,37 +95,40 @@ class BlockManager:
             self._refs[b] = 1
         return out
 
-    def allocate(self, seq_id: Hashable, num_tokens: int) -> list[int]:
-        """A new sequence with room for `num_tokens` positions; returns its block table."""
+    def allocate(self, seq_id: Hashable, num_tokens: int, pool: Hashable | None = None) -> list[int]:
+        """A new sequence with room for `num_tokens` positions (its blocks from the free list, or
+        from `pool`); returns its block table."""
         if seq_id in self._tables:
             raise ValueError(f"sequence {seq_id!r} already has blocks")
-        self._tables[seq_id] = self._take(self.blocks_for(num_tokens))
+        self._tables[seq_id] = self._take(self.blocks_for(num_tokens), pool)
         self._lengths[seq_id] = num_tokens
         return self._tables[seq_id]
 
-    def append(self, seq_id: Hashable, num_tokens: int) -> list[tuple[int, int]]:
-        """Grow `seq_id` to hold `num_tokens` positions (a new id is allocated).
+    def append(self, seq_id: Hashable, num_tokens: int, pool: Hashable | None = None) -> list[tuple[int, int]]:
+        """Grow `seq_id` to hold `num_tokens` positions (a new id is allocated), its new blocks
+        from the free list, or from `pool` only.
 
         Returns the copy-on-write pairs (src_block, dst_block) whose contents must be copied
         before the new positions are written."""
         if seq_id not in self._tables:
-            self.allocate(seq_id, num_tokens)
+            self.allocate(seq_id, num_tokens, pool)
             return []
         have = self._lengths[seq_id]
         if num_tokens <= have:
             return []
         need = self.blocks_needed(seq_id, num_tokens)
-        if need > len(self._free):
-            raise NoFreeBlocks(f"need {need} blocks, {len(self._free)} free")
+        avail = len(self._free) if pool is None else self.pool_size(pool)
+        if need > avail:
+            raise NoFreeBlocks(f"need {need} blocks, {avail} " + ("free" if pool is None else f"in pool {pool!r}"))
         table = self._tables[seq_id]
         copies: list[tuple[int, int]] = []
         if have % self.block_size and self._refs[table[-1]] > 1:
-            (new,) = self._take(1)
+            (new,) = self._take(1, pool)
             old = table[-1]
             self._refs[old] -= 1
             table[-1] = new
             copies.append((old, new))
-        table.extend(self._take(self.blocks_for(num_tokens) - len(table)))
+        table.extend(self._take(self.blocks_for(num_tokens) - len(table), pool))
         self._lengths[seq_id] = num_tokens
         return copies
 
@@ -127,6 +151,18 @@ class BlockManager:
                 self._free.append(b)
         self._lengths.pop(seq_id, None)
 
+    def set_pool(self, key: Hashable, n: int) -> None:
+        """Hold exactly `n` blocks aside under `key` (from or back to the free list; 0 drops it)."""
+        pool = self._pools.setdefault(key, [])
+        if n > len(pool):
+            if n - len(pool) > len(self._free):
+                raise NoFreeBlocks(f"pool {key!r} needs {n - len(pool)} blocks, {len(self._free)} free")
+            pool.extend(self._free.popleft() for _ in range(n - len(pool)))
+        while len(pool) > n:
+            self._free.append(pool.pop())
+        if not pool:
+            del self._pools[key]
+
     def rename(self, old: Hashable, new: Hashable) -> None:
         """Hand `old`'s blocks to `new` unchanged (a reservation becoming a sequence)."""
         if new in self._tables:
@@ -144,5 +180,7 @@ class BlockManager:
         assert refs == self._refs, "reference counts disagree with block tables"
         free = set(self._free)
         assert len(free) == len(self._free), "a block is on the free list twice"
+        pooled = [b for p in self._pools.values() for b in p]
+        assert len(set(pooled)) == len(pooled) and not free & set(pooled), "a pooled block twice"
         for b in range(self.num_blocks):
-            assert (b in free) == (refs[b] == 0), f"block {b}: free={b in free} refs={refs[b]}"
+            assert (b in free or b in pooled) == (refs[b] == 0), f"block {b}: free={b in free} refs={refs[b]}"

@@ -188,13 +188,16 @@ class LLMEngine(KVHostMixin):
         return seq
 
     def add_request(self, prompt_ids: list[int] | str, params: SamplingParams | None = None,
-                    request_id: str | None = None, prefill_only: bool = False, isolated: bool = False) -> str:
+                    request_id: str | None = None, prefill_only: bool = False, isolated: bool = False,
+                    predicted: int = 0) -> str:
         """Queue a request; returns its id. With prefill_only, the request stops after its first
         token and its output carries the prompt's KV (`finish_reason == "prefill"`). An isolated
-        request runs in steps of its own (a suspect one: if it breaks a step, it breaks only its own)."""
+        request runs in steps of its own (a suspect one: if it breaks a step, it breaks only its own).
+        predicted: its predicted output tokens, for a scheduler that reserves KV by them (ecoserve;
+        0: none, its max_tokens)."""
         seq = self._new_sequence(prompt_ids, params, request_id, isolated)
         seq.prefill_only = prefill_only
-        self.scheduler.add(seq)
+        self.scheduler.add(seq, predicted)
         return seq.request_id
 
     def abort(self, request_id: str) -> None:

@@ -13,6 +13,11 @@ of policy/transitions.py, the same the simulator and the live router use.
 What the policy reserves, the block manager can always allocate: a request's reservation (its
 prompt, and every token it may generate if it decodes here) covers every block it will take.
 KV for a request prefilled elsewhere is reserved the same way before it arrives (`reserve`).
+Under the ecoserve scheduler a reservation is sized by the policy (`Request.kv_held`: the prompt,
+then the predicted output, grown when under-predicted) and shared by a host and the guests it
+hosts: before each step every such family's reserved, unwritten blocks (what its members hold
+less what they have written) are set aside as one pool in the block manager, and the family's
+new blocks come out of that pool only, so a guest writes into blocks its host reserved.
 
 `report` says what the last step did (prompt chunks that started, decodes preempted or joined),
 which a serving worker sends to the router so that the router's view follows the same transitions.
@@ -43,19 +48,21 @@ class Scheduler:
         self.report = BatchReport()
         self.num_preemptions = 0
 
-    def _shadow(self, seq: Sequence, generated: int = 0) -> Request:
+    def _shadow(self, seq: Sequence, generated: int = 0, predicted: int = 0) -> Request:
         out = min(seq.params.max_tokens, seq.max_len - len(seq.prompt_ids))
         r = Request(next(self._ids), float(seq.arrival), len(seq.prompt_ids), out, generated=generated,
-                    prompt_machine=HERE, token_machine=-1 if seq.prefill_only else HERE, isolated=seq.isolated)
+                    prompt_machine=HERE, token_machine=-1 if seq.prefill_only else HERE, isolated=seq.isolated,
+                    predicted=predicted)
         seq.shadow = r
         self.seqs[r.id] = seq
         return r
 
     # ---- requests in -----------------------------------------------------------------------------
-    def add(self, seq: Sequence) -> None:
-        """A new request whose prompt runs here."""
+    def add(self, seq: Sequence, predicted: int = 0) -> None:
+        """A new request whose prompt runs here (`predicted`: its predicted output tokens, for a
+        scheduler that reserves by them; 0: none)."""
         seq.status = Status.WAITING
-        enqueue_prompt(self.m, self._shadow(seq))
+        enqueue_prompt(self.m, self._shadow(seq, predicted=predicted))
 
     def reserve(self, seq: Sequence) -> None:
         """Hold KV for `seq`, prefilled elsewhere, before its KV arrives (all of its decode's, as the
@@ -80,13 +87,14 @@ class Scheduler:
     @property
     def running(self) -> list[Sequence]:
         """Sequences that hold KV here and run: prefilling, ready to decode or decoding."""
-        return sorted((s for s in self.seqs.values() if s.shadow.phase in (Phase.PREFILL, Phase.READY, Phase.DECODE)),
+        return sorted((s for s in self.seqs.values()
+                       if s.shadow.phase in (Phase.PREFILL, Phase.READY, Phase.DECODE, Phase.WAITING)),
                       key=lambda s: s.arrival)
 
     # ---- a step ----------------------------------------------------------------------------------
     def has_work(self) -> bool:
         m = self.m
-        return bool(m.prompt_queue or m.running or m.ready)
+        return bool(m.prompt_queue or m.running or m.ready or m.decode_queue)
 
     def schedule(self) -> tuple[list[tuple[Sequence, int]], list[tuple[int, int]]]:
         """This step's (sequence, new tokens) and the copy-on-write block copies to do first."""
@@ -112,9 +120,39 @@ class Scheduler:
             scheduled.append((seq, n))
             rep.chunks.append((seq.request_id, n))
         copies: list[tuple[int, int]] = []
+        if self.cfg.scheduler == "ecoserve":
+            pools = self._sync_pools()
+            for seq, n in scheduled:
+                copies += self.blocks.append(seq.request_id, seq.num_computed + n, pools.get(seq.request_id))
+            return scheduled, copies
         for seq, n in scheduled:
             copies += self.blocks.append(seq.request_id, seq.num_computed + n)
         return scheduled, copies
+
+    def _sync_pools(self) -> dict[str, str]:
+        """Set each family's pool to its reserved, unwritten blocks (the ecoserve scheduler: its
+        members' kv_held less their blocks); returns the pool of each of their sequences."""
+        bs, blocks = self.blocks.block_size, self.blocks
+        want: dict[str, int] = {}
+        pool_of: dict[str, str] = {}
+        for seq in self.seqs.values():
+            r = seq.shadow
+            if not r.kv_held or r.phase not in (Phase.PREFILL, Phase.DECODE, Phase.WAITING):
+                continue
+            key = self.seqs[(r.host or r).id].request_id
+            pool_of[seq.request_id] = key
+            have = len(blocks.block_table(seq.request_id)) if blocks.has(seq.request_id) else 0
+            want[key] = want.get(key, 0) + r.kv_held // bs - have
+        pools = blocks.pools
+        for key, n in pools.items():   # shrink first: the free list then has room to grow others
+            if want.get(key, 0) < n:
+                blocks.set_pool(key, max(want.get(key, 0), 0))
+        for key, n in want.items():
+            if n < 0:
+                raise AssertionError(f"family of {key!r} wrote {-n} blocks more than it holds")
+            if n > blocks.pool_size(key):
+                blocks.set_pool(key, n)
+        return pool_of
 
     def step_done(self) -> None:
         """The step ran: every decode made a token, every completed prefill made one."""
@@ -129,4 +167,6 @@ class Scheduler:
             release(r, self.m, self.m)
             self.seqs.pop(r.id, None)
         self.blocks.free(seq.request_id)
+        if self.cfg.scheduler == "ecoserve":
+            self.blocks.set_pool(seq.request_id, 0)   # its guests' go on in the next host's pool
         seq.status = Status.FINISHED

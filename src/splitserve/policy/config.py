@@ -81,7 +81,8 @@ OPTIONS = (
     Option("machine-scheduler", "batching.scheduler",
            "Machine-level scheduler (policy/schedulers/): splitwise (mixed batching, prompts first), vllm "
            "(prefill-first), orca (max-length reservation), sarathi (stall-free chunked prefill), "
-           "fastertransformer (static batches) or lightllm (peak-KV admission)."),
+           "fastertransformer (static batches), lightllm (peak-KV admission), tetriinfer-fcfs|sjf|ljf or "
+           "ecoserve (KV for the predicted output, same-length groups, KV-cache pipelining)."),
     Option("orca-max-len", "batching.max_len",
            "--machine-scheduler orca: KV tokens reserved per request at admission (0: its prompt + output)."),
     Option("prompt-queue-threshold", "routing.prompt_queue_threshold",
@@ -125,7 +126,7 @@ OPTIONS = (
 
 
 SYSTEM_HELP = ("A serving system by name, its policy settings at once (policy/systems.py): vllm, sarathi, "
-               "splitwise, distserve, tetriinfer, aladdin. Options given beside it win; unsplit systems run the "
+               "splitwise, distserve, tetriinfer, aladdin, ecoserve. Options given beside it win; unsplit systems run the "
                "design's machines as one mixed pool.")
 
 

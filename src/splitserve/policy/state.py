@@ -25,6 +25,8 @@ class Phase(IntEnum):
     DECODE = 3        # in a machine's decode batch
     DONE = 4
     READY = 5         # KV landed on the token machine; it joins the decode batch at the next iteration
+    WAITING = 6       # prefilled, holding its KV, in its machine's decode queue until the machine-level
+                      # scheduler starts its decode (ecoserve's generation-task queue)
 
 
 @dataclass(slots=True, eq=False)
@@ -49,6 +51,13 @@ class Request:
     prompt_started_at: float = -1.0
     token_times: list[float] | None = None   # only when a run asks to keep every token time
     ref_tbt: float = 0.0                     # uncontended reference TBT (SLO slowdowns), seconds
+    # a scheduler that reserves by predicted length (policy/schedulers/ecoserve.py)
+    predicted: int = 0                 # predicted output tokens, the first included (0: none)
+    kv_held: int = 0                   # KV tokens it holds on its decode machine when > 0, in place
+                                       # of the prompt + output rule (transitions.decode_reservation)
+    host: "Request | None" = None      # ecoserve: the request whose reserved KV it decodes into (itself:
+                                       # it reserved its own; None: not decoding under ecoserve)
+    deadline: float = -1.0             # ecoserve: when its SLO ends, seconds (-1: not yet set)
 
     @property
     def prefill_len(self) -> int:
@@ -77,8 +86,10 @@ class Machine:
     admit_queue: deque[Request] = field(default_factory=deque)   # decodes waiting for KV memory
     ready: list[Request] = field(default_factory=list)          # KV in place; join at next iteration
     running: list[Request] = field(default_factory=list)        # the decode batch
+    decode_queue: list[Request] = field(default_factory=list)   # prefilled, holding KV, waiting for the
+                                                                # scheduler to start their decode (WAITING)
     queued_prompt_tokens: int = 0       # prefill tokens waiting in prompt_queue
-    queued_decode_tokens: int = 0       # tokens still to generate by requests in admit_queue
+    queued_decode_tokens: int = 0       # tokens still to generate by requests in admit_queue or decode_queue
     running_prompt_tokens: int = 0      # prefill tokens in the batch now running
     decode_tokens_left: int = 0         # tokens still to generate by running decodes
     inbound_tokens: int = 0             # tokens to generate by requests reserved here whose KV has
@@ -89,6 +100,7 @@ class Machine:
     isolated: int = 0                   # isolated requests here (queued, prefilling, ready or decoding)
     isolated_turn: bool = False         # with isolated requests: whose turn the last iteration was
     stages: int = 1                     # pipeline stages: > 1, batches overlap (each decode in one)
+    counts: dict[str, int] | None = None  # a machine-level scheduler's event counts (transitions.note)
     busy: bool = False
 
     def __post_init__(self) -> None:
@@ -113,4 +125,4 @@ class Machine:
         return -(-tokens // self.kv_block) * self.kv_block
 
     def has_work(self) -> bool:
-        return bool(self.prompt_queue or self.running or self.ready)
+        return bool(self.prompt_queue or self.running or self.ready or self.decode_queue)

@@ -19,6 +19,9 @@ default takes the system's). `compare` (compare/) runs them side by side.
     aladdin      unsplit; Aladdin's best-fit placement by predicted KV and batch latency against
                  TTFT and ATGT SLOs, re-prediction of outlived lengths, workers scaled to the
                  arrival rate of the last 30 s (policy/aladdin.py), the 100-token bucket predictor
+    ecoserve     unsplit, JSQ; EcoServe's machine scheduler (policy/schedulers/ecoserve.py): prompt
+                 and generation queues, KV for the predicted output (its ShareGPT estimate, 73.2% at
+                 15% padding), same-length groups, KV-cache pipelining
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
     System("aladdin", False, {"routing.cluster_scheduler": "aladdin", "routing.predictor": "tetriinfer-100",
                               "routing.scale_window": 30.0},
            "best-fit placement for SLOs, workers scaled to the arrival rate (Aladdin)"),
+    System("ecoserve", False, {"routing.cluster_scheduler": "jsq", "batching.scheduler": "ecoserve",
+                               "routing.predictor": "ecoserve-sharegpt"},
+           "KV for the predicted output, same-length groups, KV-cache pipelining (EcoServe)"),
 )}
 
 

@@ -13,6 +13,10 @@ A request's life on its machines:
     hand-over     first_token leaves it in HANDOFF on the prompt machine; kv_landed frees the
                   prompt machine's copy and joins it on the token machine
     early end     release: undo whatever it holds (aborted, failed, or stopped before its last token)
+    sized by a scheduler (ecoserve)  plan_kv before the prefill -> first_token -> park_decode (the
+                  decode queue) -> resume_decode (a reservation for the predicted output, or none: it
+                  decodes into another's) -> grow_kv (under-predicted) / park_decode again (regrouped)
+                  / preempt; drop_waiting (a waiting one recomputes later)
 
 `pending` (the JSQ queue length) is the sum of five counters and moves with them. `isolated`
 counts the isolated requests a machine holds (queued, prefilling, ready or decoding), so that
@@ -20,6 +24,9 @@ batching can keep them alone (policy/machine.py).
 """
 
 from __future__ import annotations
+
+import bisect
+from typing import Any, Callable
 
 from .state import Machine, Phase, Request
 
@@ -30,8 +37,9 @@ class DoesNotFit(Exception):
 
 def decode_reservation(m: Machine, r: Request) -> int:
     """KV tokens `r` holds on the machine `m` that decodes it: the prompt and every token it will
-    generate, reserved up front (whole blocks) so a running decode batch never outgrows memory."""
-    return m.kv_round(r.kv_need)
+    generate, reserved up front (whole blocks) so a running decode batch never outgrows memory; or,
+    when a scheduler sized it (`r.kv_held` > 0: ecoserve's prompt, then predicted output), that."""
+    return r.kv_held or m.kv_round(r.kv_need)
 
 
 def prefill_reservation(m: Machine, r: Request) -> int:
@@ -224,6 +232,7 @@ def _end_decode(m: Machine, r: Request) -> None:
     """`r` leaves `m`'s decode batch, with its KV (the caller takes it out of `m.running`)."""
     r.phase = Phase.DONE
     m.kv_used -= decode_reservation(m, r)
+    r.kv_held = 0
     m.context_tokens -= r.prompt_tokens + r.generated
     m.decode_tokens_left -= r.output_tokens - r.generated
     m.pending -= r.output_tokens - r.generated
@@ -253,6 +262,67 @@ def requeue_preempted(m: Machine, r: Request) -> None:
         m.isolated += 1
 
 
+# ---- KV sized by the scheduler (ecoserve) ---------------------------------------------------------
+def plan_kv(m: Machine, r: Request) -> None:
+    """Before `r`'s prefill starts on `m`, where it decodes too: it will hold its prefill's KV only
+    (whole blocks), not its prompt + output (start_chunk reserves it)."""
+    if r.phase is Phase.QUEUED:
+        r.kv_held = m.kv_round(r.prefill_len)
+
+
+def park_decode(m: Machine, r: Request, key: Callable[[Request], Any] | None = None) -> None:
+    """Running decode `r` leaves the batch for `m`'s decode queue (at its end, or in the order of
+    `key`, which the queue keeps), keeping the KV it holds (the caller takes it out of
+    `m.running`); its tokens still to make wait there."""
+    left = r.output_tokens - r.generated
+    r.phase = Phase.WAITING
+    if key is None:
+        m.decode_queue.append(r)
+    else:
+        bisect.insort(m.decode_queue, r, key=key)
+    m.context_tokens -= r.prompt_tokens + r.generated
+    m.decode_tokens_left -= left
+    m.queued_decode_tokens += left
+
+
+def resume_decode(m: Machine, r: Request, held: int) -> None:
+    """Waiting `r` enters `m`'s decode batch holding `held` KV tokens from now on (more: a new
+    reservation; the same: it decodes into KV reserved by another)."""
+    m.decode_queue.remove(r)
+    left = r.output_tokens - r.generated
+    m.queued_decode_tokens -= left
+    m.pending -= left
+    m.kv_used += held - r.kv_held
+    r.kv_held = held
+    _run_decode(m, r)
+
+
+def grow_kv(m: Machine, r: Request, n: int) -> None:
+    """`r` (running or waiting, its KV sized by the scheduler) holds `n` more KV tokens."""
+    m.kv_used += n
+    r.kv_held += n
+
+
+def drop_waiting(m: Machine, r: Request) -> None:
+    """Waiting `r` loses its KV to make room (offload-free preemption): it recomputes later
+    (requeue_preempted, as a preempted decode)."""
+    m.decode_queue.remove(r)
+    left = r.output_tokens - r.generated
+    m.queued_decode_tokens -= left
+    m.pending -= left
+    m.kv_used -= r.kv_held
+    r.kv_held = 0
+    r.preemptions += 1
+    r.kv_on_token_machine = False
+
+
+def note(m: Machine, what: str, n: int = 1) -> None:
+    """Count a scheduler's event on `m` (m.counts)."""
+    if m.counts is None:
+        m.counts = {}
+    m.counts[what] = m.counts.get(what, 0) + n
+
+
 # ---- an early end --------------------------------------------------------------------------------
 def release(r: Request, p: Machine | None, t: Machine | None) -> None:
     """`r` ends before its last token (aborted, failed, or stopped early): undo whatever it holds on
@@ -264,6 +334,11 @@ def release(r: Request, p: Machine | None, t: Machine | None) -> None:
         m = t if t is not None else p
         m.running.remove(r)
         _end_decode(m, r)
+        return
+    if r.phase is Phase.WAITING:
+        drop_waiting(t if t is not None else p, r)
+        r.preemptions -= 1
+        r.phase = Phase.DONE
         return
     if r.phase is Phase.READY:
         t.ready.remove(r)

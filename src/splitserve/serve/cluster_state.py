@@ -25,6 +25,7 @@ its replacement in. Nothing here does I/O; the router carries the decisions out.
 from __future__ import annotations
 
 from ..policy.cluster import RoutingConfig, admit, admit_freed, make_cluster_scheduler
+from ..policy.schedulers.ecoserve import predict
 from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.transitions import (DoesNotFit, decode_tokens, end_chunk, first_token, kv_landed, preempt,
                                   release, requeue_preempted, start_chunk, start_decode)
@@ -36,9 +37,12 @@ class NoWorkers(RuntimeError):
 
 class LiveCluster:
     def __init__(self, homes: list[Pool], kv_tokens: list[int], split: bool,
-                 routing: RoutingConfig = RoutingConfig(), kv_block: int = 1) -> None:
+                 routing: RoutingConfig = RoutingConfig(), kv_block: int = 1, predictor=None) -> None:
         """kv_tokens: each worker's KV cache in tokens; kv_block: tokens per block (reservations
-        are whole blocks, as the workers' paged caches allocate them)."""
+        are whole blocks, as the workers' paged caches allocate them); predictor: the output-length
+        predictor a request's estimate comes from at arrival, as in the simulator (the ecoserve
+        scheduler's, policy/schedulers/ecoserve.py arrival_predictor; the router sends it in `gen`)."""
+        self.predictor = predictor
         self.split = split
         self.homes = list(homes)
         self.kv_tokens = list(kv_tokens)
@@ -53,6 +57,8 @@ class LiveCluster:
     def arrive(self, r: Request) -> bool:
         """Pick r's machines. True: its prompt is queued; False: it waits for KV memory on its token
         machine (it comes back from an admission when memory is freed)."""
+        if self.predictor is not None:
+            predict(r, self.predictor)
         try:
             return admit(self.cls, r)
         except (ValueError, IndexError):

@@ -29,6 +29,7 @@ import asyncio
 import time
 
 from ..policy.cluster import moves_kv
+from ..policy.schedulers.ecoserve import arrival_predictor
 from ..policy.state import Pool, Request
 from .channel import RouterChannel
 from .cluster_state import LiveCluster, NoWorkers
@@ -106,7 +107,7 @@ class Router(WorkerReports, Recovery):
             await asyncio.sleep(0.05)
         homes = [POOLS[w.home] if cfg.split else Pool.MIXED for w in self.workers]
         self.cluster = LiveCluster(homes, [w.kv_tokens for w in self.workers], cfg.split, cfg.policy.routing,
-                                   kv_block=self.workers[0].block_size)
+                                   kv_block=self.workers[0].block_size, predictor=arrival_predictor(cfg.policy))
         self.max_request_tokens()
         self._tasks.append(asyncio.create_task(self._monitor_loop()))
         self.ready = True
@@ -190,7 +191,7 @@ class Router(WorkerReports, Recovery):
         else:
             req.stage = Stage.PREFILL
             self.chan.send(p, Gen(rid=req.wire, prompt_ids=req.prompt_ids, params=req.params, kind="full",
-                                  isolated=req.isolated))
+                                  isolated=req.isolated, predicted=r.predicted or None))
 
     def _send_prefill(self, req: LiveRequest, blocks: list[int] | None = None) -> None:
         r = req.pr
@@ -246,6 +247,7 @@ class Router(WorkerReports, Recovery):
             now = time.perf_counter()
             if not req.delivered:
                 req.first_at = now
+                req.pr.first_token_at = now   # the policy view's token time: Aladdin's (d) reads it
                 self.metrics.ttft.observe(now - req.created)
             else:
                 self.metrics.observe_gap(now - req.last_at, len(fresh))

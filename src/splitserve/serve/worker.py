@@ -118,7 +118,8 @@ class Worker:
             case Gen(rid=rid, kind=kind):
                 try:
                     self.engine.add_request(msg.prompt_ids, sampling_params(msg.params, self.echo), rid,
-                                            prefill_only=kind == "prefill", isolated=msg.isolated)
+                                            prefill_only=kind == "prefill", isolated=msg.isolated,
+                                            predicted=msg.predicted or 0)
                 except UserError as e:
                     self.send(Err(rid=rid, msg=str(e)))
                     return

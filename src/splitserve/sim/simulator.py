@@ -24,6 +24,7 @@ from ..policy.cluster import admit, admit_freed, make_cluster_scheduler, pull_kv
 from ..policy.config import PolicyConfig
 from ..policy.kv_transfer import TransferMode, choose_mode
 from ..policy.machine import Batch, batch_former, finish_iteration
+from ..policy.schedulers.ecoserve import arrival_predictor, predict
 from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import DoesNotFit, kv_landed
 from .kv_transfer import Link, layerwise_done, link_between, serialized_done
@@ -99,6 +100,7 @@ class Simulation:
         self.hw = {name: v[0] for name, v in hw_cache.items()}
         self.links: dict[tuple[str, str], Link] = {}
         self.cls = make_cluster_scheduler(self.machines, cfg.policy.routing, cluster.design.split)
+        self.predictor = arrival_predictor(cfg.policy)   # a request's predicted length (ecoserve), or None
         bind = getattr(self.cls, "bind_latency", None)
         if bind is not None:  # it places by batch latency (policy/aladdin.py): the perf models that time the batches
             from ..policy.aladdin import PerfLatency
@@ -140,6 +142,8 @@ class Simulation:
     def _arrive(self, spec, now: float) -> None:
         mt = self.metrics
         r = Request(mt.requests, spec.arrival, spec.prompt_tokens, spec.output_tokens)
+        if self.predictor is not None:
+            predict(r, self.predictor)
         mt.requests += 1
         if now < mt.first_arrival:
             mt.first_arrival = now

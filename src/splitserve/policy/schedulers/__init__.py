@@ -14,6 +14,8 @@ both run every one of them.
     fastertransformer   static batches: nobody joins until the whole batch has finished
     lightllm            LightLLM: prefill-first, admission by the estimated peak KV
     tetriinfer-fcfs|sjf|ljf  TetriInfer: 512-token chunks, prompts FCFS / shortest / longest first
+    ecoserve            EcoServe: prompt and generation queues, KV for the predicted output, same-length
+                        groups, deadline/KV/length order, a long reservation lent to short requests
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Callable
 
 from ..machine import Batch, BatchingConfig
 from ..state import Machine
-from . import fastertransformer, lightllm, orca, sarathi, splitwise, tetriinfer, vllm
+from . import ecoserve, fastertransformer, lightllm, orca, sarathi, splitwise, tetriinfer, vllm
 
 SCHEDULERS: dict[str, Callable[[Machine, BatchingConfig], Batch | None]] = {
     "splitwise": splitwise.form_batch,
@@ -34,6 +36,7 @@ SCHEDULERS: dict[str, Callable[[Machine, BatchingConfig], Batch | None]] = {
     "tetriinfer-fcfs": tetriinfer.fcfs,
     "tetriinfer-sjf": tetriinfer.sjf,
     "tetriinfer-ljf": tetriinfer.ljf,
+    "ecoserve": ecoserve.form_batch,
 }
 
 # schedulers that prefill in chunks (--chunk-size); the others run whole prompts

@@ -23,7 +23,7 @@ _CHECKS: dict[type, dict[str, Callable[[Any], Any]]] = {
                  "ignore_eos": _bool, "stop_token_ids": _ids, "seed": _int, "presence_penalty": _float,
                  "frequency_penalty": _float, "repetition_penalty": _float, "logit_bias": _bias},
     Gen: {"rid": _str, "prompt_ids": _ids, "params": _params, "kind": _enum("full", "prefill"), "isolated": _bool,
-          "dest": _nat, "dest_ident": _str, "dest_addr": _str, "threshold": _nat, "region": _map, "blocks": _ids},
+          "predicted": _pos, "dest": _nat, "dest_ident": _str, "dest_addr": _str, "threshold": _nat, "region": _map, "blocks": _ids},
     Expect: {"rid": _str, "prompt_ids": _ids, "params": _params, "src": _nat, "isolated": _bool},
     Cancel: {"rid": _str},
     Abort: {"rid": _str, "prefill_sent": _bool},

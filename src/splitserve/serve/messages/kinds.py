@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 WIRE_NAMES: dict[str, str] = {
     "prompt_ids": "ids", "params": "p", "isolated": "iso", "threshold": "thr", "dest_addr": "addr",
     "kv_addr": "kv", "worker_id": "id", "first_token": "first", "nbytes": "bytes", "sent_at": "sent",
-    "prefill_end": "end", "inplace_bytes": "inplace",
+    "prefill_end": "end", "inplace_bytes": "inplace", "predicted": "pred",
 }
 
 
@@ -123,6 +123,7 @@ class Gen(Message):
     params: WireParams
     kind: Literal["full", "prefill"]
     isolated: bool = False
+    predicted: int | None = None       # the router's predicted output tokens (--machine-scheduler ecoserve)
     dest: int | None = None            # kind prefill: required from here to threshold
     dest_ident: str | None = None
     dest_addr: str | None = None
