@@ -41,7 +41,7 @@ def test_tiny_run_writes_every_system_and_its_report(tiny):
         assert f"| {r['goodput_rps']:.4g} |" in row
         assert (len(r["cluster"]) == 2) == SYSTEMS[r["system"]].split and sum(r["cluster"]) == 3
         m = r["at_goodput"]
-        assert m["slo_met"] and m["checks_met"] == m["checks"] == 9
+        assert m["meets"] and m["slo_met"] and m["checks_met"] == m["checks"] == 9
         # cost per million output tokens: the budget's $/h over the tokens per hour generated
         assert m["cost_per_hour"] == pytest.approx(3 * 38.0)
         assert m["cost_per_m_output_tokens"] == pytest.approx(

@@ -104,6 +104,11 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
     goodputs = {r["system"]: r["goodput_rps"] for r in rows}
     for r in rows:
         r["at_goodput"] = by_system.get(r["system"])
+        if r["at_goodput"] is not None and not r["at_goodput"]["meets"]:
+            # the same simulation as the search's at this rate: a different answer means the
+            # code under the package changed during the run
+            log(f"warning: {r['system']} misses its SLOs when simulated again at its goodput "
+                f"{r['goodput_rps']:.4g} req/s: did the code change during the run?")
         c = claims.get(r["system"])
         r["claim"] = asdict(c) if c else None
         r["finding"] = finding(c, goodputs)

@@ -53,6 +53,7 @@ def measure(pt: Point) -> dict:
         "slo_met": bool(s["slo"]["met"]), "checks_met": sum(c["met"] for c in checks.values()),
         "checks": len(checks), "worst_check": worst, "worst_ratio": ratio[worst],
         "attainment": g["attainment"] if g else None, "attainment_target": g["target"] if g else None,
+        "meets": bool(g["meets_target"]) if g else bool(s["slo"]["met"]),   # the SLO the search used
     }
 
 

@@ -30,6 +30,8 @@ def _slo_text(res: dict) -> str:
 def _at_slo(m: dict) -> str:
     if m is None:
         return "-"
+    if not m["meets"]:
+        return "MISSES when simulated again (the code changed during the run?)"
     if m["attainment"] is not None:
         return f"{m['attainment']:.1%} attain (target {m['attainment_target']:.0%})"
     return f"{m['checks_met']}/{m['checks']} met; worst {m['worst_check']} at {m['worst_ratio']:.2f} of its limit"
