@@ -4,6 +4,7 @@ predictors, workers scaled down and up while requests run)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -239,4 +240,30 @@ def test_a_rate_profile_scales_down_and_up_and_completes_everything():
     sc = summ["scaling"]
     assert 0.0 < sc["active_fraction"] < 1.0
     assert sc["cost_active"] < summ["cluster"]["cost_per_hour"] * result.sim_end / 3600
-    assert sc["gpu_hours_active"] == sum(act["machine_seconds"].values()) / 3600   # 1 GPU each
+    assert sc["gpu_hours_active"] == pytest.approx(sum(act["machine_seconds"].values()) / 3600)  # 1 GPU each
+
+
+def test_prefill_stall_against_the_decodes_time_saved():
+    """Constraint (d), colocated: 2 workers of 1000 KV tokens, T_dec 0.5 s, T_pre 10 s. A (prompt 10,
+    output 100) runs on worker 0: its prefill and 4 decodes (generated 5), its first token at 1.0 s
+    (the simulator's clock sets it). At 3.25 s it has saved 0.5 * 5 - (3.25 - 1.0) = 0.25 s; a new
+    prefill on worker 0 may take 0.9 * 0.25 = 0.225 s: at most 225 prompt tokens (1 ms each). (b)
+    allows int((60 + l_in + 1) / 0.9) + 20 <= 500: l_in <= 371. B (prompt 200, output 2) lands on
+    0; B' (prompt 250) on 1 (nothing runs there). Without A's first-token time (a clockless
+    view) (d) does not count A: B' lands on 0."""
+    def start(first_token_at: float):
+        ms, s = cluster(2, 1000, 10.0, 0.5)
+        a = Request(0, 0.0, 10, 100)
+        admit(s, a)
+        for _ in range(5):
+            finish_iteration(ms[0], form_batch(ms[0], BatchingConfig()))
+            s.settle(ms[0])
+        a.first_token_at = first_token_at
+        assert a.generated == 5 and a in ms[0].running
+        return s
+
+    for prompt, first, want in ((200, 1.0, 0), (250, 1.0, 1), (250, -1.0, 0)):
+        s = start(first)
+        b = Request(1, 3.25, prompt, 2)
+        admit(s, b)
+        assert b.token_machine == want, (prompt, first)
