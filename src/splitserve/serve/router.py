@@ -248,7 +248,6 @@ class Router(WorkerReports, Recovery):
             if not req.delivered:
                 req.first_at = now
                 req.pr.first_token_at = now   # the policy view's token time: Aladdin's (d) reads it
-                req.pr.first_token_at = now   # the policy view's token time: Aladdin's (d) reads it
                 self.metrics.ttft.observe(now - req.created)
             else:
                 self.metrics.observe_gap(now - req.last_at, len(fresh))
