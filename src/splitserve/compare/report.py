@@ -104,7 +104,7 @@ def render(res: dict) -> str:
         f = r["finding"]
         ours = (f"{f['ours']:.2f}x {f['baseline']}'s goodput" if f["ours"] is not None else
                 f"no ratio ({'no baseline among the systems' if not f['baseline'] else 'a goodput missing'})")
-        L += [f"- Claim ({c['paper']}, {c['section']}): {c['claim']}.",
+        L += [f"- Claim: {c['claim']} ({c['paper']}; {c['section']}).",
               f"- Paper's baseline: {c['paper_baseline']}; metric: {c['metric']}."
               + (f" Note: {c['baseline_note']}." if c["baseline_note"] else ""),
               f"- Paper's headline gain: {_f(c['gain'], 'g') + 'x' if c['gain'] else '-'}; "
