@@ -313,6 +313,21 @@ def reproduce_tetriinfer(
     typer.echo(f"wrote {path}")
 
 
+@reproduce_app.command("aladdin")
+def reproduce_aladdin(
+    out: Annotated[Path, typer.Option(help="Directory for report.md, its PNG plots and results.json.")] = Path("reproduction/aladdin"),
+    scale: Annotated[str, typer.Option(help="tiny (a CI check), quick (minutes on 2 cores) or full.")] = "quick",
+    seed: Annotated[int, typer.Option(help="Seed of every workload.")] = 0,
+) -> None:
+    """Run Aladdin's key result (2024: Figures 11 and 12, GPUs needed to meet the SLOs against the
+    arrival rate, beside vLLM, JSQ and power of two) on the simulator and write a report beside its
+    numbers."""
+    from .reproduce.aladdin import reproduce_aladdin as run
+
+    path = run(out, scale=scale, seed=seed, log=lambda msg: typer.echo(msg, err=True))
+    typer.echo(f"wrote {path}")
+
+
 from .bench.cli import bench as _bench_cmd; app.command("bench")(_bench_cmd)
 from .compare.cli import compare as _compare_cmd; app.command("compare")(_compare_cmd)
 from .serve.cli import serve as _serve_cmd; app.command("serve")(_serve_cmd)

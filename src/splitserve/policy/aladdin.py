@@ -6,14 +6,15 @@ Placement (§4.2, Algorithm 1). Each arriving request has a predicted output len
 (ACTIVE) are sorted by capacity_norm, the L2 norm of (batch size, weighted context
 sum(l_in + GAMMA * pred)) of the requests placed on them and not finished, largest first; the
 request goes to the first one where, with it added:
-  (b) ATGT: decode_time(b, sum(l_in + GAMMA * pred) / THETA) <= T_dec (Eq. 3 and 4: a batch of b
-      whose weighted context is within THETA of the limit l_d(b));
+  (b) ATGT: decode_time(b, sum(l_in + GAMMA * pred) / theta) <= T_dec (Eq. 3 and 4: a batch of b
+      whose weighted context is within theta of the limit l_d(b); theta the paper's knob for
+      prediction error, `--aladdin-theta`, THETA by default);
   (c) TTFT: prefill_time(prompt tokens not yet prefilled there + l_in) <= T_pre (Eq. 2);
   (e) KV: the worker's predicted KV demand, every placed request growing one token per iteration
       from prompt + generated to prompt + pred and then freeing it (the paper's w vectors), never
       passes its KV capacity at any future iteration.
   (d) colocated only: the prefill of its prompt tokens not yet prefilled stalls the worker's
-      decodes, so it may take at most THETA of each running decode's time saved against the ATGT,
+      decodes, so it may take at most theta of each running decode's time saved against the ATGT,
       T_dec * generated - (now - its first token) (the paper's literal form; a decode with no
       first-token time, as in clockless tests, is not counted). The simulator keeps token times;
       the live router sets the first token's time when it reaches it.
@@ -44,7 +45,7 @@ B the largest batch meeting (b) with mean requests and holding their mean KV (l_
 t_iter(B) its iteration time (Little's law: a worker holds B requests, each mean_out iterations;
 its prefills take t_pre of its time). The paper fits k5 and c5 of Eq. 7 to runs of Algorithm 1;
 here they come from the same latency model (ASSUMED). With split designs: token workers by the
-decode term, prompt workers ceil(rate * t_pre(mean_in) / THETA). Workers beyond N stop receiving
+decode term, prompt workers ceil(rate * t_pre(mean_in) / theta). Workers beyond N stop receiving
 new requests (DRAINING, the least loaded first), finish what they hold, then are OFF; they come
 back (draining ones first) when N grows or a request fits nowhere. `activity` reports the seconds
 each worker was on (ACTIVE, or DRAINING with work), to the heartbeat.
@@ -68,7 +69,7 @@ from .predictor import make_predictor
 from .state import Machine, Phase, Pool, Request
 
 GAMMA = 0.5            # §4.2: "we normally set gamma = 0.5" (context at the middle of a request's life)
-THETA = 0.9            # ASSUMED: 0 < theta < 1 in the paper, its value not given
+THETA = 0.9            # ASSUMED default of --aladdin-theta: 0 < theta < 1 in the paper, value not given
 TTFT_CONTEXT = 4096    # §6.1: the prefill SLO is the latency of the model's context length, 4096
 ATGT_FACTOR = 1.3      # §6.1: batched decoding at most 1.3 times a lone request's
 HEARTBEAT_S = 1.0      # ASSUMED: the paper's "cluster heartbeat" has no stated period
@@ -157,6 +158,7 @@ class AladdinScheduler:
         self.predictor = make_predictor(cfg.predictor)
         self.borrowed = 0
         self.window = cfg.scale_window
+        self.theta = cfg.aladdin_theta                 # THETA unless --aladdin-theta
         self.watch_interval = HEARTBEAT_S if cfg.scale_window > 0 else 0.0
         self.pools: dict[Pool, list[Machine]] = {Pool.PROMPT: [], Pool.TOKEN: [], Pool.MIXED: []}
         self.by_id: dict[int, Machine] = {}
@@ -250,12 +252,12 @@ class AladdinScheduler:
             if stall > t_pre:
                 return False
         n, ctx, fin = self.load[mid]
-        if lat.decode_time(m, n + 1, int((ctx + r.prompt_tokens + GAMMA * pred) / THETA)) > t_dec:
+        if lat.decode_time(m, n + 1, int((ctx + r.prompt_tokens + GAMMA * pred) / self.theta)) > t_dec:
             return False
         if not self.split:              # (d): the decodes' time saved against the ATGT covers the stall
             now = self.now
             for q in m.running:
-                if q.first_token_at >= 0 and stall > THETA * (t_dec * q.generated - (now - q.first_token_at)):
+                if q.first_token_at >= 0 and stall > self.theta * (t_dec * q.generated - (now - q.first_token_at)):
                     return False
         if fin + r.prompt_tokens + pred <= m.kv_capacity:   # every one at its end at once: fits
             return True
@@ -416,7 +418,7 @@ class AladdinScheduler:
         lo, hi = 1, MAX_BATCH
         while lo < hi:
             b = (lo + hi + 1) // 2
-            if self.lat.decode_time(m, b, int(b * c / THETA)) <= t_dec and b * kv <= m.kv_capacity:
+            if self.lat.decode_time(m, b, int(b * c / self.theta)) <= t_dec and b * kv <= m.kv_capacity:
                 lo = b
             else:
                 hi = b - 1
@@ -435,7 +437,7 @@ class AladdinScheduler:
             return {Pool.MIXED: max(1, math.ceil(rate * per_req))}
         p = self.pools[Pool.PROMPT][0] if self.pools[Pool.PROMPT] else m
         return {Pool.TOKEN: max(1, math.ceil(rate * per_req)),
-                Pool.PROMPT: max(1, math.ceil(rate * self.lat.prefill_time(p, int(mean_in)) / THETA))}
+                Pool.PROMPT: max(1, math.ceil(rate * self.lat.prefill_time(p, int(mean_in)) / self.theta))}
 
     def watch(self, now: float, quiet=None) -> list[Machine]:
         """The heartbeat: draining workers with nothing left go off; the number of active workers

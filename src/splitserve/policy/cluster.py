@@ -45,6 +45,7 @@ class RoutingConfig:
                                          # workers (0: no scaling; policy/aladdin.py)
     aladdin_ttft_slo: float = 0.0        # aladdin: TTFT SLO, s (0: the prefill of 4096 tokens)
     aladdin_atgt_slo: float = 0.0        # aladdin: ATGT SLO, s (0: 1.3 x a lone decode step at 4096)
+    aladdin_theta: float = 0.9           # aladdin: theta, the share of the SLOs' room it packs to
     flip_idle_s: float = 60.0            # --cluster-scheduler tetriinfer: an instance idle this long
                                          # flips role (policy/instance_flip.py)
 

@@ -120,6 +120,9 @@ OPTIONS = (
     Option("aladdin-atgt-slo", "routing.aladdin_atgt_slo",
            "--cluster-scheduler aladdin: average token generation time SLO in seconds (0: 1.3 times a lone "
            "request's decode step at 4096 tokens, the paper's choice)."),
+    Option("aladdin-theta", "routing.aladdin_theta",
+           "--cluster-scheduler aladdin: theta, the share of the ATGT room and of the decodes' saved time "
+           "it packs to (the paper's knob against prediction error, 0 < theta <= 1; value not given)."),
     Option("layerwise-threshold", "layerwise_threshold",
            "Prompt-batch tokens from which KV moves layer by layer, overlapped with the prompt (else in one shot)."),
 )
@@ -200,6 +203,7 @@ def make_policy(values: dict[str, Any], system: str = "") -> PolicyConfig:
                      f"got {r.cluster_scheduler!r}"),
                     (r.scale_window >= 0 and r.aladdin_ttft_slo >= 0 and r.aladdin_atgt_slo >= 0,
                      "--scale-window, --aladdin-ttft-slo and --aladdin-atgt-slo must be >= 0"),
+                    (0 < r.aladdin_theta <= 1, f"--aladdin-theta must be in (0, 1], got {r.aladdin_theta}"),
                     (r.predictor in _predictors(),
                      f"--predictor must be one of {', '.join(_predictors())}, got {r.predictor!r}"),
                     (r.flip_idle_s >= 0, f"--flip-idle-s must be >= 0, got {r.flip_idle_s}"),
