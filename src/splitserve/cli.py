@@ -313,6 +313,21 @@ def reproduce_tetriinfer(
     typer.echo(f"wrote {path}")
 
 
+@reproduce_app.command("ecoserve")
+def reproduce_ecoserve(
+    out: Annotated[Path, typer.Option(help="Directory for report.md, its PNG plots and results.json.")] = Path("reproduction/ecoserve"),
+    scale: Annotated[str, typer.Option(help="tiny (a CI check), quick (about 2 minutes on 2 cores) or full.")] = "quick",
+    seed: Annotated[int, typer.Option(help="Seed of every workload.")] = 0,
+) -> None:
+    """Run EcoServe's key comparison (Figure 10: normalized latency, SLO satisfaction and the rate
+    sustained at the same latency against vLLM and FastGen on Alpaca, ShareGPT and BookCorpus) on the
+    simulator and write a report beside its numbers."""
+    from .reproduce.ecoserve import reproduce_ecoserve as run
+
+    path = run(out, scale=scale, seed=seed, log=lambda msg: typer.echo(msg, err=True))
+    typer.echo(f"wrote {path}")
+
+
 @reproduce_app.command("aladdin")
 def reproduce_aladdin(
     out: Annotated[Path, typer.Option(help="Directory for report.md, its PNG plots and results.json.")] = Path("reproduction/aladdin"),

@@ -19,8 +19,9 @@ What it does, each iteration (the paper's Algorithm 1), and where:
    first come first served. A deadline is arrival + SLO_SCALE x (T_PROMPT + T_TOKEN x predicted),
    the paper's JCT SLO (§4) with our constants. GTs are selected in this order until one does not
    fit (its reservation above the free KV less the reserve); then PTs in their order up to
-   `prompt_token_cap` tokens (the paper's target forward size) and the free KV (only the reserve
-   while a GT waits for memory, so prompts cannot starve it).
+   `prompt_token_cap` tokens (the paper's target forward size) and the free KV; while a GT waits
+   for memory, only what the reserve leaves beside the prompt KV that waiting GTs hold (ASSUMED:
+   else prompts admitted each iteration fill the memory with GTs that cannot start).
 5. KV-cache pipelining (§3.4): for each GT that started with its own reservation (a host, RL l),
    the waiting GTs whose predicted lengths are the largest at most l/2 - b, then two at most
    l/4 - b, four at most l/8 - b, ... (b = BUFFER x l) decode inside its reservation: they
@@ -39,9 +40,9 @@ What it does, each iteration (the paper's Algorithm 1), and where:
    equals by the KV it holds. If a host ends before its guests, the oldest guest becomes the host
    (the others' KV now comes from it, growing as above).
 7. Progress: when nothing runs and nothing can start while GTs wait (their held KV filled the
-   machine), the first GT starts with what is free, preempting the last waiting GTs in queue
-   order if it must (counted "unstuck"): a request alone always fits (check_fits), so every
-   request completes.
+   machine), the first GT starts with its predicted reservation, preempting the last waiting GTs
+   in queue order for it (counted "unstuck"; with less, it starts with all that is free): a
+   request alone always fits (check_fits), so every request completes.
 
 How EcoServe's contiguous allocation maps onto pages. The paper lays a host's reservation out as
 one contiguous range and puts a guest at its middle. A paged cache has no middle: here a
@@ -304,6 +305,18 @@ def _start_prompts(m: Machine, cfg: BatchingConfig, batch: Batch, seats: float, 
         seats -= 1
 
 
+def _prompt_room(m: Machine) -> int:
+    """KV prompts may take while a GT waits for memory: what the reserve leaves beside the prompts'
+    KV the waiting GTs already hold (ASSUMED: so the reserve, not the free KV, bounds the prompts
+    waiting as GTs, and their KV cannot crowd out the reservations of the GTs before them)."""
+    room = min(m.kv_free, reserve(m))
+    for r in m.decode_queue:
+        room -= r.kv_held
+        if room <= 0:
+            return 0
+    return room
+
+
 def _unstick(m: Machine, batch: Batch) -> None:
     """Nothing runs and nothing could start: the first waiting GT starts with what is free,
     preempting the last waiting ones if it must (7 above)."""
@@ -311,14 +324,14 @@ def _unstick(m: Machine, batch: Batch) -> None:
     q.sort(key=gt_key)
     h = q[0]
     need = _written(m, h) - h.kv_held
-    while m.kv_free < need and len(q) > 1:
+    want = max(m.kv_round(h.prompt_tokens + predicted(h)) - h.kv_held, need)
+    while m.kv_free < want and len(q) > 1:   # room for its prediction, not only its next token
         v = q[-1]
         drop_waiting(m, v)
         batch.preempted.append(v)
         note(m, "unstuck")
     if m.kv_free < need:
         raise AssertionError(f"request {h.id} cannot decode alone ({need} KV tokens, {m.kv_free} free)")
-    want = max(m.kv_round(h.prompt_tokens + predicted(h)) - h.kv_held, need)
     resume_decode(m, h, h.kv_held + min(want, m.kv_free))
     h.host = h
 
@@ -340,10 +353,9 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
     if m.decode_queue:
         seats, blocked = _start_gts(m, cfg, seats)
     if m.prompt_queue:
-        room = min(m.kv_free, reserve(m)) if blocked else m.kv_free
-        _start_prompts(m, cfg, batch, seats, room)
-    if not m.running and not batch.prompts and m.decode_queue:
-        _unstick(m, batch)
+        _start_prompts(m, cfg, batch, seats, _prompt_room(m) if blocked else m.kv_free)
+    if not m.running and not batch.prompts and m.decode_queue and not m.running_prompt_tokens:
+        _unstick(m, batch)   # (prefills still in a pipelined machine's stages will free or hold KV)
     if m.stages > 1 or held_back:
         decoding = [r for r in m.running if not r.in_flight and r not in held_back]
     else:
