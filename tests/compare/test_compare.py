@@ -121,3 +121,15 @@ def test_mistakes_are_one_error_line(argv, msg, capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and msg in err[0]
     assert not (tmp_path / "report.md").exists()
+
+
+def test_a_goodput_at_the_ceiling_is_flagged(tmp_path):
+    lines = []
+    res = run_compare(out=tmp_path, command="c", systems=["vllm"], max_rps=1.0, log=lines.append,
+                      **{**TINY, "curve_points": 0})
+    (r,) = res["systems"]
+    lattice = RateLattice(TINY["tolerance"])
+    assert r["goodput_rps"] == lattice.rate(lattice.index(1.0)) and r["at_ceiling"] and r["next_rps"] is None
+    assert any("at the search's ceiling 1 req/s" in m for m in lines)
+    assert "above the ceiling: raise --max-rps" in (tmp_path / "report.md").read_text()
+    assert not (tmp_path / "latency.png").exists()

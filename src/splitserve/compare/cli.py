@@ -26,7 +26,7 @@ def compare(
     goodput_tpot: Annotated[Optional[float], typer.Option(help="Time per output token SLO (s) for --goodput-ttft.")] = None,
     tolerance: Annotated[Optional[float], typer.Option(help="Relative step of the rate lattice (default 0.02; --quick: 0.1).")] = None,
     min_rps: Annotated[float, typer.Option(help="Lowest rate searched.")] = 0.5,
-    max_rps: Annotated[float, typer.Option(help="Highest rate searched.")] = 2000.0,
+    max_rps: Annotated[Optional[float], typer.Option(help="Highest rate searched (default: 20 req/s per machine of the budget; a goodput at it is flagged).")] = None,
     curve_points: Annotated[Optional[int], typer.Option(help="Rates of the latency-vs-rate curves, common to all systems (0: no curves; default 6; --quick: 3).")] = None,
     system: Annotated[Optional[list[str]], typer.Option("--system", "-s", help="Compare only these systems (repeat; default: every system of policy/systems.py).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A CI-sized check: 4 machines, 30 s runs, a 10% rate lattice, 3 curve points (options given win).")] = False,

@@ -22,6 +22,9 @@ from .goodput import system_goodput
 from .measure import Point, measure_all
 
 DEFAULT_MACHINES = 10
+MAX_RPS_PER_MACHINE = 20.0    # the default ceiling of the rate search: 4x the most any system carried
+                              # per DGX-H100 here (4.8 req/s on coding); it keeps the search from
+                              # simulating clusters hundreds of times overloaded, the slowest runs
 
 
 def curve_rates(top: float, points: int) -> list[float]:
@@ -36,7 +39,7 @@ def curve_rates(top: float, points: int) -> list[float]:
 def run_compare(*, out: Path, command: str, workload: str = "coding", model: str = "llama2-70b",
                 hardware: str = "dgx-h100", machines: int = DEFAULT_MACHINES, duration: float = 120.0,
                 seed: int = 0, goodput_ttft: float | None = None, goodput_tpot: float | None = None,
-                tolerance: float = 0.02, min_rps: float = 0.5, max_rps: float = 2000.0,
+                tolerance: float = 0.02, min_rps: float = 0.5, max_rps: float | None = None,
                 curve_points: int = 6, systems: list[str] | None = None, workers: int | None = None,
                 cache_dir: str | None = None, use_cache: bool = True,
                 log: Callable[[str], None] = lambda m: None) -> dict:
@@ -49,6 +52,8 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
         raise UserError(f"--duration must be positive seconds, got {duration}")
     if not (0 < tolerance < 1):
         raise UserError(f"--tolerance must be in (0, 1), got {tolerance}")
+    if max_rps is None:
+        max_rps = MAX_RPS_PER_MACHINE * max(machines, 1)
     if not (0 < min_rps < max_rps and math.isfinite(max_rps)):
         raise UserError(f"need 0 < --min-rps < --max-rps, got {min_rps} and {max_rps}")
     if workers is not None and workers < 1:
@@ -78,11 +83,15 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
             t1, sims = time.perf_counter(), ev.simulated + ev.cached
             r = system_goodput(ev, SYSTEMS[n], budget, sc, rates)
             r["next_rps"] = r["next_slo_met"] = r["next_worst"] = r["next_ratio"] = None
+            r["at_ceiling"] = False
             if r["goodput_rps"] is not None:
                 nxt = lattice.rate(lattice.index(r["goodput_rps"]) + 1)
                 if nxt <= max_rps:                 # simulated by the search; asked again: a cache hit
                     (o,) = ev([Scenario(**{**asdict(sc), "system": n}).job(r["design"], tuple(r["cluster"]), nxt)])
                     r.update(next_rps=nxt, next_slo_met=o.slo_met, next_worst=o.worst, next_ratio=o.violation)
+                else:
+                    r["at_ceiling"] = True
+                    log(f"warning: {n} meets its SLOs at the search's ceiling {max_rps:g} req/s; raise --max-rps")
             rows.append(r)
             log(f"{n}: goodput {format(r['goodput_rps'], '.4g') if r['goodput_rps'] is not None else 'none'} req/s"
                 f" at {r['split']} ({ev.simulated + ev.cached - sims} simulations, "

@@ -77,7 +77,8 @@ def render(res: dict) -> str:
         m = r["at_goodput"]
         L.append(_row([
             f"{r['system']}", r["split"] if r["goodput_rps"] else "-", _f(r["goodput_rps"], ".4g", "none"),
-            f"{r['next_rps']:.4g}: {r['next_worst']} {r['next_ratio']:.2f}x" if r["next_rps"] else "-",
+            f"{r['next_rps']:.4g}: {r['next_worst']} {r['next_ratio']:.2f}x" if r["next_rps"] else
+            ("above the ceiling: raise --max-rps" if r.get("at_ceiling") else "-"),
             _f(m and m["cost_per_m_output_tokens"], ",.2f"),
             f"{_ms(m['ttft_p50_s'])} / {_ms(m['ttft_p99_s'])}" if m else "-",
             f"{_ms(m['tbt_p50_s'])} / {_ms(m['tbt_p99_s'])}" if m else "-",
