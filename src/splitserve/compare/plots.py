@@ -17,7 +17,7 @@ def goodput_bars(rows: list[dict], title: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows)), 3.6), constrained_layout=True)
     bars = ax.bar(names, vals, color=["tab:orange" if r["split_system"] else "tab:blue" for r in rows])
     for b, r in zip(bars, rows):
-        ax.annotate(f"{r['goodput_rps']:g}\n{r['split']}" if r["goodput_rps"] else "none",
+        ax.annotate(f"{r['goodput_rps']:.4g}\n{r['split']}" if r["goodput_rps"] else "none",
                     (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=7)
     ax.set_ylabel("goodput (req/s)")
     ax.set_ylim(0, max(vals + [1.0]) * 1.25)
