@@ -133,3 +133,16 @@ def test_a_goodput_at_the_ceiling_is_flagged(tmp_path):
     assert any("at the search's ceiling 1 req/s" in m for m in lines)
     assert "above the ceiling: raise --max-rps" in (tmp_path / "report.md").read_text()
     assert not (tmp_path / "latency.png").exists()
+
+
+def test_with_distserve_slos_goodput_is_the_last_rate_with_90_percent_attainment(tmp_path):
+    res = run_compare(out=tmp_path, command="c", systems=["vllm", "distserve"], goodput_ttft=2.0,
+                      goodput_tpot=0.1, **{**TINY, "curve_points": 0})
+    lattice = RateLattice(TINY["tolerance"])
+    for r in res["systems"]:
+        m = r["at_goodput"]
+        assert m["attainment"] >= 0.9 and m["meets"], r["system"]
+        sc = Scenario("coding", TINY["duration"], 0, "llama2-70b", goodput=(2.0, 0.1), system=r["system"])
+        nxt = run_job(sc.job(r["design"], tuple(r["cluster"]), lattice.rate(lattice.index(r["goodput_rps"]) + 1)))
+        assert nxt.attainment < 0.9 and not nxt.slo_met and r["next_worst"] == "goodput_attainment"
+    assert "attain (target 90%)" in (tmp_path / "report.md").read_text()
