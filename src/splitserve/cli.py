@@ -12,12 +12,26 @@ import typer
 from .errors import UserError
 from .policy.config import PolicyConfig, policy_options
 
+from .simulate import DEFAULT_DURATION, DEFAULT_MACHINES, DEFAULT_RPS, DEFAULT_SPLIT
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"splitserve {version('splitserve')}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the package version and exit.")] = False,
+) -> None:
     """Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters."""
 
 
@@ -25,13 +39,13 @@ def _root() -> None:
 @policy_options
 def simulate(
     design: Annotated[str, typer.Option(help="Cluster design: splitwise-aa|hh|ha|hhcap, baseline-a100|h100|h200.")] = "splitwise-hh",
-    prompt_machines: Annotated[Optional[str], typer.Option("--prompt-machines", "-p", help="Prompt-pool machines (Splitwise designs): N, or a mix of kinds such as 2*dgx-h100+1*dgx-a100.")] = None,
-    token_machines: Annotated[Optional[str], typer.Option("--token-machines", "-t", help="Token-pool machines (Splitwise designs): N, or N*KIND+M*KIND.")] = None,
-    machines: Annotated[Optional[str], typer.Option("--machines", "-m", help="Machines of an unsplit baseline: N, or N*KIND+M*KIND.")] = None,
+    prompt_machines: Annotated[Optional[str], typer.Option("--prompt-machines", "-p", help=f"Prompt-pool machines (Splitwise designs): N, or a mix of kinds such as 2*dgx-h100+1*dgx-a100 (default {DEFAULT_SPLIT[0]} when none of -p/-t/-m is given).")] = None,
+    token_machines: Annotated[Optional[str], typer.Option("--token-machines", "-t", help=f"Token-pool machines (Splitwise designs): N, or N*KIND+M*KIND (default {DEFAULT_SPLIT[1]} when none of -p/-t/-m is given).")] = None,
+    machines: Annotated[Optional[str], typer.Option("--machines", "-m", help=f"Machines of an unsplit baseline: N, or N*KIND+M*KIND (default {DEFAULT_MACHINES} when none of -p/-t/-m is given).")] = None,
     model: Annotated[str, typer.Option(help="Model: llama2-70b, bloom-176b, llama3-8b, llama3-70b, llama2-7b, llama2-13b, codellama-34b, opt-13b, opt-66b, opt-175b (catalog/models.toml).")] = "llama2-70b",
     workload: Annotated[str, typer.Option(help="coding, conversation, or an Azure LLM trace CSV.")] = "coding",
-    rps: Annotated[Optional[float], typer.Option(help="Mean arrival rate, requests/s (a trace is rescaled to it).")] = None,
-    duration: Annotated[Optional[float], typer.Option(help="Seconds of arrivals to simulate.")] = None,
+    rps: Annotated[Optional[float], typer.Option(help=f"Mean arrival rate, requests/s (default {DEFAULT_RPS:g} for a synthetic workload; a trace CSV is time-scaled to it, and without it replays at its own timestamps and rate).")] = None,
+    duration: Annotated[Optional[float], typer.Option(help=f"Seconds of arrivals to simulate (default {DEFAULT_DURATION:g}; a trace CSV without --rps: its own span, which this clips, or repeats back to back when longer).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic workload.")] = 0,
     arrivals: Annotated[str, typer.Option(help="poisson, trace (a CSV's own timestamps) or auto.")] = "auto",
     rate_profile: Annotated[Optional[str], typer.Option(help="Time-varying Poisson rate instead of --rps: "
@@ -50,12 +64,12 @@ def simulate(
                                                    "tp x pp GPUs and pays for them.", rich_help_panel="Parallelism")] = None,
     ep: Annotated[Optional[int], typer.Option(help="Expert parallel degree of a mixture-of-experts model "
                                                    "(equal to --tp: experts spread over the tensor-parallel GPUs, "
-                                                   "all-to-alls in place of the MLP all-reduce).", rich_help_panel="Parallelism")] = None,
-    prompt_tp: Annotated[Optional[int], typer.Option(help="--tp of the prompt pool's instances.", rich_help_panel="Parallelism")] = None,
-    prompt_pp: Annotated[Optional[int], typer.Option(help="--pp of the prompt pool's instances.", rich_help_panel="Parallelism")] = None,
-    token_tp: Annotated[Optional[int], typer.Option(help="--tp of the token pool's instances.", rich_help_panel="Parallelism")] = None,
-    token_pp: Annotated[Optional[int], typer.Option(help="--pp of the token pool's instances.", rich_help_panel="Parallelism")] = None,
-    max_context: Annotated[Optional[int], typer.Option(help="Clip prompt+output to this many tokens.")] = None,
+                                                   "all-to-alls in place of the MLP all-reduce; default 1: none).", rich_help_panel="Parallelism")] = None,
+    prompt_tp: Annotated[Optional[int], typer.Option(help="--tp of the prompt pool's instances (default --tp).", rich_help_panel="Parallelism")] = None,
+    prompt_pp: Annotated[Optional[int], typer.Option(help="--pp of the prompt pool's instances (default --pp).", rich_help_panel="Parallelism")] = None,
+    token_tp: Annotated[Optional[int], typer.Option(help="--tp of the token pool's instances (default --tp).", rich_help_panel="Parallelism")] = None,
+    token_pp: Annotated[Optional[int], typer.Option(help="--pp of the token pool's instances (default --pp).", rich_help_panel="Parallelism")] = None,
+    max_context: Annotated[Optional[int], typer.Option(help="Clip prompt+output to this many tokens (default: no clipping).")] = None,
     memory_utilization: Annotated[float, typer.Option(help="Fraction of HBM usable for weights and KV.")] = 0.9,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
     trace_out: Annotated[Optional[Path], typer.Option(help="Write a Chrome trace of every machine's batches and every "
@@ -64,8 +78,8 @@ def simulate(
                                                        "counted).")] = 500_000,
     goodput_ttft: Annotated[Optional[float], typer.Option(help="With --goodput-tpot: DistServe's SLO attainment, the "
                                                                "share of requests with TTFT <= this (s) and TPOT <= "
-                                                               "--goodput-tpot (s).")] = None,
-    goodput_tpot: Annotated[Optional[float], typer.Option(help="Time per output token SLO (s) for --goodput-ttft.")] = None,
+                                                               "--goodput-tpot (s) (default: not measured).")] = None,
+    goodput_tpot: Annotated[Optional[float], typer.Option(help="Time per output token SLO (s) for --goodput-ttft (default: not measured).")] = None,
     policy: PolicyConfig = PolicyConfig(),
 ) -> None:
     """Simulate a cluster serving a workload; print latency, SLO and cost, write summary.json."""
@@ -133,12 +147,12 @@ def provision(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
     placement: Annotated[Optional[str], typer.Option(help="--objective goodput-per-gpu: DistServe's placement search, high-affinity (Alg. 1: phases apart, KV over the network) or low-affinity (Alg. 2: prefill and decode segments of a stage share a node, KV over NVLink).", rich_help_panel="DistServe placement")] = None,
     nodes: Annotated[int, typer.Option(help="--placement: node limit per instance (Alg. 1) / pipeline stages (Alg. 2).", rich_help_panel="DistServe placement")] = 4,
-    max_pp: Annotated[Optional[int], typer.Option(help="--placement: most pipeline stages to consider.", rich_help_panel="DistServe placement")] = None,
+    max_pp: Annotated[Optional[int], typer.Option(help="--placement: most pipeline stages to consider (default: as many as --nodes allows).", rich_help_panel="DistServe placement")] = None,
     probe_requests: Annotated[int, typer.Option(help="--placement: requests per simulated rate.", rich_help_panel="DistServe placement")] = 400,
     goodput_ttft: Annotated[Optional[float], typer.Option(help="With --goodput-tpot: the SLO is DistServe's instead of "
                                                                "the nine slowdowns: at least 90% of requests with TTFT "
-                                                               "<= this (s) and TPOT <= --goodput-tpot (s).")] = None,
-    goodput_tpot: Annotated[Optional[float], typer.Option(help="Time per output token SLO (s) for --goodput-ttft.")] = None,
+                                                               "<= this (s) and TPOT <= --goodput-tpot (s) (default: the nine slowdowns).")] = None,
+    goodput_tpot: Annotated[Optional[float], typer.Option(help="Time per output token SLO (s) for --goodput-ttft (default: the nine slowdowns).")] = None,
     tps: Annotated[str, typer.Option(help="capacity-per-dollar: tensor-parallel degrees to search.", rich_help_panel="Configuration search")] = "1,2,4,8",
     pps: Annotated[str, typer.Option(help="capacity-per-dollar: pipeline degrees to search.", rich_help_panel="Configuration search")] = "1",
     schedulers: Annotated[str, typer.Option(help="capacity-per-dollar: machine schedulers to search (splitwise, vllm, orca, sarathi, fastertransformer, lightllm).", rich_help_panel="Configuration search")] = "splitwise,vllm,orca,sarathi",

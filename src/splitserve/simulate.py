@@ -3,6 +3,12 @@
 The provisioner calls `run_simulation` many times; the CLI once. Defaults give a small
 Splitwise-HH cluster (4 prompt + 1 token DGX-H100) under 10 req/s of synthetic coding traffic
 for two minutes.
+
+One rule for the rate and the span (`arrival_defaults`): a synthetic workload defaults to
+DEFAULT_RPS for DEFAULT_DURATION; a trace CSV given neither --rps nor --rate-profile is replayed
+at its own timestamps and rate over its own span (--duration then clips it, or replays it back to
+back when longer); a trace with --rps is time-scaled to that rate, for DEFAULT_DURATION unless
+--duration says otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +30,18 @@ def _check(cond: bool, msg: str) -> None:
         raise UserError(msg)
 
 
+def arrival_defaults(workload: str, rps: float | None, duration: float | None,
+                     rate_profile: str | None) -> tuple[float | None, float | None]:
+    """The rate and span a run uses when --rps / --duration are left out (the module's rule):
+    None for a trace replayed at its own timestamps, which make_workload then takes from it."""
+    from .workload.synthetic import SYNTHETIC
+
+    if workload not in SYNTHETIC and rps is None and rate_profile is None:
+        return None, duration                 # the trace's own rate; its own span unless clipped
+    rps = DEFAULT_RPS if rps is None and rate_profile is None else rps
+    return rps, DEFAULT_DURATION if duration is None else duration
+
+
 def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | str | None = None,
                    token_machines: int | str | None = None, machines: int | str | None = None,
                    model: str = "llama2-70b", workload: str = "coding", rps: float | None = None,
@@ -42,10 +60,10 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | str |
     prompt_machines, token_machines, machines = (int(c) if isinstance(c, str) and c.strip().isdigit() else c
                                                  for c in (prompt_machines, token_machines, machines))
     _check(rate_profile is None or rps is None, "give --rps or --rate-profile, not both")
-    rps = DEFAULT_RPS if rps is None and rate_profile is None else rps
-    duration = DEFAULT_DURATION if duration is None else duration
+    rps, duration = arrival_defaults(workload, rps, duration, rate_profile)
     _check(rps is None or (math.isfinite(rps) and rps > 0), f"--rps must be a positive number, got {rps}")
-    _check(math.isfinite(duration) and duration > 0, f"--duration must be positive seconds, got {duration}")
+    _check(duration is None or (math.isfinite(duration) and duration > 0),
+           f"--duration must be positive seconds, got {duration}")
     _check(0 < memory_utilization <= 1, f"--memory-utilization must be in (0, 1], got {memory_utilization}")
     _check(arrivals in ("auto", "poisson", "trace"), f"--arrivals must be auto, poisson or trace, got {arrivals!r}")
     machine = None
@@ -80,7 +98,7 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | str |
                     colocated=colocated)
     sim = Simulation(cluster, spec, wl, cfg)
     if progress and sys.stderr.isatty():
-        result = _run_with_progress(sim, duration)
+        result = _run_with_progress(sim, wl.duration or 0.0)
     else:
         result = sim.run()
     summary = simulation_summary(result, wl, goodput=goodput)

@@ -105,6 +105,7 @@ def serve(
         raise UserError(f"serving needs the serve extra ({e.name} is missing): in the splitserve checkout run "
                         "pip install torch==2.13.0 '.[serve]' (CPU PyTorch; with a GPU, install your CUDA "
                         "build of torch first and leave out the pin)") from None
+    cfg.check_host()                       # device and port, before any worker starts
     from .server import run_server
 
     run_server(cfg, http=http_impl, loop=loop_impl)

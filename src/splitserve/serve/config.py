@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 from dataclasses import dataclass, field
 
 from ..errors import UserError
@@ -127,3 +128,55 @@ class ServeConfig:
             raise UserError("--max-queue must be at least 1")
         if not 0 <= self.port < 65536:
             raise UserError(f"--port must be in 0..65535, got {self.port}")
+
+    def check_host(self) -> None:
+        """What this host must offer before any worker starts: the device the workers run on (when
+        they run here) and a free HTTP port. uvicorn binds its port only after its startup, which
+        starts the workers, so a busy port would otherwise surface after them as `[Errno 98]`. The
+        port can still be taken between this check and uvicorn's bind (then that error remains)."""
+        self.check_device()
+        self.check_port()
+
+    def check_device(self) -> None:
+        if self.worker_mode != "engine" or (self.backend == "ray" and self.ray_address):
+            return                  # echo workers compute nothing; a Ray cluster's may be elsewhere
+        if self.device == "auto":
+            return
+        import torch
+
+        try:
+            dev = torch.device(self.device)
+        except (RuntimeError, ValueError):
+            raise UserError(f"--device must be cpu, cuda, cuda:N or auto, got {self.device!r}") from None
+        if dev.type == "cpu":
+            return
+        if dev.type != "cuda":
+            raise UserError(f"--device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise UserError(f"--device {self.device}: no CUDA device on this host (torch "
+                            f"{torch.__version__}{'' if torch.version.cuda else ', a CPU-only build'}); "
+                            f"use --device cpu or auto")
+        if dev.index is not None and dev.index >= n:
+            raise UserError(f"--device {self.device}: this host has {n} CUDA device{'s' if n > 1 else ''} "
+                            f"(cuda:0..cuda:{n - 1})")
+
+    def check_port(self) -> None:
+        """Bind (host, port) once, as uvicorn will (SO_REUSEADDR, so a port in TIME_WAIT passes)."""
+        import socket
+
+        if self.port == 0:
+            return
+        try:
+            family, kind, proto, _, addr = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM,
+                                                              flags=socket.AI_PASSIVE)[0]
+        except socket.gaierror as e:
+            raise UserError(f"--host {self.host}: cannot resolve it ({e.strerror})") from None
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(addr)
+            except OSError as e:
+                why = ("another process listens on it; pick another --port, or --port 0 for any free one"
+                       if e.errno == errno.EADDRINUSE else e.strerror)
+                raise UserError(f"--port {self.port}: cannot listen on {self.host}:{self.port}: {why}") from None
