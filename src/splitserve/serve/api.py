@@ -2,12 +2,19 @@
 
     POST /v1/completions        prompt as text or token ids; "stream": true for SSE (completions.py)
     POST /v1/chat/completions   messages -> chat template (openai_io.py) -> completion
-    GET  /v1/models, /health, /metrics (Prometheus), /debug/state (workers, KV blocks, policy)
+    POST /tokenize, /detokenize vLLM's: prompt or messages -> token ids; token ids -> text (schema.py)
+    GET  /v1/models, /v1/models/{id} (404 for another model), /version
+    GET  /health, /metrics (Prometheus), /debug/state (workers, KV blocks, policy)
+    GET  /openapi.json, /docs   the OpenAPI schema (from the typed request models) and its Swagger UI
 
 Errors are OpenAI error bodies with 4xx for bad input; 429 (too many requests in flight) and 503
-(no worker can serve) carry `Retry-After`. With an API key set, /v1/* and /debug/* need
-`Authorization: Bearer KEY`. `/health` answers 503, naming the pool, while a pool that requests
-need has no live worker (supervisor.py).
+(no worker can serve) carry `Retry-After`. With an API key set, /v1/*, /tokenize, /detokenize and
+/debug/* need `Authorization: Bearer KEY`. `/health` answers 503, naming the pool, while a pool
+that requests need has no live worker (supervisor.py).
+
+The POST endpoints take the short path of completions.py, outside FastAPI's routing, so FastAPI
+documents only the GET routes; `openapi_schema` adds the POST routes, their request bodies from
+the pydantic models of schema.py (the models that check them) and their error body.
 """
 
 from __future__ import annotations
@@ -25,6 +32,70 @@ from .config import ServeConfig
 from .metrics import ServeMetrics
 from .openai_io import ApiError, ModelInfo
 from .router import Router
+from .schema import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse,
+                     TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse, check_model)
+
+# path -> (summary, request models (one of), response model or None for a completion's JSON or SSE)
+POST_ROUTES = {
+    "/v1/completions": ("Completion (OpenAI); stream: true for server-sent events", (CompletionRequest,), None),
+    "/v1/chat/completions": ("Chat completion (OpenAI); stream: true for server-sent events",
+                             (ChatCompletionRequest,), None),
+    "/tokenize": ("Token ids of a prompt or of chat messages (vLLM)",
+                  (TokenizeCompletionRequest, TokenizeChatRequest), TokenizeResponse),
+    "/detokenize": ("Text of token ids (vLLM)", (DetokenizeRequest,), DetokenizeResponse),
+}
+_ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["message", "type", "param", "code"],
+    "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                   "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("splitserve")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from .. import __version__
+        return __version__
+
+
+def openapi_schema(app: FastAPI) -> dict:
+    """FastAPI's schema of the app's routes, plus POST_ROUTES (see the module docstring)."""
+    from fastapi.openapi.utils import get_openapi
+
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    comps = schema.setdefault("components", {}).setdefault("schemas", {})
+    for item in schema["paths"].values():  # bad input is a 400 with an OpenAI error body, never a 422
+        for op in item.values():
+            op["responses"].pop("422", None)
+    comps.pop("HTTPValidationError", None)
+    comps.pop("ValidationError", None)
+    comps["ErrorResponse"] = _ERROR_SCHEMA
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+
+    def ref(model) -> dict:
+        js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        comps.update(js.pop("$defs", {}))
+        comps[model.__name__] = js
+        return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+    for path, (summary, requests, response) in POST_ROUTES.items():
+        refs = [ref(m) for m in requests]
+        if response is not None:
+            ok = {"description": "OK", "content": {"application/json": {"schema": ref(response)}}}
+        else:
+            ok = {"description": "one JSON body, or server-sent events (`data: {chunk}` ... `data: [DONE]`)",
+                  "content": {"application/json": {}, "text/event-stream": {}}}
+        schema["paths"][path] = {"post": {
+            "summary": summary, "operationId": path.strip("/").replace("/", "_"),
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": refs[0] if len(refs) == 1 else {"anyOf": refs}}}},
+            "responses": {"200": ok, "400": {"description": "bad request", **error},
+                          "401": {"description": "missing or wrong API key", **error},
+                          "404": {"description": "another model", **error},
+                          "413": {"description": "body too large", **error}}}}
+    return schema
 
 
 class App(FastAPI):
@@ -64,7 +135,9 @@ def create_app(cfg: ServeConfig, log=None) -> App:
             await router.stop()
             prep.shutdown(wait=False, cancel_futures=True)
 
-    app = App(title="splitserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = App(title="splitserve", version=package_version(), lifespan=lifespan, docs_url="/docs",
+              redoc_url=None, openapi_url="/openapi.json",
+              description="OpenAI-compatible phase-split (Splitwise) LLM serving")
     app.state.router, app.state.info, app.state.metrics = router, info, metrics
     gen = Completions(cfg, router, info, metrics, prep)
 
@@ -98,16 +171,38 @@ def create_app(cfg: ServeConfig, log=None) -> App:
     async def metrics_endpoint():
         return Response(metrics.render(router), media_type="text/plain; version=0.0.4")
 
+    def model_card() -> dict:
+        return {"id": info.name, "object": "model", "created": 0, "owned_by": "splitserve",
+                "max_model_len": info.max_model_len}
+
     @app.get("/v1/models")
     async def models(request: Request):
         authorize(request)
-        return json_response({"object": "list", "data": [{"id": info.name, "object": "model", "created": 0,
-                                                  "owned_by": "splitserve", "max_model_len": info.max_model_len}]})
+        return json_response({"object": "list", "data": [model_card()]})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str, request: Request):
+        """The served model (`client.models.retrieve`); 404 in OpenAI's error shape for any other."""
+        authorize(request)
+        check_model(model_id, info)
+        return json_response(model_card())
+
+    @app.get("/version")
+    async def version():
+        return json_response({"version": app.version})
 
     @app.get("/debug/state")
     async def debug_state(request: Request):
         authorize(request)
         return json_response(router.debug_state())
 
-    app.fast_routes = {"/v1/completions": gen.handler(False), "/v1/chat/completions": gen.handler(True)}
+    app.fast_routes = {"/v1/completions": gen.handler(False), "/v1/chat/completions": gen.handler(True),
+                       "/tokenize": gen.endpoint(gen.tokenize), "/detokenize": gen.endpoint(gen.detokenize)}
+
+    def cached_openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = openapi_schema(app)
+        return app.openapi_schema
+
+    app.openapi = cached_openapi
     return app

@@ -1,7 +1,9 @@
 """The two generation endpoints, `POST /v1/completions` and `POST /v1/chat/completions`, served
 on a short path: `App.__call__` (api.py) hands their POSTs straight to `Completions.handler`,
 without FastAPI's routing, dependency and middleware layers (37% of the profile samples of a
-request's path through the app, benchmarks/serve/README.md).
+request's path through the app, benchmarks/serve/README.md). vLLM's `POST /tokenize` and
+`POST /detokenize` take the same path (`Completions.endpoint`), so that their bodies are bounded,
+and their API key checked, alike.
 
 In order, a request's handler checks the API key (401), the announced body size (413), reads the
 body up to the limit (413), checks and tokenizes the request (schema.py; on a thread when the body
@@ -28,7 +30,7 @@ from .detokenize import Detokenizer
 from .metrics import ServeMetrics
 from .openai_io import ApiError, ModelInfo, dumps
 from .router import Overloaded, Router, TooLarge, Unavailable
-from .schema import GenRequest, prepare
+from .schema import GenRequest, detokenize, prepare, tokenize
 
 JSON = "application/json"
 INLINE_BYTES = 4096  # bodies up to this size are checked and tokenized on the event loop itself
@@ -113,13 +115,21 @@ class Completions:
             raise ApiError(503, f"service unavailable: {e}", "server_error", None, "unavailable",
                            {"Retry-After": str(self.cfg.retry_after_s)}) from None
 
+    async def _prepared(self, fn, raw: bytes, *args):
+        """fn(raw, *args): on the event loop for a small body, else on the prep threads."""
+        if len(raw) <= INLINE_BYTES:
+            return fn(raw, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.prep, fn, raw, *args)
+
+    async def tokenize(self, raw: bytes) -> Response:
+        return json_response(await self._prepared(tokenize, raw, self.info))
+
+    async def detokenize(self, raw: bytes) -> Response:
+        return json_response(await self._prepared(detokenize, raw, self.info))
+
     async def generate(self, raw: bytes, chat: bool) -> Response:
         """The response to one completion (chat: True) request; ApiError for bad input."""
-        if len(raw) <= INLINE_BYTES:
-            gen = prepare(raw, chat, self.info, self.limits)
-        else:
-            gen = await asyncio.get_running_loop().run_in_executor(self.prep, prepare, raw, chat, self.info,
-                                                                   self.limits)
+        gen = await self._prepared(prepare, raw, chat, self.info, self.limits)
         rid = f"{'chatcmpl-' if chat else 'cmpl-'}{_ids.getrandbits(96):024x}"
         req = self.submit(gen, rid)
         created = int(time.time())
@@ -216,7 +226,11 @@ class Completions:
             self.router.cancel(req)  # a no-op once the request has ended; stops the work if the client left
 
     def handler(self, chat: bool):
-        """The ASGI handler of one endpoint (chat: True for /v1/chat/completions)."""
+        """The ASGI handler of one generation endpoint (chat: True for /v1/chat/completions)."""
+        return self.endpoint(lambda raw: self.generate(raw, chat))
+
+    def endpoint(self, respond):
+        """The ASGI handler of a POST endpoint whose response is `await respond(raw body)`."""
         async def handle(scope, receive, send) -> None:
             try:
                 auth, length = "", None
@@ -238,7 +252,7 @@ class Completions:
             left: list[bool] = []
             watch = asyncio.ensure_future(_cancel_when_gone(receive, asyncio.current_task(), left))
             try:
-                resp = await self.generate(raw, chat)
+                resp = await respond(raw)
             except asyncio.CancelledError:
                 if not left:
                     raise

@@ -11,8 +11,8 @@ DEFAULT CHAT TEMPLATE, which renders each message as
 
     <|role|>\\n{content}\\n
 
-(role = system, user or assistant) and then `<|assistant|>\\n`, tokenized with the tokenizer's
-special tokens (BOS for `tiny`).
+(role = system, user or assistant) and then `<|assistant|>\\n` (left out with vLLM's
+`add_generation_prompt: false`), tokenized with the tokenizer's special tokens (BOS for `tiny`).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def _token_str(t) -> str:
     return t or ""
 
 
-def render_chat(messages: list[dict], info: ModelInfo) -> str:
+def render_chat(messages: list[dict], info: ModelInfo, add_generation_prompt: bool = True) -> str:
     """The prompt text of checked chat messages (schema.chat_messages): the tokenizer's own chat
     template when it has one (Jinja2, sandboxed), else DEFAULT CHAT TEMPLATE."""
     if info.tokenizer is None:
@@ -134,9 +134,11 @@ def render_chat(messages: list[dict], info: ModelInfo) -> str:
 
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         return env.from_string(info.chat_template).render(
-            messages=messages, add_generation_prompt=True, bos_token=info.bos_token, eos_token=info.eos_token)
-    return default_chat_text(messages)
+            messages=messages, add_generation_prompt=add_generation_prompt, bos_token=info.bos_token,
+            eos_token=info.eos_token)
+    return default_chat_text(messages, add_generation_prompt)
 
 
-def default_chat_text(messages: list[dict]) -> str:
-    return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
+def default_chat_text(messages: list[dict], add_generation_prompt: bool = True) -> str:
+    text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
+    return text + "<|assistant|>\n" if add_generation_prompt else text
