@@ -107,12 +107,13 @@ def test_message_keys_and_stream_options_that_are_not_implemented_are_refused():
                        ("audio", {"id": "a"})):
         e = err({"messages": [msg, {**msg, key: value}]}, chat=True)
         assert (e.param, e.code) == (f"messages.{key}", "unsupported") and f"messages[1].{key}" in e.message
-    for key in ("continuous_usage_stats", "include_obfuscation"):
-        e = err({"prompt": [1], "stream": True, "stream_options": {"include_usage": True, key: True}})
-        assert (e.param, e.code) == (f"stream_options.{key}", "unsupported")
-    g = prepare(json.dumps({"prompt": [1], "stream": True, "stream_options": {
-        "include_usage": True, "continuous_usage_stats": False}}).encode(), False, INFO, LIMITS)
-    assert g.include_usage
+    e = err({"prompt": [1], "stream": True, "stream_options": {"include_usage": True, "include_obfuscation": True}})
+    assert (e.param, e.code) == ("stream_options.include_obfuscation", "unsupported")
+    for so, usage, continuous in (({"include_usage": True, "include_obfuscation": False}, True, False),
+                                  ({"include_usage": True, "continuous_usage_stats": True}, True, True),
+                                  ({"continuous_usage_stats": True}, False, False)):   # vLLM: needs include_usage
+        g = prepare(json.dumps({"prompt": [1], "stream": True, "stream_options": so}).encode(), False, INFO, LIMITS)
+        assert (g.include_usage, g.continuous_usage) == (usage, continuous)
 
 
 def test_add_special_tokens_and_add_generation_prompt_are_implemented():
@@ -210,6 +211,27 @@ def test_tokenize_chat_is_what_chat_completions_runs(split_server, reference_eng
     assert no_turn["tokens"] == js["tokens"][:no_turn["count"]] and no_turn["count"] < js["count"]
     assert post(split_server, "/tokenize", {"prompt": "x"}, headers={}).status_code == 401
     assert post(split_server, "/detokenize", {"tokens": [1]}, headers={}).status_code == 401
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_continuous_usage_stats_puts_the_usage_so_far_in_every_chunk(client, chat):
+    opts = {"include_usage": True, "continuous_usage_stats": True}
+    if chat:
+        stream = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}],
+                                                max_tokens=6, temperature=0, stream=True, stream_options=opts,
+                                                extra_body={"ignore_eos": True})
+    else:
+        stream = client.completions.create(model="tiny", prompt="Hi", max_tokens=6, temperature=0, stream=True,
+                                           stream_options=opts, extra_body={"ignore_eos": True})
+    chunks = list(stream)
+    n_prompt = chunks[-1].usage.prompt_tokens
+    seen = 0
+    for c in chunks:
+        if c.choices:
+            seen += len(c.choices[0].model_dump().get("token_ids") or [])
+        assert c.usage is not None and (c.usage.prompt_tokens, c.usage.completion_tokens,
+                                        c.usage.total_tokens) == (n_prompt, seen, n_prompt + seen)
+    assert seen == 6 and n_prompt == (3 if not chat else len(INFO.tokenizer.encode("<|user|>\nHi\n<|assistant|>\n")))
 
 
 def test_version(split_server):

@@ -10,9 +10,9 @@ body up to the limit (413), checks and tokenizes the request (schema.py; on a th
 is large, so that the event loop, which also runs the router and its heartbeats, never stalls on
 one request), submits it to the router, and answers: one JSON body, or server-sent events, one
 chunk per step's tokens, the finish reason in the last chunk, `usage` in a final chunk when
-`stream_options.include_usage` is set, then `data: [DONE]`; a stream that fails (or is cut by
-shutdown) ends with an error event and `data: [DONE]` too. A client that disconnects before its
-answer cancels its request.
+`stream_options.include_usage` is set (and in every chunk with vLLM's `continuous_usage_stats`),
+then `data: [DONE]`; a stream that fails (or is cut by shutdown) ends with an error event and
+`data: [DONE]` too. A client that disconnects before its answer cancels its request.
 """
 
 from __future__ import annotations
@@ -192,13 +192,18 @@ class Completions:
                 c = {"index": 0, "delta": delta, "token_ids": toks, "logprobs": None, "finish_reason": reason}
             else:
                 c = {"index": 0, "text": text, "token_ids": toks, "logprobs": None, "finish_reason": reason}
-            return f"data: {head}\"choices\":[{dumps(c).decode()}]}}\n\n"
+            return f"data: {head}\"choices\":[{dumps(c).decode()}]{usage_so_far()}}}\n\n"
 
-        n_out = 0
+        def usage_so_far() -> str:  # vLLM's continuous_usage_stats: the usage in every chunk
+            if not gen.continuous_usage:
+                return ""
+            return f',"usage":{{"prompt_tokens":{n},"completion_tokens":{n_out},"total_tokens":{n + n_out}}}'
+
+        n, n_out = len(gen.prompt_ids), 0
         ev = first
         try:
             if chat:
-                yield f"data: {head}\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+                yield f"data: {head}\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]{usage_so_far()}}}\n\n"
             elif gen.echo_text:
                 yield chunk(gen.echo_text, [], None)
             while True:
@@ -218,7 +223,6 @@ class Completions:
                     break
                 ev = await req.queue.get()
             if gen.include_usage:
-                n = len(gen.prompt_ids)
                 usage = {"prompt_tokens": n, "completion_tokens": n_out, "total_tokens": n + n_out}
                 yield f"data: {head}\"choices\":[],\"usage\":{dumps(usage).decode()}}}\n\n"
             yield "data: [DONE]\n\n"

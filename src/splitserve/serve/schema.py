@@ -14,7 +14,7 @@ API (as the official `openai` client sends it) and of vLLM's extensions that spl
 implement (`n` > 1, `best_of`, `logprobs`, `suffix`, tools, JSON output, `user`, `store`, ...; the
 table UNSUPPORTED) is refused with 400 `unsupported`, naming the field, when it asks for anything
 but the default, never accepted and ignored; so are the keys of a chat message other than `role`
-and `content` (`name`, `tool_calls`, ...) and stream options other than `include_usage`. Names
+and `content` (`name`, `tool_calls`, ...) and OpenAI's `stream_options.include_obfuscation`. Names
 that are neither OpenAI's nor vLLM's are ignored, as vLLM does, so that clients sending vendor
 extras still work.
 
@@ -55,6 +55,8 @@ Messages = Annotated[Any, WithJsonSchema({**_MESSAGES, "description": "chat mess
 class StreamOptions(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
     include_usage: bool = False
+    continuous_usage_stats: bool = Field(False, description="vLLM's: usage so far in every chunk (with "
+                                                            "include_usage)")
 
 
 class Sampling(BaseModel):
@@ -166,7 +168,7 @@ UNSUPPORTED = {
     "continue_final_message": (None, False), "documents": (None,), "chat_template": (None,),
     "chat_template_kwargs": (None, {}), "mm_processor_kwargs": (None,), "media_io_kwargs": (None,),
 }
-_STREAM_OPTIONS_UNSUPPORTED = {"continuous_usage_stats": (None, False), "include_obfuscation": (None, False)}
+_STREAM_OPTIONS_UNSUPPORTED = {"include_obfuscation": (None, False)}
 _MESSAGE_UNSUPPORTED = {"name": (None,), "tool_calls": (None, []), "tool_call_id": (None,),
                         "function_call": (None,), "audio": (None,), "refusal": (None,)}
 
@@ -297,6 +299,7 @@ class GenRequest:
     include_usage: bool
     stop: list[str]                # stop strings, cut by the front end's Detokenizer
     echo_text: str | None = None   # completions with echo: the prompt's text, sent before the output
+    continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats: usage in every chunk
 
 
 def _stop_strings(stop: str | list[str] | None, info: ModelInfo, limits: RequestLimits) -> list[str]:
@@ -390,7 +393,8 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
                         repetition_penalty=m.repetition_penalty,
                         logit_bias=_logit_bias(m.logit_bias, info, limits) if m.logit_bias else [])
     so = m.stream_options or StreamOptions()
-    return GenRequest(ids, params, m.stream, so.include_usage, stop, echo_text)
+    return GenRequest(ids, params, m.stream, so.include_usage, stop, echo_text,
+                      so.include_usage and so.continuous_usage_stats)
 
 
 def _validate(model: type[BaseModel], body: dict):
