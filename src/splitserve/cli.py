@@ -225,7 +225,10 @@ def provision(
         workers=workers, backend=backend, address=address,
         cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
         progress=not (quiet or json_out), goodput_ttft=goodput_ttft,
-        goodput_tpot=goodput_tpot, system=policy_system)
+        goodput_tpot=goodput_tpot, system=policy_system,
+        log=None if quiet else (lambda line: typer.echo(line, err=True)))
+    for w in res["warnings"]:
+        typer.echo(f"warning: {w}", err=True)
     if out is not None:
         path = write_result(res, out)
         if not json_out:

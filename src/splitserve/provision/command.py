@@ -7,16 +7,114 @@ import json
 import math
 import sys
 import time
+from functools import lru_cache
 from pathlib import Path
 
 from ..designs import load_designs
 from ..errors import UserError
 from . import plan
 from .evaluate import Cache, Evaluator, LocalBackend, RayBackend, default_cache_dir
-from .search import RateLattice
+from .search import RateLattice, first_true
 
 DEFAULT_DESIGNS = ("splitwise-aa", "splitwise-hh", "splitwise-ha", "splitwise-hhcap",
                    "baseline-a100", "baseline-h100")
+# Seconds of simulator time per simulated request, for the estimate printed before a search.
+# Measured with `splitserve simulate --json` (sim.wall_s / requests) on this project's 2-core dev
+# VM: 67-117 us for coding at 5-80 req/s on 3P+3T to 30P+30T DGX-H100, 256 us for conversation at
+# 40 req/s on 20P+20T; the README's 70 x 70 cost search (23 simulations of 8,400 requests in
+# 21.6 s on 2 workers) comes to about 220 us. ASSUMED: 200 us, whatever the cluster and machine.
+SECONDS_PER_REQUEST = 200e-6
+
+
+@lru_cache(maxsize=256)
+def worst_probes(n: int, width: int) -> int:
+    """The most points `first_true` over n integers, `width` per round, ever tests: the maximum
+    over every place the predicate can turn true (exact, by running it on each)."""
+    worst = 0
+    for x in range(1, n + 2):
+        probes = [0]
+
+        def test(pts: list[int], x: int = x) -> list[bool]:
+            probes[0] += len(pts)
+            return [p >= x for p in pts]
+
+        first_true(1, n, test, width)
+        worst = max(worst, probes[0])
+    return worst
+
+
+def simulation_bound(objective: str, d, lim: plan.Limits, rates: plan.RateRange, width: int,
+                     constraint: str | None = None, budget: float | None = None) -> int:
+    """At most how many simulations the search of one design asks for (cached ones included).
+
+    - cost/power/machines, split: the prompt column at --max-token and the token row at
+      --max-prompt, then each of the --max-prompt columns searched once (search.min_split), and
+      the answer's own simulation: W(P) + W(T) + P * W(T) + 1, W(n) = worst_probes(n, width).
+    - the same, unsplit: W(--max-machines) + 1.
+    - throughput: each of the C largest splits within the budget takes one probe and, when it
+      passes, a whole rate search (W over the lattice's rates), then the answer: C * (1 + W) + 1.
+    - batch: one simulation per candidate, C.
+    A bound, not a forecast: the staircase search usually stops far below it (the README's 70 x 70
+    cost search took 23 of at most 577 with 2 workers)."""
+    if objective in plan.OBJECTIVES:
+        if d.split:
+            wt = worst_probes(lim.max_token, width)
+            return worst_probes(lim.max_prompt, width) + wt + lim.max_prompt * wt + 1
+        return worst_probes(lim.max_machines, width) + 1
+    cands = len(plan.boundary(d, constraint, budget, lim))
+    if objective == "batch":
+        return cands
+    return cands * (1 + worst_probes(rates.size(), width)) + 1 if cands else 0
+
+
+def estimate(objective: str, designs: list, sc: plan.Scenario, lim: plan.Limits, rates: plan.RateRange,
+             width: int, rps: float | None, constraint: str | None, budget: float | None) -> dict:
+    """The bound on simulations, and a time for it: requests per simulation (rate x duration;
+    ASSUMED for the throughput search: the geometric mean of --min-rps and --max-rps, where its
+    bisection spends its probes on no particular side) at SECONDS_PER_REQUEST, over `width`
+    workers."""
+    sims = sum(simulation_bound(objective, d, lim, rates, width, constraint, budget) for d in designs)
+    rate = rps if rps is not None else math.sqrt(rates.lo * rates.hi)
+    per_sim = rate * sc.duration * SECONDS_PER_REQUEST
+    return {"simulations_at_most": sims, "seconds_per_simulation": per_sim,
+            "seconds_at_most": sims * per_sim / max(1, width), "seconds_per_request": SECONDS_PER_REQUEST,
+            "workers": width}
+
+
+def _duration(s: float) -> str:
+    if s < 1:
+        return "under 1 s"
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def boundary_warnings(res: dict, budget_per_unit=None) -> list[str]:
+    """Where a design's answer touches a limit of the search, so that a wider search might do
+    better: a pool at --max-prompt / --max-token, a baseline at --max-machines, a throughput at
+    the top of the rate range. Within a budget, a pool at its limit counts only where the budget
+    had room for one more of its machines (otherwise the budget, not the limit, decided)."""
+    lim, obj = res["limits"], res["objective"]
+    out = []
+    for r in res["designs"]:
+        if not r.get("feasible"):
+            continue
+        hit = []
+        room = budget_per_unit(r) if budget_per_unit else None
+        if "prompt_machines" in r:
+            if r["prompt_machines"] >= lim["max_prompt"] and (room is None or room[0]):
+                hit.append(f"{r['prompt_machines']} prompt machines = --max-prompt")
+            if r["token_machines"] >= lim["max_token"] and (room is None or room[1]):
+                hit.append(f"{r['token_machines']} token machines = --max-token")
+        elif "machines" in r and r["machines"] >= lim["max_machines"] and (room is None or room[0]):
+            hit.append(f"{r['machines']} machines = --max-machines")
+        top = res.get("rate_top")
+        if obj == "throughput" and top is not None and r.get("throughput_at_slo") is not None \
+                and r["throughput_at_slo"] >= top:
+            hit.append(f"{r['throughput_at_slo']:g} req/s = the top of the rate range (--max-rps)")
+        if hit:
+            r["on_boundary"] = hit
+            out.append(f"{_config(r)}: {'; '.join(hit)}: the optimum sits on the search boundary, a "
+                       f"wider search may find a better one")
+    return out
 
 
 def _progress(enabled: bool):
@@ -44,7 +142,8 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
                   backend: str = "local", address: str | None = None,
                   cache_dir: str | None = None, use_cache: bool = True, progress: bool = True,
                   goodput_ttft: float | None = None, goodput_tpot: float | None = None,
-                  system: str = "") -> dict:
+                  system: str = "", log=None) -> dict:
+    """`log(line)`, when given, gets the estimate before the searches start."""
     # ---- the question ----
     if constraint is not None and constraint not in plan.CONSTRAINTS:
         raise UserError(f"--constraint must be iso-power or iso-cost, got {constraint!r}")
@@ -125,6 +224,14 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
             bar.update(task, description=msg)
 
     ev = Evaluator(be, cache, on_done)
+    est = estimate(objective, [known[n] for n in names], sc, lim, rates, ev.width, rps or
+                   (stress_rps if objective == "batch" else None), constraint, budget_x)
+    if log is not None:
+        log(f"provisioning {len(names)} design{'s' if len(names) != 1 else ''}: at most "
+            f"{est['simulations_at_most']:,} simulations (an upper bound; the searches usually need far "
+            f"fewer, and the cache answers repeats), about {est['seconds_per_simulation']:.2g} s each, "
+            f"so at most about {_duration(est['seconds_at_most'])} on {ev.width} {backend} worker"
+            f"{'s' if ev.width != 1 else ''}")
     t0 = time.perf_counter()
     rows = []
     try:
@@ -171,7 +278,16 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
         "search": {"simulated": ev.simulated, "cached": ev.cached,
                    "brute_force": sum(r.get("brute_force", 0) for r in rows),
                    "wall_s": wall, "workers": ev.width, "backend": backend},
+        "estimate": est,
+        "rate_top": rates.lattice.rate(rates.lattice.index(max_rps)) if objective == "throughput" else None,
     }
+    def room(r: dict) -> tuple[bool, ...]:      # within a budget: could one more machine fit?
+        per = plan.unit_values(known[r["design"]], lambda hw: getattr(hw, plan.CONSTRAINTS[constraint]))
+        counts = (r["prompt_machines"], r["token_machines"]) if "prompt_machines" in r else (r["machines"],)
+        used = sum(c * u for c, u in zip(counts, per))
+        return tuple(used + u <= budget_x * (1 + 1e-9) for u in per)
+
+    result["warnings"] = boundary_warnings(result, room if constraint is not None else None)
     if best is None:
         near = [r for r in rows if r.get("worst_ratio") is not None]
         result["closest"] = min(near, key=lambda r: r["worst_ratio"]) if near else None
