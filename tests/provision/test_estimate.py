@@ -62,7 +62,7 @@ def test_estimate_by_hand():
     # split: W(3) + W(2) + 3 * W(2) + 1 = 2 + 2 + 6 + 1; unsplit: W(10) + 1 = 4 + 1
     assert est["simulations_at_most"] == 11 + 5
     assert est["seconds_per_simulation"] == 6.0 * 20.0 * SECONDS_PER_REQUEST
-    assert est["seconds_at_most"] == 16 * 6.0 * 20.0 * SECONDS_PER_REQUEST
+    assert est["seconds_for_all"] == 16 * 6.0 * 20.0 * SECONDS_PER_REQUEST
     # throughput within 4 DGX-H100 of power: splits (1, 3), (2, 2), (3, 1): 3 candidates
     rates = plan.RateRange(1.0, 8.0, plan.RateLattice(0.5))   # rates 1, 1.5, ... 7.59: 6 of them
     budget = plan.budget_value("4*dgx-h100", "iso-power")

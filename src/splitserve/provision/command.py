@@ -69,15 +69,16 @@ def simulation_bound(objective: str, d, lim: plan.Limits, rates: plan.RateRange,
 
 def estimate(objective: str, designs: list, sc: plan.Scenario, lim: plan.Limits, rates: plan.RateRange,
              width: int, rps: float | None, constraint: str | None, budget: float | None) -> dict:
-    """The bound on simulations, and a time for it: requests per simulation (rate x duration;
+    """The bound on simulations, and the time that many would take (an estimate, not a bound: a
+    simulation's time grows with its rate and the machine): requests per simulation (rate x duration;
     ASSUMED for the throughput search: the geometric mean of --min-rps and --max-rps, where its
     bisection spends its probes on no particular side) at SECONDS_PER_REQUEST, over `width`
     workers."""
     sims = sum(simulation_bound(objective, d, lim, rates, width, constraint, budget) for d in designs)
     rate = rps if rps is not None else math.sqrt(rates.lo * rates.hi)
     per_sim = rate * sc.duration * SECONDS_PER_REQUEST
-    return {"simulations_at_most": sims, "seconds_per_simulation": per_sim,
-            "seconds_at_most": sims * per_sim / max(1, width), "seconds_per_request": SECONDS_PER_REQUEST,
+    return {"simulations_at_most": sims, "rate": rate, "seconds_per_simulation": per_sim,
+            "seconds_for_all": sims * per_sim / max(1, width), "seconds_per_request": SECONDS_PER_REQUEST,
             "workers": width}
 
 
@@ -229,9 +230,10 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
     if log is not None:
         log(f"provisioning {len(names)} design{'s' if len(names) != 1 else ''}: at most "
             f"{est['simulations_at_most']:,} simulations (an upper bound; the searches usually need far "
-            f"fewer, and the cache answers repeats), about {est['seconds_per_simulation']:.2g} s each, "
-            f"so at most about {_duration(est['seconds_at_most'])} on {ev.width} {backend} worker"
-            f"{'s' if ev.width != 1 else ''}")
+            f"fewer, and the cache answers repeats); at about {est['seconds_per_simulation']:.2g} s each "
+            f"({est['seconds_per_request'] * 1e6:.0f} us per request at {est['rate']:.3g} req/s for "
+            f"{sc.duration:g} s; more at higher rates or on a slower machine), that many would take about "
+            f"{_duration(est['seconds_for_all'])} on {ev.width} {backend} worker{'s' if ev.width != 1 else ''}")
     t0 = time.perf_counter()
     rows = []
     try:
