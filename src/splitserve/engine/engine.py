@@ -223,7 +223,7 @@ class LLMEngine(KVHostMixin):
         self.sync_kv()
         self.last_shape = []
         batch, copies = self.scheduler.schedule()
-        if self.on_schedule is not None and (batch or self.scheduler.report.joined):
+        if self.on_schedule is not None and (batch or self.scheduler.report.told()):
             self.on_schedule(self.scheduler.report)
         new: list[RequestOutput] = []
         if batch:

@@ -19,7 +19,9 @@ hosts: before each step every such family's reserved, unwritten blocks (what its
 less what they have written) are set aside as one pool in the block manager, and the family's
 new blocks come out of that pool only, so a guest writes into blocks its host reserved.
 
-`report` says what the last step did (prompt chunks that started, decodes preempted or joined),
+`report` says what the last step did (prompt chunks that started, decodes preempted or joined;
+under ecoserve also the KV sizing its form_batch recorded in the view's `Machine.sizing`: GTs
+parked, resumed with their reservation and host, re-hosted, reservations grown, prefills planned),
 which a serving worker sends to the router so that the router's view follows the same transitions.
 """
 
@@ -29,6 +31,7 @@ import itertools
 
 from ..errors import UserError
 from ..policy.machine import Batch, BatchingConfig, BatchReport, finish_iteration, form_batch
+from ..policy.schedulers.ecoserve import Sizing
 from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.transitions import enqueue_prompt, join_decode, release, reserve_decode
 from .block_manager import BlockManager
@@ -47,6 +50,8 @@ class Scheduler:
         self.batch: Batch | None = None       # the step being run
         self.report = BatchReport()
         self.num_preemptions = 0
+        if cfg.scheduler == "ecoserve":
+            self.m.sizing = Sizing()          # form_batch records how it sized KV, for the report
 
     def _shadow(self, seq: Sequence, generated: int = 0, predicted: int = 0) -> Request:
         out = min(seq.params.max_tokens, seq.max_len - len(seq.prompt_ids))
@@ -100,6 +105,9 @@ class Scheduler:
         """This step's (sequence, new tokens) and the copy-on-write block copies to do first."""
         batch = self.batch = form_batch(self.m, self.cfg)
         rep = self.report = BatchReport()
+        if self.m.sizing is not None:
+            seqs = self.seqs
+            self.m.sizing.report(rep, lambda r: seqs[r.id].request_id)
         if batch is None:
             return [], []
         seqs = self.seqs

@@ -101,6 +101,9 @@ class Machine:
     isolated_turn: bool = False         # with isolated requests: whose turn the last iteration was
     stages: int = 1                     # pipeline stages: > 1, batches overlap (each decode in one)
     counts: dict[str, int] | None = None  # a machine-level scheduler's event counts (transitions.note)
+    sizing: "object | None" = None      # ecoserve: where its form_batch records how it sized KV, for a
+                                        # view kept elsewhere (schedulers/ecoserve.py Sizing: the engine's
+                                        # report to the router); None: not recorded (the simulator)
     busy: bool = False
 
     def __post_init__(self) -> None:

@@ -247,6 +247,7 @@ def preempt(m: Machine, r: Request) -> None:
     _end_decode(m, r)
     r.preemptions += 1
     r.kv_on_token_machine = False
+    r.host = None   # it holds no KV: it hosts and is hosted by nobody (ecoserve)
 
 
 def requeue_preempted(m: Machine, r: Request) -> None:

@@ -6,7 +6,9 @@ the same cluster scheduler (policy/cluster.py). It does no arithmetic of its own
     a request arrives                      admit: route, reserve_decode     Simulation._arrive
                                            or wait, enqueue_prompt
     a worker's step starts ("step")        start_decode (joined), preempt,  form_batch
-                                           start_chunk, requeue_preempted
+                                           start_chunk, requeue_preempted;
+                                           ecoserve: park, grow_kv,
+                                           drop_waiting, resume, plan_kv
     that step ends ("out")                 end_chunk; first_token for a     finish_iteration, then
                                            completed prefill; decode_tokens; Simulation._iter_end
                                            settle; admit_freed
@@ -20,15 +22,25 @@ prompt worker's step report: `first_from_token_worker` applies the prompt side's
 then, and the late report finds nothing left to do. tests/serve/test_cluster_state.py drives the
 simulator's path and this one with the same random events and compares the machines after each. `down`/`up` take a dead worker out of its pool and put
 its replacement in. Nothing here does I/O; the router carries the decisions out.
+
+Under ecoserve a worker's scheduler sizes KV itself (policy/schedulers/ecoserve.py): prompts hold
+their prefill's KV only, generation tasks wait in the machine's decode queue holding theirs, start
+with a reservation for their predicted output or inside a host's, and grow. Its step report says
+each of these (`Sizing`), and `step_started` makes the same calls ecoserve made (`park`, `grow_kv`,
+`drop_waiting`, `resume`, `plan_kv`), so kv_used, pending, the queues and each request's kv_held
+and host follow the worker's. The queues' order may differ from the worker's: the decode queue
+is ordered by `gt_key` with the router's arrival times (the worker keys deadlines by its admission
+counter), and the prompt queue stays first come first served here (the worker reorders its own by
+deadline); this view never takes from its queues, only their members and counters matter.
 """
 
 from __future__ import annotations
 
 from ..policy.cluster import RoutingConfig, admit, admit_freed, make_cluster_scheduler
-from ..policy.schedulers.ecoserve import predict
+from ..policy.schedulers.ecoserve import Sizing, park, predict, resume
 from ..policy.state import Machine, Phase, Pool, Request
-from ..policy.transitions import (DoesNotFit, decode_tokens, end_chunk, first_token, kv_landed, preempt,
-                                  release, requeue_preempted, start_chunk, start_decode)
+from ..policy.transitions import (DoesNotFit, decode_tokens, drop_waiting, end_chunk, first_token, grow_kv, kv_landed,
+                                  plan_kv, preempt, release, requeue_preempted, start_chunk, start_decode)
 
 
 class NoWorkers(RuntimeError):
@@ -68,17 +80,43 @@ class LiveCluster:
 
     # ---- a worker's step ------------------------------------------------------------------------
     def step_started(self, wid: int, chunks: list[tuple[Request, int]], preempted: list[Request],
-                     joined: list[Request]) -> None:
-        """Worker `wid` formed a step: what form_batch did for it."""
+                     joined: list[Request], sizing: Sizing | None = None) -> None:
+        """Worker `wid` formed a step: what form_batch did for it. `sizing`: how its ecoserve
+        scheduler sized KV (None under the others), applied with the calls ecoserve made, in its
+        order: re-hosted guests, GTs parked, reservations grown, then the preempted (guests, and
+        waiting GTs "unstuck"), GTs resumed, prompts planned as they start. (A report may name
+        a request this view has released already, on its own: it is skipped.)"""
         m = self.machines[wid]
         for r in joined:
             if r.phase is Phase.READY and r in m.ready:
                 start_decode(m, r)
-        victims = [r for r in preempted if r.phase is Phase.DECODE and r in m.running]
+        if sizing is not None:
+            for r, h in sizing.rehosted:
+                if r.phase is Phase.DECODE and r in m.running:
+                    r.host = h
+            for r in sizing.parked:
+                if r.phase is Phase.DECODE and r in m.running:
+                    park(m, r)
+            for r, n in sizing.grown:
+                if r.phase is Phase.DECODE and r in m.running:
+                    grow_kv(m, r, n)
+        victims = [r for r in preempted if r.phase is Phase.DECODE and r in m.running
+                   or r.phase is Phase.WAITING and r in m.decode_queue]
         for r in victims:
-            preempt(m, r)
+            if r.phase is Phase.DECODE:
+                preempt(m, r)
+            else:
+                drop_waiting(m, r)
+        planned: set[Request] = set()
+        if sizing is not None:
+            for r, held, h in sizing.resumed:
+                if r.phase is Phase.WAITING and r in m.decode_queue:
+                    resume(m, r, held, h)
+            planned.update(sizing.planned)
         for r, n in chunks:
             if self.awaiting_first(r) and r.chunk == 0 and r.prompt_machine == wid:
+                if r in planned:
+                    plan_kv(m, r)
                 start_chunk(m, r, n)
                 self.in_step[wid].append(r)
         for r in victims:
@@ -214,7 +252,7 @@ class LiveCluster:
     def idle(self) -> bool:
         """Every live machine's counters are back at zero (tests)."""
         return all(m.pending == 0 and m.kv_used == 0 and m.recount_pending() == 0
-                   and not (m.prompt_queue or m.running or m.ready or m.admit_queue)
+                   and not (m.prompt_queue or m.running or m.ready or m.admit_queue or m.decode_queue)
                    for m, a in zip(self.machines, self.alive) if a)
 
     def snapshot(self) -> list[dict]:

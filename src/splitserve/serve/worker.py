@@ -41,7 +41,7 @@ from ..errors import UserError
 from .kv import BothSides, KVReceiver, KVSender, make_transport
 from .messages import (TO_WORKER, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail, KvIn,
                        MalformedMessage, Message, Out, OutItem, PeerDown, Ping, Reserved, Step, StepChunk,
-                       StepFailed, Stop, decode, encode)
+                       StepFailed, StepGrown, StepRehosted, StepResumed, Stop, decode, encode)
 from .protocol import ROUTER_NAME as ROUTER
 from .protocol import (BUNDLE_MAX, BadMessage, Codec, control_message_limit, limit_socket, secret_from_env,
                        worker_identity)
@@ -159,9 +159,8 @@ class Worker:
         decided (its view of this worker follows the same transitions; the step's `out` closes
         it), and send the outbox, where the previous step's `out` may still wait (run())."""
         self.formed = True
-        if rep.chunks or rep.preempted or rep.joined:
-            self.send(Step(chunks=[StepChunk(*c) for c in rep.chunks], preempted=list(rep.preempted),
-                           joined=list(rep.joined)))
+        if rep.told():
+            self.send(step_message(rep))
             self.stepped = True
         self.post()
 
@@ -268,6 +267,18 @@ class Worker:
         self.post()
         self.transport.close()
         self.ctl.close(linger=0)
+
+
+def step_message(rep) -> Step:
+    """The `step` message of an engine's step report (policy/machine.py BatchReport). ecoserve's KV
+    sizing parts are left out when empty, as they are under the other schedulers (None there)."""
+    chunks, preempted, joined = [StepChunk(*c) for c in rep.chunks], list(rep.preempted), list(rep.joined)
+    if rep.parked is None:
+        return Step(chunks=chunks, preempted=preempted, joined=joined)
+    return Step(chunks=chunks, preempted=preempted, joined=joined,
+                rehosted=[StepRehosted(*x) for x in rep.rehosted] or None, parked=rep.parked or None,
+                grown=[StepGrown(*x) for x in rep.grown] or None,
+                resumed=[StepResumed(*x) for x in rep.resumed] or None, planned=rep.planned or None)
 
 
 def _unlink_on_sigterm(region) -> None:

@@ -70,12 +70,20 @@ Where it differs, and why:
 - A guest that outlives its slot is preempted only when the family has no free KV to grow into.
 - The live engine's arrival is an admission counter, so its deadlines order requests by
   admission; the simulator's are in seconds.
+
+Live, the router keeps its own view of each worker (serve/cluster_state.py). A machine whose
+`sizing` is set (the engine's view of itself) records in a `Sizing` what form_batch did to KV
+beyond a batch's chunks, preemptions and joins: GTs parked (`park`), resumed with their
+reservation and host (`resume`), re-hosted, reservations grown (`grow_kv`), prompts planned
+(`plan_kv`); the worker reports it in its `step` message and the router's view makes the same
+calls (tests/serve/test_cluster_state.py compares both views event by event).
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..machine import Batch, BatchingConfig, _form_isolated, close_batch
@@ -84,7 +92,10 @@ from ..transitions import (drop_waiting, grow_kv, note, park_decode, plan_kv, pr
                            resume_decode, start_chunk, start_decodes)
 
 if TYPE_CHECKING:
+    from typing import Callable
+
     from ..config import PolicyConfig
+    from ..machine import BatchReport
     from ..predictor import LengthPredictor
 
 GROUP = 32              # predicted lengths in one GROUP-token step form a time-synced group
@@ -147,6 +158,59 @@ def _repredict(r: Request) -> None:
         r.predicted = r.generated + predicted(r)
 
 
+@dataclass(slots=True)
+class Sizing:
+    """How form_batch sized KV on a machine whose `sizing` is set, in the order it did it, for a view
+    of the machine kept elsewhere: the engine reports it to the router (BatchReport, the `step`
+    message), whose view (serve/cluster_state.py) applies it with `park`, `grow_kv`, `resume` and
+    `plan_kv`, the calls made here. Preemptions (of guests, and of waiting GTs: "unstuck") are the
+    batch's `preempted`, reported as every scheduler's."""
+
+    rehosted: list[tuple[Request, Request]] = field(default_factory=list)  # (guest, its new host)
+    parked: list[Request] = field(default_factory=list)       # left the batch for the GT queue
+    grown: list[tuple[Request, int]] = field(default_factory=list)   # (host, KV tokens more)
+    resumed: list[tuple[Request, int, Request]] = field(default_factory=list)   # (GT, KV held, host)
+    planned: list[Request] = field(default_factory=list)      # prompts that reserve their prefill only
+
+    def report(self, rep: "BatchReport", rid: "Callable[[Request], str]") -> None:
+        """Tell `rep` (a BatchReport) what was recorded, each request by its id `rid(r)`, and forget it."""
+        rep.rehosted = [(rid(g), rid(h)) for g, h in self.rehosted]
+        rep.parked = [rid(r) for r in self.parked]
+        rep.grown = [(rid(h), n) for h, n in self.grown]
+        rep.resumed = [(rid(r), held, rid(h)) for r, held, h in self.resumed]
+        rep.planned = [rid(r) for r in self.planned]
+        for part in (self.rehosted, self.parked, self.grown, self.resumed, self.planned):
+            part.clear()
+
+
+def park(m: Machine, r: Request) -> None:
+    """Running `r` leaves the batch for the GT queue, keeping its KV (a GT whose prefill just
+    ended, or a host regrouped): it is hosted by nobody, predicted again if it reached its
+    prediction, and waits in `gt_key` order."""
+    m.running.remove(r)
+    r.host = None
+    _repredict(r)
+    park_decode(m, r, gt_key)
+    if m.sizing is not None:
+        m.sizing.parked.append(r)
+
+
+def resume(m: Machine, r: Request, held: int, host: Request) -> None:
+    """Waiting `r` decodes from now on, holding `held` KV tokens, in `host`'s reservation (itself: its
+    own)."""
+    resume_decode(m, r, held)
+    r.host = host
+    if m.sizing is not None:
+        m.sizing.resumed.append((r, held, host))
+
+
+def _grow(m: Machine, h: Request, n: int) -> None:
+    grow_kv(m, h, n)
+    note(m, "reserve")
+    if m.sizing is not None:
+        m.sizing.grown.append((h, n))
+
+
 def _written(m: Machine, r: Request) -> int:
     """KV tokens (whole blocks) `r` will have written after its next decode step."""
     return m.kv_round(r.prompt_tokens + r.generated)
@@ -181,6 +245,8 @@ def _families(m: Machine) -> tuple[dict[Request, list[Request]], list[Request]]:
             gs.sort(key=lambda x: (x.arrival, x.id))   # the host ended: the oldest guest hosts
             for x in gs:
                 x.host = gs[0]
+            if m.sizing is not None:
+                m.sizing.rehosted += [(x, gs[0]) for x in gs]
             fams[gs[0]] = gs
     for h in over:
         if h not in fams:
@@ -199,15 +265,13 @@ def _settle(m: Machine, fams: dict[Request, list[Request]], batch: Batch) -> set
         if short <= 0:
             continue
         if m.kv_free >= short:
-            grow_kv(m, h, short)
-            note(m, "reserve")
+            _grow(m, h, short)
             continue
         guests = sorted((x for x in fam if x is not h and not x.in_flight),
                         key=lambda x: (left(x) > 0, -x.arrival, -x.id))
         for g in guests:
             short -= _written(m, g) - g.kv_held
             preempt(m, g)
-            g.host = None
             fam.remove(g)
             batch.preempted.append(g)
             note(m, "preempted")
@@ -216,13 +280,9 @@ def _settle(m: Machine, fams: dict[Request, list[Request]], batch: Batch) -> set
         if short <= 0:
             continue
         if m.kv_free >= short:
-            grow_kv(m, h, short)
-            note(m, "reserve")
+            _grow(m, h, short)
         elif len(fam) == 1 and not h.in_flight:
-            m.running.remove(h)
-            h.host = None
-            _repredict(h)
-            park_decode(m, h, gt_key)
+            park(m, h)
             note(m, "regrouped")
         else:
             held_back.update(x for x in fam if not x.in_flight)
@@ -242,8 +302,7 @@ def _start_gts(m: Machine, cfg: BatchingConfig, seats: float) -> tuple[float, bo
             blocked = True
             break
         room -= held - r.kv_held
-        resume_decode(m, r, held)
-        r.host = r
+        resume(m, r, held, r)
         hosts.append(r)
         seats -= 1
     if not hosts or not q or seats < 1:
@@ -268,8 +327,7 @@ def _start_gts(m: Machine, cfg: BatchingConfig, seats: float) -> tuple[float, bo
                 g = cands.pop(j)
                 lens.pop(j)
                 spare -= _written(m, g) - g.kv_held
-                resume_decode(m, g, g.kv_held)
-                g.host = h
+                resume(m, g, g.kv_held, h)
                 note(m, "pipelined")
                 seats -= 1
             level += 1
@@ -297,6 +355,8 @@ def _start_prompts(m: Machine, cfg: BatchingConfig, batch: Batch, seats: float, 
             room -= kv
             if mine:
                 plan_kv(m, head)
+                if m.sizing is not None:
+                    m.sizing.planned.append(head)
         start_chunk(m, head, n)
         batch.prompts.append(head)
         batch.chunks.append(n)
@@ -332,8 +392,7 @@ def _unstick(m: Machine, batch: Batch) -> None:
         note(m, "unstuck")
     if m.kv_free < need:
         raise AssertionError(f"request {h.id} cannot decode alone ({need} KV tokens, {m.kv_free} free)")
-    resume_decode(m, h, h.kv_held + min(want, m.kv_free))
-    h.host = h
+    resume(m, h, h.kv_held + min(want, m.kv_free), h)
 
 
 def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
@@ -342,9 +401,7 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
         batch.joined = start_decodes(m)
     fams, fresh = _families(m)
     for r in fresh:      # their prefill just ended: they wait as GTs
-        m.running.remove(r)
-        _repredict(r)
-        park_decode(m, r, gt_key)
+        park(m, r)
     held_back = _settle(m, fams, batch) if fams else set()
     if m.isolated:  # rare: a suspect request is here (policy/machine.py: isolated requests; they
         return _form_isolated(m, cfg, batch)   # reserve prompt + output, and GTs wait meanwhile)

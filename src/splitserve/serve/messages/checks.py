@@ -9,7 +9,7 @@ from array import array
 from operator import countOf
 from typing import Any, Callable
 
-from .kinds import OutItem, StepChunk, WireParams
+from .kinds import OutItem, StepChunk, StepGrown, StepRehosted, StepResumed, WireParams
 
 # ---- checkers: value -> value as stored, or _Bad(what was expected) ----------------------------
 class _Bad(Exception):
@@ -200,6 +200,32 @@ def _chunks(v: Any) -> list[StepChunk]:
                 continue
         raise _Bad(f"item {i}: expected [rid: str, n: non-negative int], got {c!r:.80}")
     return out
+
+
+def _records(cls: type, what: str, *checks: Callable[[Any], Any]) -> Callable[[Any], list]:
+    """A checker of a list of fixed-shape records [field, ...] (each checked by `checks`), stored as
+    `cls` tuples."""
+    n = len(checks)
+
+    def check(v: Any) -> list:
+        if type(v) is not list:
+            v = _seq(v, f"a list of {what}")
+        out = []
+        for i, c in enumerate(v):
+            if (type(c) is list or isinstance(c, tuple)) and len(c) == n:
+                try:
+                    out.append(_new(cls, tuple(f(x) for f, x in zip(checks, c))))
+                    continue
+                except _Bad:
+                    pass
+            raise _Bad(f"item {i}: expected {what}, got {c!r:.80}")
+        return out
+    return check
+
+
+_rehosted = _records(StepRehosted, "[rid: str, host: str]", _str, _str)
+_grown = _records(StepGrown, "[rid: str, n: positive int]", _str, _pos)
+_resumed = _records(StepResumed, "[rid: str, held: positive int, host: str]", _str, _pos, _str)
 
 
 def _bias(v: Any) -> list[tuple[int, float]]:
