@@ -269,3 +269,29 @@ def test_random_streams_finish_within_kv_whatever_the_predictions(stream, stages
 def test_reserve_and_buffer_constants():
     assert ecoserve.reserve(machine(80)) == math.ceil(0.03 * 80) == 3
     assert ecoserve.reserve(machine(160, block=16)) == 16
+
+
+def test_waiting_gts_go_on_alone_when_an_isolated_prompt_does_not_fit_beside_them():
+    # Capacity 256. A (10-token prompt, 2 out) and B (121, 2) prefill together (B first: longer)
+    # and wait as GTs holding their prompts' 131 tokens. C, isolated (a suspect: it runs alone,
+    # reserving prompt + output = 126), arrives: 125 are free. Without a rule the isolated turn
+    # cannot start C and the GTs wait while an isolated request is here: nothing ever runs (found
+    # by tests/serve/test_cluster_state.py). The GTs go on alone (135 held: prompts + 2 + 2), end,
+    # and C then prefills alone (126 held), its one token its prefill's.
+    m = machine(256)
+    a, b = rs = requests([(0.0, 10, 2, 2), (0.0, 121, 2, 2)])
+    for r in rs:
+        enqueue_prompt(m, r)
+    first = form_batch(m, ECO)
+    assert [NAMES[r.id] for r in first.prompts] == ["B", "A"]
+    finish_iteration(m, first)
+    assert m.kv_used == 131 and (a.kv_held, b.kv_held) == (10, 121)   # parked at the next form_batch
+    c = Request(2, 0.1, 125, 1, predicted=1, isolated=True)
+    c.token_machine = 0
+    enqueue_prompt(m, c)
+    steps = []
+    while (batch := form_batch(m, ECO)) is not None:
+        steps.append(([NAMES[r.id] for r in batch.prompts], "".join(NAMES[r.id] for r in batch.decoding), m.kv_used))
+        finish_iteration(m, batch)
+    assert steps == [([], "AB", 135), (["C"], "", 126)]
+    assert all(r.phase is Phase.DONE for r in (a, b, c)) and m.kv_used == 0 and not m.has_work()

@@ -404,7 +404,16 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
         park(m, r)
     held_back = _settle(m, fams, batch) if fams else set()
     if m.isolated:  # rare: a suspect request is here (policy/machine.py: isolated requests; they
-        return _form_isolated(m, cfg, batch)   # reserve prompt + output, and GTs wait meanwhile)
+        formed = _form_isolated(m, cfg, batch)   # reserve prompt + output, and GTs wait meanwhile)
+        if formed is not None or not m.decode_queue:
+            return formed
+        # nothing could run, and waiting GTs hold KV an isolated prompt needs: the GTs (never
+        # isolated: a suspect runs whole) go on alone until they free it
+        seats = (cfg.max_seqs - len(m.running)) if cfg.max_seqs else math.inf
+        _start_gts(m, cfg, seats)
+        if not m.running:
+            _unstick(m, batch)
+        return close_batch(m, batch, m.running)
     seats = (cfg.max_seqs - len(m.running)) if cfg.max_seqs else math.inf
     blocked = False
     if m.decode_queue:
