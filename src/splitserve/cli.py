@@ -315,49 +315,36 @@ def reproduce_distserve(
     typer.echo(f"wrote {path}")
 
 
-@reproduce_app.command("tetriinfer")
-def reproduce_tetriinfer(
-    out: Annotated[Path, typer.Option(help="Directory for report.md, its PNG plots and results.json.")] = Path("reproduction/tetriinfer"),
-    scale: Annotated[str, typer.Option(help="tiny (a CI check), quick (seconds on 2 cores) or full.")] = "quick",
-    seed: Annotated[int, typer.Option(help="Added to every workload seed.")] = 0,
-) -> None:
-    """Run TetriInfer's evaluation (2024: Figures 11-15, TTFT, JCT, resource use and perf/$ against
-    vLLM on its five workloads; its instance flip under a load shift) on the simulator and write a
-    report beside its numbers."""
-    from .reproduce.tetriinfer import reproduce_tetriinfer as run
+def _reproduce_neighbour(name: str, quick: str, seed_help: str, doc: str) -> None:
+    """`splitserve reproduce NAME`: reproduce/NAME.py's `reproduce_NAME(out, scale, seed, log)`."""
 
-    path = run(out, scale=scale, seed=seed, log=lambda msg: typer.echo(msg, err=True))
-    typer.echo(f"wrote {path}")
+    def command(  # (typer.Option defaults, not Annotated: these annotations are read in the module's scope)
+        out: Path = typer.Option(Path(f"reproduction/{name}"), help="Directory for report.md, its PNG plots and results.json."),
+        scale: str = typer.Option("quick", help=f"tiny (a CI check), quick ({quick} on 2 cores) or full."),
+        seed: int = typer.Option(0, help=seed_help),
+    ) -> None:
+        import importlib
+        run = getattr(importlib.import_module(f".reproduce.{name}", __package__), f"reproduce_{name}")
+        path = run(out, scale=scale, seed=seed, log=lambda msg: typer.echo(msg, err=True))
+        typer.echo(f"wrote {path}")
 
-
-@reproduce_app.command("ecoserve")
-def reproduce_ecoserve(
-    out: Annotated[Path, typer.Option(help="Directory for report.md, its PNG plots and results.json.")] = Path("reproduction/ecoserve"),
-    scale: Annotated[str, typer.Option(help="tiny (a CI check), quick (about 2 minutes on 2 cores) or full.")] = "quick",
-    seed: Annotated[int, typer.Option(help="Seed of every workload.")] = 0,
-) -> None:
-    """Run EcoServe's key comparison (Figure 10: normalized latency, SLO satisfaction and the rate
-    sustained at the same latency against vLLM and FastGen on Alpaca, ShareGPT and BookCorpus) on the
-    simulator and write a report beside its numbers."""
-    from .reproduce.ecoserve import reproduce_ecoserve as run
-
-    path = run(out, scale=scale, seed=seed, log=lambda msg: typer.echo(msg, err=True))
-    typer.echo(f"wrote {path}")
+    command.__doc__ = doc
+    reproduce_app.command(name)(command)
 
 
-@reproduce_app.command("aladdin")
-def reproduce_aladdin(
-    out: Annotated[Path, typer.Option(help="Directory for report.md, its PNG plots and results.json.")] = Path("reproduction/aladdin"),
-    scale: Annotated[str, typer.Option(help="tiny (a CI check), quick (minutes on 2 cores) or full.")] = "quick",
-    seed: Annotated[int, typer.Option(help="Seed of every workload.")] = 0,
-) -> None:
-    """Run Aladdin's key result (2024: Figures 11 and 12, GPUs needed to meet the SLOs against the
-    arrival rate, beside vLLM, JSQ and power of two) on the simulator and write a report beside its
-    numbers."""
-    from .reproduce.aladdin import reproduce_aladdin as run
-
-    path = run(out, scale=scale, seed=seed, log=lambda msg: typer.echo(msg, err=True))
-    typer.echo(f"wrote {path}")
+for _args in (
+    ("tetriinfer", "seconds", "Added to every workload seed.",
+     "Run TetriInfer's evaluation (2024: Figures 11-15, TTFT, JCT, resource use and perf/$ against vLLM on its "
+     "five workloads; its instance flip under a load shift) on the simulator and write a report beside its numbers."),
+    ("ecoserve", "about 2 minutes", "Seed of every workload.",
+     "Run EcoServe's key comparison (Figure 10: normalized latency, SLO satisfaction and the rate sustained at the "
+     "same latency against vLLM and FastGen on Alpaca, ShareGPT and BookCorpus) on the simulator and write a report "
+     "beside its numbers."),
+    ("aladdin", "minutes", "Seed of every workload.",
+     "Run Aladdin's key result (2024: Figures 11 and 12, GPUs needed to meet the SLOs against the arrival rate, "
+     "beside vLLM, JSQ and power of two) on the simulator and write a report beside its numbers."),
+):
+    _reproduce_neighbour(*_args)
 
 
 from .bench.cli import bench as _bench_cmd; app.command("bench")(_bench_cmd)
