@@ -54,3 +54,20 @@ def test_provision_runs_a_system_on_its_kind_of_designs_only():
         run_provision(**kw, designs=["splitwise-hh", "baseline-h100"], system="distserve")
     res = run_provision(**kw, system="distserve")
     assert all(r["design"].startswith("splitwise") for r in res["designs"])
+
+
+def test_an_option_given_on_the_command_line_wins_even_at_its_default(capsys):
+    import json
+
+    from splitserve.cli import main
+
+    args = ["simulate", "--policy", "aladdin", "--design", "baseline-h100", "-m", "3", "--rps", "2",
+            "--duration", "20", "--json", "-q"]
+
+    def scaling(*extra):
+        assert main([*args, *extra]) == 0
+        return json.loads(capsys.readouterr().out)["scaling"]
+
+    # aladdin's system scales over a 30 s window; --scale-window 0 (the option's default) is no scaling
+    assert scaling()["scale_downs"] > 0
+    assert scaling("--scale-window", "0")["scale_downs"] == 0

@@ -19,7 +19,7 @@ import inspect
 import json
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from ..errors import UserError
 from .cluster import CLUSTER_SCHEDULERS, RoutingConfig
@@ -140,8 +140,10 @@ def _param(o: Option) -> inspect.Parameter:
     if o.flag:
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=bool,
                                  default=typer.Option(False, f"--{o.name}", help=o.help, rich_help_panel="Policy"))
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=type(o.default()),
-                             default=typer.Option(o.default(), f"--{o.name}", help=o.help, rich_help_panel="Policy"))
+    # None: not given (a value given on the command line wins over --policy's, even the default's)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[type(o.default())],
+                             default=typer.Option(None, f"--{o.name}", help=f"{o.help} (default: {o.default()})",
+                                                  rich_help_panel="Policy", show_default=False))
 
 
 def policy_options(command: Callable) -> Callable:
@@ -154,8 +156,9 @@ def policy_options(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(**kw):
-        values = {o.path: o.given(kw.pop(o.name.replace("-", "_"))) if o.flag else kw.pop(o.name.replace("-", "_"))
-                  for o in OPTIONS}
+        given = {o: kw.pop(o.name.replace("-", "_")) for o in OPTIONS}   # a switch: given when on
+        values = {o.path: o.given(True) if o.flag else v for o, v in given.items()
+                  if (v is True if o.flag else v is not None)}
         return command(policy=make_policy(values, kw.pop("policy_system")), **kw)
 
     import typer
@@ -168,11 +171,11 @@ def policy_options(command: Callable) -> Callable:
 
 
 def make_policy(values: dict[str, Any], system: str = "") -> PolicyConfig:
-    """A PolicyConfig from {path: value}, with the settings of serving system `system` (systems.py)
-    where an option is left at its default; checked: UserError names the option to fix."""
+    """A PolicyConfig from the options given, {path: value}, over the settings of serving system
+    `system` (systems.py), over the defaults; checked: UserError names the option to fix."""
     if system:
         from .systems import apply
-        values = apply(system, values, {o.path: o.default() for o in OPTIONS})
+        values = apply(system, values)
     sections: dict[str, dict] = {"batching": {}, "routing": {}}
     top = {}
     for path, v in values.items():

@@ -3,8 +3,9 @@ schedule as that system does, and whether it splits the phases.
 
 A system is nothing but settings of the policy options (policy/config.py OPTIONS, by path), so the
 simulator, `provision` and the live router run it with the same code as any other setting. An
-option given on the command line wins over the system's value for it (an option left at its
-default takes the system's). `compare` (compare/) runs them side by side.
+option given on the command line wins over the system's value for it, even when it gives the
+option's default (`--policy aladdin --scale-window 0`: no scaling); an option not given takes the
+system's. `compare` (compare/) runs them side by side.
 
     vllm         unsplit; vLLM v0's prefill-first iterations, JSQ over the machines
     sarathi      unsplit; Sarathi-Serve's stall-free chunked prefill (512-token chunks)
@@ -68,8 +69,6 @@ def system(name: str) -> System:
     return SYSTEMS[name]
 
 
-def apply(name: str, values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """{path: value} of the options with system `name`'s settings in place of every option left at
-    its default."""
-    s = system(name)
-    return {**values, **{p: v for p, v in s.settings.items() if values.get(p, defaults[p]) == defaults[p]}}
+def apply(name: str, values: dict[str, Any]) -> dict[str, Any]:
+    """{path: value}: system `name`'s settings, and over them the options given (`values`)."""
+    return {**system(name).settings, **values}
