@@ -100,3 +100,16 @@ def test_json_summary_has_the_contract_keys(capsys, tmp_path):
     assert s["cluster"]["power_kw"] > 0 and s["sim"]["events"] > 0 and s["sim"]["wall_s"] > 0
     assert s["completed"] == s["requests"] > 0
     assert json.loads((tmp_path / "run" / "summary.json").read_text()) == s
+
+
+@pytest.mark.parametrize("out_dir, expect", [
+    ("/proc/splitserve-cannot-make-this", "No such file or directory: /proc/splitserve-cannot-make-this"),
+    ("{file}/sub", "Not a directory"),
+])
+def test_unwritable_output_directory(capsys, tmp_path, out_dir, expect):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    code, out, err = run(capsys, *SMALL, "--out", out_dir.format(file=f))
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: ") and expect in line and "Traceback" not in err + out

@@ -366,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         print("error: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.filename is None:   # not a path the user gave (a socket, a library): a bug, keep the traceback
+            raise
+        print(f"error: {e.strerror or e}: {e.filename}", file=sys.stderr)
+        return 2
     except Exception as e:
         # usage errors of the command-line parser (typer bundles its own click): bad option,
         # bad value, missing argument. They carry their own message and exit code.

@@ -2,6 +2,7 @@
 and the split search against brute force on a tiny budget."""
 
 import json
+import time
 
 import pytest
 
@@ -121,6 +122,15 @@ def test_mistakes_are_one_error_line(argv, msg, capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and msg in err[0]
     assert not (tmp_path / "report.md").exists()
+
+
+def test_an_unwritable_out_fails_before_any_simulation(capsys, tmp_path):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    t0 = time.perf_counter()
+    assert main(["compare", "--out", str(f / "sub")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: Not a directory") and time.perf_counter() - t0 < 5   # a full run takes > 60 s
 
 
 def test_a_goodput_at_the_ceiling_is_flagged(tmp_path):

@@ -58,6 +58,7 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
         raise UserError(f"need 0 < --min-rps < --max-rps, got {min_rps} and {max_rps}")
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be at least 1, got {workers}")
+    out.mkdir(parents=True, exist_ok=True)   # an unwritable --out fails now, not after the simulations
     if curve_points < 0:
         raise UserError(f"--curve-points must be >= 0, got {curve_points}")
     budget = Budget(hardware, machines)
