@@ -85,7 +85,7 @@ def estimate(objective: str, designs: list, sc: plan.Scenario, lim: plan.Limits,
 def _duration(s: float) -> str:
     if s < 1:
         return "under 1 s"
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+    return "about " + (f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h")
 
 
 def boundary_warnings(res: dict, budget_per_unit=None) -> list[str]:
@@ -232,7 +232,7 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
             f"{est['simulations_at_most']:,} simulations (an upper bound; the searches usually need far "
             f"fewer, and the cache answers repeats); at about {est['seconds_per_simulation']:.2g} s each "
             f"({est['seconds_per_request'] * 1e6:.0f} us per request at {est['rate']:.3g} req/s for "
-            f"{sc.duration:g} s; more at higher rates or on a slower machine), that many would take about "
+            f"{sc.duration:g} s; more at higher rates or on a slower machine), that many would take "
             f"{_duration(est['seconds_for_all'])} on {ev.width} {backend} worker{'s' if ev.width != 1 else ''}")
     t0 = time.perf_counter()
     rows = []
