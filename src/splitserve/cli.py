@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .config_file import CONFIG_HELP, apply_config, effective_config
 from .errors import UserError
 from .policy.config import PolicyConfig, policy_options
 
@@ -35,9 +36,23 @@ def _root(
     """Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters."""
 
 
+def _user_catalog(directory: Path | None):
+    """The catalog with the user's directory on top (None: the built-in one); a warning line for
+    each entry that replaces a built-in one."""
+    if directory is None:
+        return None
+    from .catalog import load_catalog
+
+    cat = load_catalog(directory)
+    for entry in cat.replaced:
+        typer.echo(f"warning: catalog {entry} replaces the built-in entry of that name", err=True)
+    return cat
+
+
 @app.command()
 @policy_options
 def simulate(
+    ctx: typer.Context,
     design: Annotated[str, typer.Option(help="Cluster design: splitwise-aa|hh|ha|hhcap, baseline-a100|h100|h200.")] = "splitwise-hh",
     prompt_machines: Annotated[Optional[str], typer.Option("--prompt-machines", "-p", help=f"Prompt-pool machines (Splitwise designs): N, or a mix of kinds such as 2*dgx-h100+1*dgx-a100 (default {DEFAULT_SPLIT[0]} when none of -p/-t/-m is given).")] = None,
     token_machines: Annotated[Optional[str], typer.Option("--token-machines", "-t", help=f"Token-pool machines (Splitwise designs): N, or N*KIND+M*KIND (default {DEFAULT_SPLIT[1]} when none of -p/-t/-m is given).")] = None,
@@ -80,6 +95,8 @@ def simulate(
                                                                "share of requests with TTFT <= this (s) and TPOT <= "
                                                                "--goodput-tpot (s) (default: not measured).")] = None,
     goodput_tpot: Annotated[Optional[float], typer.Option(help="Time per output token SLO (s) for --goodput-ttft (default: not measured).")] = None,
+    catalog: Annotated[Optional[Path], typer.Option(envvar="SPLITSERVE_CATALOG", help="A directory of your own hardware.toml, models.toml, designs.toml, kv_transfer.toml (any of them, the built-in files' format): its entries are added to the built-in ones, or replace the one of the same name (with a warning).")] = None,
+    config: Annotated[Optional[Path], typer.Option(is_eager=True, callback=apply_config, help=CONFIG_HELP)] = None,
     policy: PolicyConfig = PolicyConfig(),
 ) -> None:
     """Simulate a cluster serving a workload; print latency, SLO and cost, write summary.json."""
@@ -88,6 +105,7 @@ def simulate(
     from .simulate import run_simulation
 
     goodput = from_options(goodput_ttft, goodput_tpot)
+    user_catalog = _user_catalog(catalog)
     trace = None
     if trace_out is not None:
         from .sim.chrome_trace import ChromeTrace
@@ -101,7 +119,12 @@ def simulate(
         arrivals=arrivals, profile=str(profile) if profile else None, policy=policy, rate_profile=rate_profile,
         parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp, ep),
         max_context=max_context, machine_profile=str(machine_profile) if machine_profile else None,
-        memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace, goodput=goodput)
+        memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace, goodput=goodput,
+        catalog=user_catalog)
+    summary["config"] = effective_config(ctx)   # the run again: simulate --config summary.json
+    if user_catalog is not None:
+        summary["catalog"] = {"source": user_catalog.source, "fingerprint": user_catalog.fingerprint,
+                              "replaced": list(user_catalog.replaced)}
     if trace is not None:
         trace.write(trace_out)
         if not json_out:
@@ -121,6 +144,7 @@ def simulate(
 
 @app.command()
 def provision(
+    ctx: typer.Context,
     objective: Annotated[Optional[str], typer.Option(help="cost|power|machines (least at --rps, all SLOs met), throughput (most req/s at SLO within a budget), batch (most requests per $ under stress within a budget) or capacity-per-dollar (Vidur-style search over --tps/--pps/--schedulers/--batch-caps/--chunks).")] = None,
     rps: Annotated[Optional[float], typer.Option(help="Load the cluster must carry (cost/power/machines); offered stress load for batch (default 400).")] = None,
     constraint: Annotated[Optional[str], typer.Option(help="iso-power or iso-cost: the budget's kind (throughput and batch objectives).")] = None,
@@ -159,6 +183,7 @@ def provision(
     batch_caps: Annotated[str, typer.Option(help="capacity-per-dollar: batch caps (requests holding KV at once; 0: memory decides).", rich_help_panel="Configuration search")] = "0,64,256",
     chunks: Annotated[str, typer.Option(help="capacity-per-dollar: chunk sizes for the chunking schedulers (empty: their default).", rich_help_panel="Configuration search")] = "512",
     policy_system: Annotated[str, typer.Option("--policy", help="Serving system whose policy every simulation runs (policy/systems.py; cost, power, machines, throughput and batch objectives): its kind of designs only.", show_default=False)] = "",
+    config: Annotated[Optional[Path], typer.Option(is_eager=True, callback=apply_config, help=CONFIG_HELP)] = None,
 ) -> None:
     """Find the cluster to buy: the cheapest / lowest-power / fewest machines meeting the SLOs at a
     load, or the most throughput within a power or cost budget, for each design; or, with
@@ -181,6 +206,7 @@ def provision(
             rates=RateRange(min_rps, max_rps, RateLattice(tolerance)), workers=workers, backend=backend,
             address=address, cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
             progress=not (quiet or json_out))
+        res["config"] = effective_config(ctx)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / "provision.json").write_text(json.dumps(res, indent=2) + "\n")
@@ -203,6 +229,7 @@ def provision(
                             requests=probe_requests, seed=seed, profile=str(profile) if profile else None,
                             workers=workers, cache_dir=str(cache_dir) if cache_dir else None,
                             use_cache=not no_cache)
+        res["config"] = effective_config(ctx)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / "provision.json").write_text(json.dumps(res, indent=2) + "\n")
@@ -229,6 +256,7 @@ def provision(
         log=None if quiet else (lambda line: typer.echo(line, err=True)))
     for w in res["warnings"]:
         typer.echo(f"warning: {w}", err=True)
+    res["config"] = effective_config(ctx)   # the run again: provision --config provision.json
     if out is not None:
         path = write_result(res, out)
         if not json_out:

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, replace
-from importlib import resources
 
+from .catalog import Catalog, Design, builtin_catalog
 from .errors import UserError
 from .instance import Instance, make_instance
 from .policy.state import Pool
-
-
-@dataclass(frozen=True, slots=True)
-class Design:
-    name: str
-    scheduler: str                # "splitwise" or "mixed"
-    prompt: str | None = None     # hardware of the prompt pool (splitwise)
-    token: str | None = None      # hardware of the token pool (splitwise)
-    machine: str | None = None    # hardware of every machine (baseline)
-    description: str = ""
-
-    @property
-    def split(self) -> bool:
-        return self.scheduler == "splitwise"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +66,13 @@ class ClusterSpec:
         return f"{self.design.name} ({' + '.join(pool(Pool.MIXED))} {'machines' if default else 'instances'})"
 
 
-def load_designs() -> dict[str, Design]:
-    text = resources.files("splitserve.catalog").joinpath("designs.toml").read_text()
-    return {name: Design(name=name, **fields) for name, fields in tomllib.loads(text).items()}
+def load_designs(catalog: Catalog | None = None) -> dict[str, Design]:
+    """The designs of `catalog` (default: the built-in one), by name."""
+    return dict((catalog or builtin_catalog()).designs)
 
 
-def design_names() -> list[str]:
-    return sorted(load_designs())
+def design_names(catalog: Catalog | None = None) -> list[str]:
+    return sorted(load_designs(catalog))
 
 
 Count = int | str   # instances, or a mix of machine kinds: "4*dgx-a100+2*dgx-h100"
@@ -113,17 +98,15 @@ def parse_count(flag: str, value: Count, kind: str) -> list[tuple[str, int]]:
 
 def make_cluster(design: str, *, prompt_machines: Count | None = None,
                  token_machines: Count | None = None, machines: Count | None = None,
-                 parallel: Parallelism = Parallelism()) -> ClusterSpec:
+                 parallel: Parallelism = Parallelism(), catalog: Catalog | None = None) -> ClusterSpec:
     """The cluster of `design` with these instance counts; each instance has the parallelism
     `parallel` gives its pool (instance.py). A count counts instances (machines by default); a
-    count such as "2*dgx-h100+1*dgx-a100" mixes machine kinds in the pool."""
-    designs = load_designs()
-    if design not in designs:
-        raise UserError(f"unknown design {design!r}; choose one of: {', '.join(sorted(designs))}")
-    d = designs[design]
+    count such as "2*dgx-h100+1*dgx-a100" mixes machine kinds in the pool. Designs and machine
+    kinds are `catalog`'s (default: the built-in one)."""
+    d = (catalog or builtin_catalog()).design(design)
 
     def groups(flag: str, value: Count, kind: str, pool: Pool) -> tuple:
-        return tuple((make_instance(k, *parallel.of(pool), parallel.ep), pool, n)
+        return tuple((make_instance(k, *parallel.of(pool), parallel.ep, catalog=catalog), pool, n)
                      for k, n in parse_count(flag, value, kind))
 
     if d.split:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .catalog import HardwareSpec, load_hardware
+from .catalog import Catalog, HardwareSpec, load_hardware
 from .errors import UserError
 
 
@@ -40,10 +40,11 @@ class Instance:
         return f"{self.hardware}/tp{self.tp}pp{self.pp}" + (f"ep{self.ep}" if self.ep > 1 else "")
 
 
-def make_instance(hardware: str, tp: int | None = None, pp: int | None = None, ep: int | None = None) -> Instance:
+def make_instance(hardware: str, tp: int | None = None, pp: int | None = None, ep: int | None = None,
+                  catalog: Catalog | None = None) -> Instance:
     """The instance of `tp` x `pp` GPUs of `hardware` (tp default: all GPUs of one machine; pp
-    default 1); UserError names the option to fix."""
-    hw = load_hardware(hardware)
+    default 1; hardware of `catalog`, default the built-in one); UserError names the option to fix."""
+    hw = load_hardware(hardware, catalog)
     tp = hw.gpus if tp is None else tp
     pp = 1 if pp is None else pp
     if not 1 <= tp <= hw.gpus:
@@ -86,5 +87,5 @@ class InstanceSpec:
         return self.hw.power_kw * self.machines
 
 
-def instance_spec(instance: Instance) -> InstanceSpec:
-    return InstanceSpec(instance, load_hardware(instance.hardware))
+def instance_spec(instance: Instance, catalog: Catalog | None = None) -> InstanceSpec:
+    return InstanceSpec(instance, load_hardware(instance.hardware, catalog))

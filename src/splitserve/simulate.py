@@ -50,7 +50,10 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | str |
                    max_context: int | None = None, memory_utilization: float = 0.9,
                    progress: bool = False, record_requests: bool = False,
                    return_result: bool = False, machine_profile: str | None = None, trace=None,
-                   goodput=None, colocated: bool = False, rate_profile: str | None = None):
+                   goodput=None, colocated: bool = False, rate_profile: str | None = None,
+                   catalog=None):
+    """One simulation; `catalog` (catalog.Catalog) names the designs, machines and models (default:
+    the built-in catalog)."""
     from .catalog import load_model
     from .designs import Parallelism, load_designs, make_cluster
     from .report.summary import simulation_summary
@@ -74,15 +77,15 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | str |
                                   prompt=prompt_machines or 1, token=token_machines or 1, machines=machines or 2)
         spec = machine.model
     else:
-        designs = load_designs()
+        designs = load_designs(catalog)
         if design in designs and prompt_machines is None and token_machines is None and machines is None:
             if designs[design].split:
                 prompt_machines, token_machines = DEFAULT_SPLIT
             else:
                 machines = DEFAULT_MACHINES
         cluster = make_cluster(design, prompt_machines=prompt_machines, token_machines=token_machines,
-                               machines=machines, parallel=parallel or Parallelism())
-        spec = load_model(model)
+                               machines=machines, parallel=parallel or Parallelism(), catalog=catalog)
+        spec = load_model(model, catalog)
     if policy.split is False and cluster.design.split:
         cluster = cluster.unsplit()
     _check(policy.split is not True or cluster.design.split,
@@ -95,7 +98,7 @@ def run_simulation(*, design: str = "splitwise-hh", prompt_machines: int | str |
         machine = machine.under_load(wl.rps, moved)
     cfg = SimConfig(policy=policy, memory_utilization=memory_utilization, profile=profile,
                     record_requests=record_requests, machine=machine, trace=trace, goodput=goodput,
-                    colocated=colocated)
+                    colocated=colocated, catalog=catalog)
     sim = Simulation(cluster, spec, wl, cfg)
     if progress and sys.stderr.isatty():
         result = _run_with_progress(sim, wl.duration or 0.0)

@@ -1,8 +1,15 @@
-"""Built-in hardware and model specs, kept as data in `hardware.toml` and `models.toml`.
+"""Hardware, model and design specs, kept as data in `hardware.toml`, `models.toml`,
+`designs.toml` and `kv_transfer.toml`, and a user's own files of the same names on top.
 
+    load_catalog("my-catalog/")  -> Catalog (the built-in entries, the directory's added or replacing)
     load_hardware("dgx-h100")  -> HardwareSpec (one 8-GPU machine, tensor parallel inside it)
     load_model("llama2-70b")   -> ModelSpec
     kv_capacity_tokens(model, hw)  -> tokens of KV cache one machine holds
+
+Every entry, built-in or a user's, goes through the same checks (`_hardware_entry`, `_model_entry`,
+`_design_entry`, `_overhead_entries`): each field present, of its type, in its range; a UserError
+names the file, the entry and the field. `load_hardware(name, catalog)` and the like look a name up
+in the catalog given, or in the built-in one (read once per process).
 
 Units: bytes, seconds, watts unless a field name says otherwise (`hbm_gb` is 1e9 bytes,
 `hbm_bw_gbs` is 1e9 bytes/s, `bf16_tflops` is 1e12 FLOP/s, `power_kw` is kilowatts).
@@ -10,21 +17,28 @@ Units: bytes, seconds, watts unless a field name says otherwise (`hbm_gb` is 1e9
 
 from __future__ import annotations
 
+import hashlib
+import os
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from splitserve.errors import UserError
 
 __all__ = [
+    "Catalog",
+    "Design",
     "HardwareSpec",
     "ModelSpec",
     "RooflineCalibration",
     "activation_reserve_bytes",
     "hardware_names",
     "kv_capacity_tokens",
+    "builtin_catalog",
+    "load_catalog",
     "load_hardware",
     "load_model",
     "model_names",
@@ -54,6 +68,9 @@ class RooflineCalibration:
     prompt_cap_slowdown: float       # prompt-phase slowdown from the GPU power cap (1 = uncapped)
     fitted_on: str = ""              # machine whose profile the overheads were fitted to ("" = this
                                      # one): their tensor-parallel all-reduces ran on ITS links
+    fitted_ref: HardwareSpec | None = field(default=None, compare=False, repr=False)
+                                     # that machine, as the catalog holding both has it (set by
+                                     # the catalog; None: look `fitted_on` up in the built-in one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,92 +187,330 @@ class ModelSpec:
         return self.shared_params + self.experts_per_token * self.params_per_expert
 
 
-# ----------------------------------------------------------------------------- loading
+# ----------------------------------------------------------------------------- designs
 
 
-def _read_toml(filename: str) -> dict[str, Any]:
-    with resources.files(__name__).joinpath(filename).open("rb") as f:
-        return tomllib.load(f)
+@dataclass(frozen=True, slots=True)
+class Design:
+    """A cluster design of designs.toml: a Splitwise design names the machine kind of its prompt
+    and of its token pool, a baseline one machine kind for every machine (designs.py builds the
+    cluster)."""
+
+    name: str
+    scheduler: str                # "splitwise" or "mixed"
+    prompt: str | None = None     # hardware of the prompt pool (splitwise)
+    token: str | None = None      # hardware of the token pool (splitwise)
+    machine: str | None = None    # hardware of every machine (baseline)
+    description: str = ""
+
+    @property
+    def split(self) -> bool:
+        return self.scheduler == "splitwise"
 
 
-def _build(
-    cls: type, name: str, table: dict[str, Any], defaults: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """Constructor arguments of `cls` from a TOML table, refusing missing or unknown keys;
-    a key of `defaults` may be left out and then takes its value from there."""
-    defaults = defaults or {}
-    wanted = {f.name for f in fields(cls)} - {"name", "roofline"}
-    given = set(table)
-    missing = wanted - given - set(defaults)
-    unknown = given - wanted - {"roofline"}
-    if missing or unknown:
-        raise ValueError(
-            f"catalog entry {name!r}: missing {sorted(missing)}, unknown {sorted(unknown)}"
-        )
-    return {k: table[k] if k in table else defaults[k] for k in wanted}
+# ----------------------------------------------------------------------------- checking
+
+FILES = ("hardware.toml", "models.toml", "designs.toml", "kv_transfer.toml")
 
 
-@lru_cache(maxsize=1)
-def _hardware_table() -> dict[str, HardwareSpec]:
-    raw = _read_toml("hardware.toml")
-    out: dict[str, HardwareSpec] = {}
-    for name, table in raw.items():
-        kwargs = _build(HardwareSpec, name, table, defaults={"profile_name": None})
-        if "roofline" not in table:
-            raise ValueError(f"catalog entry {name!r}: missing [roofline] table")
-        rf = table["roofline"]
-        rf_names = {f.name for f in fields(RooflineCalibration)}
-        if not rf_names - {"fitted_on"} <= set(rf) <= rf_names:
-            raise ValueError(f"catalog entry {name!r}: roofline keys must be {sorted(rf_names)} "
-                             f"(fitted_on optional)")
-        spec = HardwareSpec(name=name, roofline=RooflineCalibration(**rf), **kwargs)
-        rule_kw = spec.gpus * spec.gpu_tdp_w * spec.machine_power_frac / 1000.0
-        if abs(spec.power_kw - rule_kw) > 1e-9:
-            raise ValueError(
-                f"catalog entry {name!r}: power_kw {spec.power_kw} != gpus * gpu_tdp_w * "
-                f"machine_power_frac / 1000 = {rule_kw}"
-            )
-        out[name] = spec
-    for name, spec in out.items():
-        ref = spec.roofline.fitted_on
-        if ref and (ref not in out or out[ref].roofline.fitted_on or out[ref].gpus != spec.gpus):
-            raise ValueError(
-                f"catalog entry {name!r}: roofline fitted_on {ref!r} must name a machine with "
-                f"its own fit and the same GPU count"
-            )
+class _Where:
+    """Names what an error is about: the file, the entry, the field."""
+
+    def __init__(self, file: str):
+        self.file = file
+
+    def fail(self, entry: str | None, field: str | None, problem: str) -> UserError:
+        at = "".join((f" [{entry}]" if entry is not None else "", f" {field}" if field else ""))
+        return UserError(f"catalog {self.file}:{at}: {problem}")
+
+
+_KIND = {"int": "an integer", "float": "a number", "str": "a string", "str | None": "a string"}
+
+
+def _typed(where: _Where, entry: str, cls: type, table: Any, skip: frozenset[str] = frozenset(),
+           optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Constructor arguments of `cls` from a TOML table: every field given (a key of `optional`
+    may be left out and takes its value from there), none unknown, each of its annotated type
+    (an integer where `int`, a number where `float`, a string where `str`)."""
+    optional = optional or {}
+    if not isinstance(table, dict):
+        raise where.fail(entry, None, f"must be a table, got {table!r}")
+    wanted = {f.name: f.type for f in fields(cls) if f.name not in skip}
+    for key in table:
+        if key not in wanted and key not in skip:
+            raise where.fail(entry, key, f"unknown field (fields: {', '.join(sorted(wanted))})")
+    out = {}
+    for name, kind in wanted.items():
+        if name not in table:
+            if name not in optional:
+                raise where.fail(entry, name, "missing")
+            out[name] = optional[name]
+            continue
+        v = table[name]
+        ok = {"int": isinstance(v, int) and not isinstance(v, bool),
+              "float": isinstance(v, (int, float)) and not isinstance(v, bool),
+              "str": isinstance(v, str), "str | None": isinstance(v, str)}[kind]
+        if not ok:
+            raise where.fail(entry, name, f"must be {_KIND[kind]}, got {v!r} ({type(v).__name__})")
+        out[name] = float(v) if kind == "float" else v
     return out
 
 
+def _check_ranges(where: _Where, entry: str, values: dict[str, Any],
+                  rules: tuple[tuple[str, Any, str], ...]) -> None:
+    for name, ok, text in rules:
+        if not ok(values[name]):
+            raise where.fail(entry, name, f"must be {text}, got {values[name]!r}")
+
+
+def _pos(v: float) -> bool:
+    return v > 0
+
+
+def _nonneg(v: float) -> bool:
+    return v >= 0
+
+
+def _frac(v: float) -> bool:
+    return 0 < v <= 1
+
+
+_HARDWARE_RULES = (
+    ("gpus", lambda v: v >= 1, ">= 1"), ("hbm_gb", _pos, "> 0"), ("hbm_bw_gbs", _pos, "> 0"),
+    ("bf16_tflops", _pos, "> 0"), ("nvlink_gbs", _pos, "> 0"), ("nvlink_latency_s", _nonneg, ">= 0"),
+    ("ib_gbs", _pos, "> 0"), ("cost_per_hour", _nonneg, ">= 0"), ("power_kw", _nonneg, ">= 0"),
+    ("gpu_tdp_w", _pos, "> 0"), ("power_cap_frac", _frac, "in (0, 1]"), ("machine_power_frac", _pos, "> 0"),
+)
+_ROOFLINE_RULES = (
+    ("mfu", _frac, "in (0, 1]"), ("mfu_large", _frac, "in (0, 1]"), ("mbu", _frac, "in (0, 1]"),
+    ("mfu_knee_tokens", _pos, "> 0"), ("prompt_layer_overhead_s", _nonneg, ">= 0"),
+    ("token_layer_overhead_s", _nonneg, ">= 0"), ("token_seq_layer_overhead_s", _nonneg, ">= 0"),
+    ("prompt_cap_slowdown", _pos, "> 0"),
+)
+_MODEL_RULES = tuple((f, lambda v: v >= 1, ">= 1") for f in (
+    "layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "params", "max_context",
+    "dtype_bytes", "experts", "experts_per_token"))
+
+
+def _hardware_entry(where: _Where, name: str, table: Any) -> HardwareSpec:
+    kw = _typed(where, name, HardwareSpec, table, skip=frozenset({"name", "roofline"}),
+                optional={"profile_name": None})
+    _check_ranges(where, name, kw, _HARDWARE_RULES)
+    if "roofline" not in table:
+        raise where.fail(name, "roofline", "missing (a [NAME.roofline] table)")
+    rf = _typed(where, f"{name}.roofline", RooflineCalibration, table["roofline"],
+                skip=frozenset({"fitted_ref"}), optional={"fitted_on": ""})
+    _check_ranges(where, f"{name}.roofline", rf, _ROOFLINE_RULES)
+    if rf["mfu_large"] > rf["mfu"]:
+        raise where.fail(f"{name}.roofline", "mfu_large",
+                         f"must be <= mfu ({rf['mfu']}), got {rf['mfu_large']}")
+    spec = HardwareSpec(name=name, roofline=RooflineCalibration(**rf), **kw)
+    rule_kw = spec.gpus * spec.gpu_tdp_w * spec.machine_power_frac / 1000.0
+    if abs(spec.power_kw - rule_kw) > 1e-9:
+        raise where.fail(name, "power_kw", f"{spec.power_kw} != gpus * gpu_tdp_w * machine_power_frac / 1000 "
+                                           f"= {rule_kw}")
+    return spec
+
+
+def _model_entry(where: _Where, name: str, table: Any) -> ModelSpec:
+    kw = _typed(where, name, ModelSpec, table, skip=frozenset({"name"}),
+                optional={"experts": 1, "experts_per_token": 1})   # MoE keys: dense by default
+    _check_ranges(where, name, kw, _MODEL_RULES)
+    try:
+        return ModelSpec(name=name, **kw)
+    except ValueError as e:   # the MoE rules of ModelSpec.__post_init__ (they name the fields)
+        field = "experts_per_token" if "experts_per_token" in str(e) else "params"
+        raise where.fail(name, field, str(e).split(": ", 1)[-1]) from None
+
+
+def _design_entry(where: _Where, name: str, table: Any, hardware: dict[str, HardwareSpec]) -> Design:
+    kw = _typed(where, name, Design, table, skip=frozenset({"name"}),
+                optional={"prompt": None, "token": None, "machine": None, "description": ""})
+    if kw["scheduler"] not in ("splitwise", "mixed"):
+        raise where.fail(name, "scheduler", f"must be \"splitwise\" or \"mixed\", got {kw['scheduler']!r}")
+    need, refuse = ((("prompt", "token"), ("machine",)) if kw["scheduler"] == "splitwise"
+                    else (("machine",), ("prompt", "token")))
+    for f in need:
+        if kw[f] is None:
+            raise where.fail(name, f, f"missing (a {kw['scheduler']} design names it)")
+        if kw[f] not in hardware:
+            raise where.fail(name, f, f"unknown hardware {kw[f]!r}; valid names: {', '.join(sorted(hardware))}")
+    for f in refuse:
+        if kw[f] is not None:
+            raise where.fail(name, f, f"not a field of a {kw['scheduler']} design (it names {' and '.join(need)})")
+    return Design(name=name, **kw)
+
+
+def _overhead_entries(where: _Where, raw: dict[str, Any], hardware: dict[str, HardwareSpec]) -> dict[str, float]:
+    for key in raw:
+        if key != "overhead_s":
+            raise where.fail(key, None, "unknown table (kv_transfer.toml holds [overhead_s])")
+    table = raw.get("overhead_s", {})
+    if not isinstance(table, dict):
+        raise where.fail("overhead_s", None, f"must be a table, got {table!r}")
+    out = {}
+    for name, v in table.items():
+        if name not in hardware:
+            raise where.fail("overhead_s", name, f"unknown hardware; valid names: {', '.join(sorted(hardware))}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise where.fail("overhead_s", name, f"must be a number, got {v!r} ({type(v).__name__})")
+        if v < 0:
+            raise where.fail("overhead_s", name, f"must be >= 0, got {v!r}")
+        out[name] = float(v)
+    return out
+
+
+def _link_fits(where: dict[str, _Where], hardware: dict[str, HardwareSpec]) -> dict[str, HardwareSpec]:
+    """Each machine whose roofline was fitted on another (`fitted_on`) with that machine attached:
+    the machine named must have its own fit and the same GPU count."""
+    out = {}
+    for name, spec in hardware.items():
+        ref = spec.roofline.fitted_on
+        if ref and (ref not in hardware or hardware[ref].roofline.fitted_on or hardware[ref].gpus != spec.gpus):
+            raise where[name].fail(f"{name}.roofline", "fitted_on",
+                                   f"{ref!r} must name a machine with its own fit and the same GPU count")
+        if ref:
+            spec = replace(spec, roofline=replace(spec.roofline, fitted_ref=hardware[ref]))
+        out[name] = spec
+    return out
+
+
+# ----------------------------------------------------------------------------- the catalog
+
+
+@dataclass(frozen=True, eq=False)
+class Catalog:
+    """Hardware, models, designs and KV-transfer overheads by name: the built-in ones, and a user
+    directory's on top (`load_catalog`). A plain picklable value, passed down to what looks names
+    up; two catalogs are equal when they come from the same files (`fingerprint`)."""
+
+    hardware: dict[str, HardwareSpec]
+    models: dict[str, ModelSpec]
+    designs: dict[str, Design]
+    kv_overhead_s: dict[str, float]
+    source: str = ""              # the user directory ("" = built-in only)
+    fingerprint: str = ""         # sha256 of the user files read, by name ("" = built-in only)
+    replaced: tuple[str, ...] = ()  # "FILE [NAME]" of each user entry that replaced a built-in one
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Catalog) and (self.source, self.fingerprint) == (other.source, other.fingerprint)
+
+    def __hash__(self) -> int:
+        return hash((self.source, self.fingerprint))
+
+    def hardware_spec(self, name: str) -> HardwareSpec:
+        if name not in self.hardware:
+            raise UserError(f"unknown hardware {name!r}; valid names: {', '.join(sorted(self.hardware))}")
+        return self.hardware[name]
+
+    def model(self, name: str) -> ModelSpec:
+        if name not in self.models:
+            raise UserError(f"unknown model {name!r}; valid names: {', '.join(sorted(self.models))}")
+        return self.models[name]
+
+    def design(self, name: str) -> Design:
+        if name not in self.designs:
+            raise UserError(f"unknown design {name!r}; choose one of: {', '.join(sorted(self.designs))}")
+        return self.designs[name]
+
+
+def _parse(tables: dict[str, tuple[_Where, dict[str, Any]]], *, base: Catalog | None = None
+           ) -> tuple[dict, dict, dict, dict, list[str], dict[str, _Where]]:
+    """Every entry of the files read (file name -> (where, parsed TOML)) checked, over `base`'s."""
+    hw = dict(base.hardware) if base else {}
+    models = dict(base.models) if base else {}
+    designs = dict(base.designs) if base else {}
+    overheads = dict(base.kv_overhead_s) if base else {}
+    replaced: list[str] = []
+    hw_where: dict[str, _Where] = {}
+    if "hardware.toml" in tables:
+        where, raw = tables["hardware.toml"]
+        for name, t in raw.items():
+            if name in hw:
+                replaced.append(f"{where.file} [{name}]")
+            hw[name] = _hardware_entry(where, name, t)
+            hw_where[name] = where
+    if "models.toml" in tables:
+        where, raw = tables["models.toml"]
+        for name, t in raw.items():
+            if name in models:
+                replaced.append(f"{where.file} [{name}]")
+            models[name] = _model_entry(where, name, t)
+    if "designs.toml" in tables:
+        where, raw = tables["designs.toml"]
+        for name, t in raw.items():
+            if name in designs:
+                replaced.append(f"{where.file} [{name}]")
+            designs[name] = _design_entry(where, name, t, hw)
+    if "kv_transfer.toml" in tables:
+        where, raw = tables["kv_transfer.toml"]
+        for name, v in _overhead_entries(where, raw, hw).items():
+            if name in overheads:
+                replaced.append(f"{where.file} [overhead_s] {name}")
+            overheads[name] = v
+    return hw, models, designs, overheads, replaced, hw_where
+
+
 @lru_cache(maxsize=1)
-def _model_table() -> dict[str, ModelSpec]:
-    raw = _read_toml("models.toml")
-    dense = {"experts": 1, "experts_per_token": 1}   # MoE keys: optional, dense by default
-    return {
-        name: ModelSpec(name=name, **_build(ModelSpec, name, t, defaults=dense))
-        for name, t in raw.items()
-    }
+def builtin_catalog() -> Catalog:
+    """The package's own catalog (read once per process)."""
+    tables = {}
+    for f in FILES:
+        with resources.files(__name__).joinpath(f).open("rb") as fh:
+            tables[f] = (_Where(f"splitserve/catalog/{f}"), tomllib.load(fh))
+    hw, models, designs, overheads, _, hw_where = _parse(tables)
+    return Catalog(_link_fits(hw_where, hw), models, designs, overheads)
 
 
-def hardware_names() -> list[str]:
-    return sorted(_hardware_table())
+def load_catalog(directory: str | os.PathLike[str] | None = None) -> Catalog:
+    """The built-in catalog, with a user directory's files on top: any of hardware.toml,
+    models.toml, designs.toml, kv_transfer.toml, in the built-in files' format. A user entry is
+    added, or replaces the built-in entry of the same name (listed in `replaced`); each is checked
+    as the built-in ones are. UserError names the file, the entry and the field."""
+    base = builtin_catalog()
+    if directory is None:
+        return base
+    root = Path(directory)
+    if not root.is_dir():
+        raise UserError(f"catalog {root}: not a directory")
+    unknown = sorted(p.name for p in root.glob("*.toml") if p.name not in FILES)
+    if unknown:
+        raise UserError(f"catalog {root}: unknown file {', '.join(unknown)} (a catalog holds {', '.join(FILES)})")
+    tables, digest = {}, hashlib.sha256()
+    for f in FILES:
+        path = root / f
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        digest.update(f.encode() + b"\0" + data + b"\0")
+        try:
+            tables[f] = (_Where(str(path)), tomllib.loads(data.decode("utf-8")))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"catalog {path}: not valid TOML: {e}") from None
+    if not tables:
+        raise UserError(f"catalog {root}: holds none of {', '.join(FILES)}")
+    hw, models, designs, overheads, replaced, hw_where = _parse(tables, base=base)
+    base_where = {n: _Where("splitserve/catalog/hardware.toml") for n in hw if n not in hw_where}
+    hw = _link_fits({**base_where, **hw_where}, {n: replace(s, roofline=replace(s.roofline, fitted_ref=None))
+                                                  for n, s in hw.items()})
+    return Catalog(hw, models, designs, overheads, source=str(root), fingerprint=digest.hexdigest(),
+                   replaced=tuple(replaced))
 
 
-def model_names() -> list[str]:
-    return sorted(_model_table())
+def hardware_names(catalog: Catalog | None = None) -> list[str]:
+    return sorted((catalog or builtin_catalog()).hardware)
 
 
-def load_hardware(name: str) -> HardwareSpec:
-    table = _hardware_table()
-    if name not in table:
-        raise UserError(f"unknown hardware {name!r}; valid names: {', '.join(sorted(table))}")
-    return table[name]
+def model_names(catalog: Catalog | None = None) -> list[str]:
+    return sorted((catalog or builtin_catalog()).models)
 
 
-def load_model(name: str) -> ModelSpec:
-    table = _model_table()
-    if name not in table:
-        raise UserError(f"unknown model {name!r}; valid names: {', '.join(sorted(table))}")
-    return table[name]
+def load_hardware(name: str, catalog: Catalog | None = None) -> HardwareSpec:
+    return (catalog or builtin_catalog()).hardware_spec(name)
+
+
+def load_model(name: str, catalog: Catalog | None = None) -> ModelSpec:
+    return (catalog or builtin_catalog()).model(name)
 
 
 # ----------------------------------------------------------------------------- memory

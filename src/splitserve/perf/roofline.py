@@ -137,7 +137,7 @@ class RooflinePerfModel(MixedBatching):
         kv = float(model.kv_bytes_per_token)
         # all-reduce difference from the fit: the overheads were fitted at tp = the fitted
         # machine's GPU count, ep 1, so they already hold that many GPUs' all-reduces on its links
-        ref = load_hardware(c.fitted_on) if c.fitted_on else hw
+        ref = (c.fitted_ref or load_hardware(c.fitted_on)) if c.fitted_on else hw
         now0, now1 = _comm_per_layer(model, tp, ep, hw.nvlink_latency_s, hw.link_bytes_per_s)
         fit0, fit1 = _comm_per_layer(model, ref.gpus, 1, ref.nvlink_latency_s,
                                      ref.link_bytes_per_s)

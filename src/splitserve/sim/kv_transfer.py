@@ -9,9 +9,7 @@ token machine waits on). Only the non-overlapped part delays the token phase.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,18 +34,17 @@ def layerwise_done(link: Link, nbytes: float, layers: int, start: float, end: fl
     return done + link.overhead
 
 
-def link_between(src, dst, colocated: bool = False) -> Link:
+def link_between(src, dst, colocated: bool = False, catalog=None) -> Link:
     """The link a KV transfer from machine kind `src` to `dst` (HardwareSpecs) gets: the machines'
     network (`ib_gbs`), or with `colocated` (the prompt and token instances share a node, as
     DistServe's low node-affinity placement puts them, provision/placement.py) one GPU's NVLink,
-    one way (`link_bytes_per_s`, half of `nvlink_gbs`)."""
-    overheads = _overheads()
+    one way (`link_bytes_per_s`, half of `nvlink_gbs`). The fixed overheads are `catalog`'s
+    (kv_transfer.toml; default: the built-in catalog's); a machine without one has none."""
+    from ..catalog import builtin_catalog
+
+    overheads = (catalog or builtin_catalog()).kv_overhead_s
     bandwidth = (min(src.link_bytes_per_s, dst.link_bytes_per_s) if colocated
                  else min(src.ib_bytes_per_s, dst.ib_bytes_per_s))
     return Link(bandwidth=bandwidth,
                 overhead=max(overheads.get(src.name, 0.0), overheads.get(dst.name, 0.0)))
 
-
-def _overheads() -> dict[str, float]:
-    text = resources.files("splitserve.catalog").joinpath("kv_transfer.toml").read_text()
-    return tomllib.loads(text)["overhead_s"]

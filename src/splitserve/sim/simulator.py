@@ -46,6 +46,8 @@ class SimConfig:
     trace: object = None                     # a chrome_trace.ChromeTrace: every batch and transfer
     goodput: object = None                   # a report.goodput.GoodputSLO: count the requests meeting it
     colocated: bool = False                  # prompt and token instances share nodes: KV over NVLink
+    catalog: object = None                   # a catalog.Catalog: the machine kinds and KV-transfer
+                                             # overheads looked up (None: the built-in catalog)
 
 
 @dataclass(slots=True)
@@ -84,7 +86,7 @@ class Simulation:
                 hw_cache[name] = (cfg.machine, cfg.machine.perf, cfg.machine.power, cfg.machine.kv_capacity)
                 self.perf_sources[name] = cfg.machine.perf.source
             elif name not in hw_cache:
-                spec = instance_spec(inst)
+                spec = instance_spec(inst, cfg.catalog)
                 perf, power = make_perf_model(model, spec.hw, inst.tp, cfg.profile, inst.pp, inst.ep)
                 cap = kv_capacity_tokens(model, spec.hw, inst.tp, cfg.memory_utilization, inst.pp)
                 hw_cache[name] = (spec, perf, power, cap)
@@ -131,7 +133,8 @@ class Simulation:
         link = self.links.get(key)
         if link is None:
             link = self.links[key] = (self.cfg.machine.link if self.cfg.machine is not None
-                                      else link_between(self.hw[src.hardware].hw, self.hw[dst.hardware].hw, self.cfg.colocated))
+                                      else link_between(self.hw[src.hardware].hw, self.hw[dst.hardware].hw, self.cfg.colocated,
+                                                     self.cfg.catalog))
         return link
 
     def _push(self, t: float, kind: int, obj) -> None:
