@@ -26,6 +26,7 @@ class PlannedRequest:
     arrival: float           # seconds after the start of the run
     prompt_tokens: int
     max_tokens: int
+    prompt: list[int] | str | None = None    # sent as is when given (text, or a dataset's ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,15 +35,23 @@ class Caps:
     max_tokens: int | None = None
 
 
+def capped(p: int, o: int, caps: Caps, max_context: int | None = None) -> tuple[int, int]:
+    """Sizes after the caps, then clipped to `max_context` as workload/ clips (the output to
+    context - 1, the prompt to what is left)."""
+    if caps.max_prompt_tokens is not None:
+        p = min(p, caps.max_prompt_tokens)
+    if caps.max_tokens is not None:
+        o = min(o, caps.max_tokens)
+    if max_context is not None:
+        o = min(o, max_context - 1)
+        p = min(p, max_context - o)
+    return p, o
+
+
 def plan_requests(workload: Workload, caps: Caps = Caps()) -> Iterator[PlannedRequest]:
     """The workload's requests in arrival order, with the caps applied (lazily)."""
     for i, r in enumerate(workload):
-        p, o = r.prompt_tokens, r.output_tokens
-        if caps.max_prompt_tokens is not None:
-            p = min(p, caps.max_prompt_tokens)
-        if caps.max_tokens is not None:
-            o = min(o, caps.max_tokens)
-        yield PlannedRequest(i, r.arrival, p, o)
+        yield PlannedRequest(i, r.arrival, *capped(r.prompt_tokens, r.output_tokens, caps))
 
 
 class PromptMaker:

@@ -1,7 +1,8 @@
-"""The streaming completions wire format (OpenAI `/v1/completions`, `"stream": true`).
+"""The streaming wire format of OpenAI `/v1/completions` and `/v1/chat/completions` (`"stream": true`).
 
 The body is server-sent events: lines `data: {json chunk}`, blank lines between events, and a
-final `data: [DONE]`. A chunk carries `choices[i].text` (and, on some servers, `token_ids`);
+final `data: [DONE]`. A completions chunk carries `choices[i].text`, a chat chunk
+`choices[i].delta.content` (its first chunk only `delta.role`), and on some servers `token_ids`;
 the last chunk may carry `usage` (vLLM with `stream_options.include_usage`, OpenAI), possibly
 with an empty `choices` list.
 """
@@ -40,22 +41,40 @@ def parse_line(line: str):
     return chunk
 
 
+def _text(c: dict) -> str | None:
+    d = c.get("delta")
+    return d.get("content") if isinstance(d, dict) else c.get("text")
+
+
 def chunk_tokens(chunk: dict) -> int:
     """Generated tokens one chunk carries: `len(token_ids)` when the server sends them, else one
     per choice that has text or is not yet finished (a token can decode to empty text, e.g. half
-    of a UTF-8 character). A closing chunk with a finish reason and no text carries none."""
+    of a UTF-8 character). A closing chunk with a finish reason and no text carries none, nor does
+    a chat chunk that only announces the role."""
     n = 0
     for c in chunk.get("choices") or ():
         ids = c.get("token_ids")
         if isinstance(ids, list):
             n += len(ids)
-        elif c.get("text") or c.get("finish_reason") is None:
+        elif _text(c) or (c.get("finish_reason") is None and "role" not in (c.get("delta") or {})):
             n += 1
     return n
 
 
-def usage_tokens(chunk: dict) -> int | None:
+def chunk_output(chunk: dict) -> tuple[list[int], str]:
+    """The token ids (when the server sends them) and the text one chunk carries."""
+    ids: list[int] = []
+    text = ""
+    for c in chunk.get("choices") or ():
+        if isinstance(c.get("token_ids"), list):
+            ids += c["token_ids"]
+        text += _text(c) or ""
+    return ids, text
+
+
+def usage_tokens(chunk: dict, key: str = "completion_tokens") -> int | None:
+    """`usage[key]` when the chunk has it (`prompt_tokens`: what the server prefilled)."""
     u = chunk.get("usage")
-    if isinstance(u, dict) and isinstance(u.get("completion_tokens"), int):
-        return u["completion_tokens"]
+    if isinstance(u, dict) and isinstance(u.get(key), int):
+        return u[key]
     return None

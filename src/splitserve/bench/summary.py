@@ -8,18 +8,37 @@ see what the simulator reports about queueing, KV transfers or the cluster's pri
 `queue_s`, `kv_transfer` and `sim` are absent, `cluster`'s cost and power are null, and `slo.met`
 is null (the Table VI SLOs are slowdowns against a reference that a live run does not have).
 `failed` excludes rejections: completed + failed + bench.rejected == requests.
+
+Added beside those, in `vllm bench serve`'s terms (its result JSON's names): `tpot_s` (per request
+(e2e - ttft) / (tokens - 1), same four fields), `total_input_tokens` and `total_output_tokens`
+(completed requests), `input_throughput`, `output_throughput`, `total_token_throughput` (tokens/s
+over the same span as `throughput_rps`), `request_goodput` (req/s meeting every `--goodput` limit)
+and `goodput` (the limits in ms, the count, the fraction of all requests, the rate), and
+millisecond aliases of the latencies: `mean_X_ms`, `median_X_ms` and `pP_X_ms` for each
+`--percentiles` P and X in ttft, tpot, itl (= `tbt_s`, vLLM's inter-token latency), e2el
+(= `e2e_s`); each alias is its seconds histogram's value x 1000 (percentiles within 0.05%,
+report/histogram.py).
 """
 
 from __future__ import annotations
 
 from ..report.summary import _clean
-from ..workload import Workload
 from .client import Collector
+from .metrics import ms_aliases
 
 
-def bench_summary(c: Collector, workload: Workload, *, url: str, model: str | None, wall_s: float,
-                  options: dict) -> dict:
+def bench_summary(c: Collector, workload: dict, *, url: str, model: str | None, wall_s: float,
+                  options: dict, percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)) -> dict:
+    """`workload`: {name, rps, duration_s}."""
     span = (c.last_end - c.first_arrival) if c.completed and c.last_end is not None else 0.0
+
+    def per_s(x: float) -> float:
+        return x / span if span > 0 else 0.0
+
+    goodput = None
+    if c.goodput is not None:
+        goodput = {"slo_ms": c.goodput.as_ms(), "good": c.good,
+                   "fraction": c.good / c.sent if c.sent else None, "rate_rps": per_s(c.good)}
     offered = None
     if c.sent > 1 and c.last_arrival > c.first_arrival:
         offered = (c.sent - 1) / (c.last_arrival - c.first_arrival)
@@ -28,7 +47,7 @@ def bench_summary(c: Collector, workload: Workload, *, url: str, model: str | No
         "design": "live",
         "cluster_label": f"live server {url}",
         "model": model,
-        "workload": {"name": workload.name, "rps": workload.rps, "duration_s": workload.duration},
+        "workload": dict(workload),
         "requests": c.sent,
         "completed": c.completed,
         "failed": c.failed,
@@ -38,6 +57,15 @@ def bench_summary(c: Collector, workload: Workload, *, url: str, model: str | No
         "ttft_s": c.ttft.summary(),
         "tbt_s": c.tbt.summary(),
         "e2e_s": c.e2e.summary(),
+        "tpot_s": c.tpot.summary(),
+        "total_input_tokens": c.input_tokens,
+        "total_output_tokens": c.output_tokens,
+        "input_throughput": per_s(c.input_tokens),
+        "output_throughput": per_s(c.output_tokens),
+        "total_token_throughput": per_s(c.input_tokens + c.output_tokens),
+        "request_goodput": goodput["rate_rps"] if goodput else None,
+        "goodput": goodput,
+        **ms_aliases({"ttft": c.ttft, "tpot": c.tpot, "itl": c.tbt, "e2el": c.e2e}, percentiles),
         "slo": {"met": None, "evaluated": False,
                 "reason": "SLOs are slowdowns against an uncontended reference; a live run has "
                           "none (compare its ttft_s/tbt_s/e2e_s with a simulation instead)"},
@@ -53,6 +81,10 @@ def bench_summary(c: Collector, workload: Workload, *, url: str, model: str | No
             "wall_s": wall_s,
             "short_outputs": c.short_outputs,
             "usage_mismatch": c.usage_mismatch,
+            "peak_in_flight": c.peak_in_flight,
+            "prompt_tokens_off": c.prompt_tokens_off,
+            "no_prompt_usage": c.no_prompt_usage,
+            "percentiles": list(percentiles),
             "send_lag_s": {"p50": lag.quantile(0.5), "p99": lag.quantile(0.99),
                            "max": lag.hi if lag.n else None},
             **options,
