@@ -42,7 +42,6 @@ def serve(
     max_body_mb: Annotated[float, typer.Option(help="Largest request body, in MiB (HTTP 413 past it).")] = 8.0,
     max_stop_strings: Annotated[int, typer.Option(help="Stop strings per request at most.")] = 16,
     max_stop_chars: Annotated[int, typer.Option(help="Characters per stop string at most.")] = 256,
-    kv_encryption: Annotated[str, typer.Option("--kv-encryption", help="Encrypt the router/worker and worker/worker (KV) ZeroMQ traffic with CURVE, keys derived from the cluster secret: on, off, or auto (on unless --worker-host is a loopback address; encryption costs KV throughput).")] = "auto",
     transport: Annotated[str, typer.Option(help="KV transport: tcp (works across hosts) or local (workers on this host: the prompt worker writes KV straight into the token worker's shared-memory / CUDA IPC cache). NCCL is not implemented.")] = "tcp",
     max_queue: Annotated[int, typer.Option(help="Requests in flight at most; more get HTTP 429.")] = 256,
     num_blocks: Annotated[Optional[int], typer.Option(help="KV cache blocks per worker (default: the engine's).")] = None,
@@ -50,6 +49,7 @@ def serve(
     seed: Annotated[int, typer.Option(help="Seed of the workers' samplers (requests without their own seed).")] = 0,
     worker_threads: Annotated[int, typer.Option(help="Torch threads per worker.")] = 1,
     step_log: Annotated[Optional[Path], typer.Option("--step-log", help="Directory: each worker appends a JSON line per engine step to DIR/worker-<id>.jsonl on its host (start, seconds, and each sequence's KV tokens before and tokens run), to check a performance model against (`splitserve twin` reads them).")] = None,
+    log_stats_interval: Annotated[float, typer.Option("--log-stats-interval", help="Seconds between the router's stats lines in the log, one per pool (throughput, running and waiting requests, KV usage, as vLLM's); 0: none.")] = 10.0,
     no_restart_workers: Annotated[bool, typer.Option("--no-restart-workers", help="Mark dead workers down instead of replacing them.")] = False,
     worker_mode: Annotated[str, typer.Option(hidden=True, help="BENCHMARK TOOL: 'echo' returns tokens without computing.")] = "engine",
     echo_token_delay: Annotated[float, typer.Option(hidden=True, help="Echo mode only: one token per step, each step this many seconds.")] = 0.0,
@@ -79,12 +79,12 @@ def serve(
                       mixed_workers=mixed_workers, design=design, host=host, port=port, api_key=api_key,
                       backend=backend, ray_address=ray_address, worker_host=worker_host, device=device,
                       dtype=dtype, policy=policy, transfer_timeout_s=transfer_timeout, heartbeat_timeout_s=heartbeat_timeout,
-                      transport=transport, kv_encryption=kv_encryption, max_queue=max_queue, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
+                      transport=transport, max_queue=max_queue, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
                       seed=seed, worker_threads=worker_threads, restart_workers=not no_restart_workers,
                       worker_mode=worker_mode, debug_layer_delay_s=debug_layer_delay, debug_fail_token=debug_fail_token,
                       orphan_timeout_s=orphan_timeout,
                       echo_token_delay_s=echo_token_delay, startup_timeout_s=worker_start_timeout,
-                      drain_timeout_s=drain_timeout, step_log_dir=str(step_log.resolve()) if step_log else None,
+                      drain_timeout_s=drain_timeout, log_stats_interval_s=log_stats_interval, step_log_dir=str(step_log.resolve()) if step_log else None,
                       limits=RequestLimits(max_body_bytes=int(max_body_mb * 2 ** 20), max_stop_strings=max_stop_strings,
                                            max_stop_chars=max_stop_chars))
     if policy.split is False and design == "splitwise":
@@ -107,10 +107,6 @@ def serve(
                         "pip install torch==2.13.0 '.[serve]' (CPU PyTorch; with a GPU, install your CUDA "
                         "build of torch first and leave out the pin)") from None
     cfg.check_host()                       # device and port, before any worker starts
-    if cfg.kv_encrypted():
-        from .curve import require_curve
-
-        require_curve()                    # libzmq with CURVE, before any worker starts
     from .server import run_server
 
     run_server(cfg, http=http_impl, loop=loop_impl)

@@ -35,7 +35,6 @@ class ServeConfig:
     worker_host: str = "127.0.0.1"       # where the router's and workers' internal sockets bind
     worker_mode: str = "engine"          # engine | echo (benchmark tool: no computation)
     transport: str = "tcp"               # tcp | local (workers on this host; see serve/kv/)
-    kv_encryption: str = "auto"          # auto | on | off: CURVE on the internal sockets (serve/curve.py)
     transfer_timeout_s: float = 5.0
     max_queue: int = 256                 # requests in flight (admitted, not finished) at most
     retry_after_s: int = 1
@@ -58,6 +57,7 @@ class ServeConfig:
     drain_timeout_s: float = 20.0        # on SIGTERM: how long requests in flight may finish
     limits: RequestLimits = field(default_factory=RequestLimits)
     step_log_dir: str | None = None      # each worker appends its engine steps to DIR/worker-<id>.jsonl
+    log_stats_interval_s: float = 10.0   # the router logs each pool's stats this often (0: never; stats_log.py)
     debug_layer_delay_s: float = 0.0     # tests only: slow each prefill layer down
     debug_fail_token: int | None = None  # tests only: a step holding a prompt with this token raises
     echo_token_delay_s: float = 0.0      # echo mode only: one token per step, steps this long
@@ -76,14 +76,6 @@ class ServeConfig:
         """The policy as each worker runs it: its engine admits at most max_num_seqs requests."""
         return dataclasses.replace(self.policy, batching=dataclasses.replace(self.policy.batching,
                                                                              max_seqs=self.max_num_seqs))
-
-    def kv_encrypted(self) -> bool:
-        """Whether the router's and workers' sockets use CURVE (serve/curve.py): --kv-encryption on,
-        or auto with a worker_host that is not loopback or workers on a Ray cluster elsewhere."""
-        from .curve import encryption_on
-
-        return encryption_on(self.kv_encryption, self.worker_host,
-                             remote_workers=self.backend == "ray" and bool(self.ray_address))
 
     @property
     def worker_orphan_timeout_s(self) -> float:
@@ -123,8 +115,6 @@ class ServeConfig:
             if self.worker_mode == "echo":
                 raise UserError("--transport local writes into the workers' KV caches; echo workers have "
                                 "none: use --transport tcp")
-        if self.kv_encryption not in ("auto", "on", "off"):
-            raise UserError(f"--kv-encryption must be auto, on or off, got {self.kv_encryption!r}")
         if min(self.transfer_timeout_s, self.heartbeat_timeout_s, self.worker_orphan_timeout_s,
                self.startup_timeout_s) <= 0 or self.drain_timeout_s < 0:
             raise UserError("--transfer-timeout, --heartbeat-timeout, --orphan-timeout and --worker-start-timeout "
@@ -135,6 +125,8 @@ class ServeConfig:
         if self.policy.routing.kv_pull:
             raise UserError("--kv-pull is simulated only: the live router reserves token-side KV before the "
                             "prefill (push); leave --kv-pull out of serve")
+        if self.log_stats_interval_s < 0:
+            raise UserError(f"--log-stats-interval must be >= 0 seconds (0: off), got {self.log_stats_interval_s:g}")
         if self.max_queue < 1:
             raise UserError("--max-queue must be at least 1")
         if not 0 <= self.port < 65536:

@@ -57,7 +57,12 @@ class WorkerReports:
             self._on_step_end(w, msg.items)
         elif type(msg) is Step:
             live = lambda rids: [q.pr for q in map(get, rids) if q is not None]  # noqa: E731
-            chunks = [(q.pr, n) for q, n in ((get(rid), n) for rid, n in msg.chunks) if q is not None]
+            chunks = [(q, n) for q, n in ((get(rid), n) for rid, n in msg.chunks) if q is not None]
+            for q, _ in chunks:
+                if not q.scheduled_at:  # its first engine step (of any try): the end of its queue time
+                    q.scheduled_at = time.perf_counter()
+            chunks = [(q.pr, n) for q, n in chunks]
+            self.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
             self.cluster.step_started(w.id, chunks, live(msg.preempted), live(msg.joined),
                                       step_sizing(msg, lambda rid: q.pr if (q := get(rid)) is not None else None))
         elif type(msg) is Reserved:
@@ -99,11 +104,7 @@ class WorkerReports:
                 self._begin(req)
 
     def _on_kv_in(self, msg: KvIn, req: LiveRequest | None) -> None:
-        m = self.metrics
-        m.transfers.labels(msg.mode).inc()
-        m.transfer_bytes.labels(msg.mode).inc(msg.nbytes)
-        m.transfer_s.labels(msg.mode).inc(msg.seconds)
-        m.transfer_exposed.labels(msg.mode).inc(msg.exposed)
+        self.metrics.transfer(msg.mode, msg.nbytes, msg.seconds, msg.exposed)
         if req is None:
             return
         if req.stage is Stage.PREFILL:  # the token worker may report before the prompt worker's word
@@ -117,12 +118,16 @@ class WorkerReports:
     def _on_step_end(self, w: WorkerInfo, items: list) -> None:
         """A step of w's ended with these tokens: the view's transitions for the whole step first
         (as the simulator's iteration end), then each request's tokens go to its client."""
-        mine = []
+        mine, made, prefills = [], 0, 0
         for rid, toks, finished, reason in items:
             req = self.reqs.by_wire.get(rid)
+            made += len(toks)
+            if reason == "prefill" or req is not None and self.cluster.awaiting_first(req.pr):
+                prefills += 1  # the token that ends a prefill (metrics: not a decode token)
             if req is None or (reason == "prefill" and req.stage is not Stage.PREFILL):
                 continue  # gone, or its first token came with its KV already (kv_in)
             mine.append((req, toks, finished, reason))
+        self.metrics.step_out(w.id, w.home, made, prefills)
         admitted = self.cluster.end_step(w.id, [(req.pr, len(toks), finished) for req, toks, finished, _ in mine])
         for req, toks, finished, reason in mine:
             if reason == "prefill":

@@ -29,6 +29,7 @@ class LiveRequest:
     split: bool = False
     strikes: int = 0           # failed engine steps it was in
     isolated: bool = False     # run in engine steps of its own (it was in a failed step)
+    scheduled_at: float = 0.0  # the first step report holding its prompt (any try): metrics' queue time
     first_at: float = 0.0
     last_at: float = 0.0
     parked_at: float = 0.0

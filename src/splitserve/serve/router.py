@@ -34,7 +34,6 @@ from ..policy.state import Pool, Request
 from .channel import RouterChannel
 from .cluster_state import LiveCluster, NoWorkers
 from .config import ServeConfig
-from .curve import CurveKeys
 from .launcher import make_launcher
 from .messages import Abort, Expect, Gen, Stage, Stop, WireParams
 from .metrics import ServeMetrics
@@ -42,6 +41,7 @@ from .protocol import ROUTER_NAME, Codec, control_message_limit, new_secret
 from .requests import LiveRequest, RequestTable
 from .recovery import Recovery
 from .reports import WorkerReports
+from .stats_log import StatsLog
 from .supervisor import Supervisor, WorkerInfo
 from .worker_args import worker_argv
 
@@ -63,10 +63,9 @@ class TooLarge(Exception):
 class Router(WorkerReports, Recovery):
     def __init__(self, cfg: ServeConfig, metrics: ServeMetrics | None = None) -> None:
         self.cfg = cfg
-        self.metrics = metrics or ServeMetrics()
+        self.metrics = metrics or ServeMetrics(cfg.model)
         self.secret = new_secret()
-        self.curve = CurveKeys.from_secret(self.secret) if cfg.kv_encrypted() else None  # curve.py
-        self.chan = RouterChannel(Codec(self.secret, ROUTER_NAME), self._lookup, self._on_message, self.curve)
+        self.chan = RouterChannel(Codec(self.secret, ROUTER_NAME), self._lookup, self._on_message)
         self.sup: Supervisor | None = None
         self.workers = [WorkerInfo(i, home) for i, home in enumerate(cfg.homes())]
         self.reqs = RequestTable()
@@ -112,6 +111,8 @@ class Router(WorkerReports, Recovery):
                                    kv_block=self.workers[0].block_size, predictor=arrival_predictor(cfg.policy))
         self.max_request_tokens()
         self._tasks.append(asyncio.create_task(self._monitor_loop()))
+        if cfg.log_stats_interval_s > 0:
+            self._tasks.append(asyncio.create_task(StatsLog(self.metrics).run(self, cfg.log_stats_interval_s)))
         self.ready = True
 
     def _lookup(self, ident: bytes) -> WorkerInfo | None:
@@ -250,9 +251,9 @@ class Router(WorkerReports, Recovery):
             if not req.delivered:
                 req.first_at = now
                 req.pr.first_token_at = now   # the policy view's token time: Aladdin's (d) reads it
-                self.metrics.ttft.observe(now - req.created)
+                self.metrics.first_token(now - req.created, len(req.prompt_ids), len(fresh))
             else:
-                self.metrics.observe_gap(now - req.last_at, len(fresh))
+                self.metrics.tokens(now - req.last_at, len(fresh))
             req.last_at = now
             req.delivered.extend(fresh)
             req.queue.put_nowait(("tokens", fresh))
@@ -261,8 +262,7 @@ class Router(WorkerReports, Recovery):
     def _complete(self, req: LiveRequest, reason: str) -> None:
         self.reqs.end(req)
         req.finish_reason = reason
-        self.metrics.e2e.observe(time.perf_counter() - req.created)
-        self.metrics.requests.labels("completed").inc()
+        self.metrics.completed(req, reason, time.perf_counter())
         req.queue.put_nowait(("done", reason))
 
     def _release(self, req: LiveRequest) -> None:
@@ -320,7 +320,6 @@ class Router(WorkerReports, Recovery):
             "in_flight": len(self.reqs),
             "parked": len(self.reqs.parked),
             "router_address": self.address,
-            "kv_encryption": self.curve is not None,
             "rejected_messages": self.chan.rejected,
             "rejected_by": {**self.chan.codec.rejected_by, "stranger": self.chan.strangers,
                             "malformed": self.chan.malformed},
