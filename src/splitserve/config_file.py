@@ -28,7 +28,7 @@ from .errors import UserError
 
 __all__ = ["CONFIG_HELP", "apply_config", "effective_config", "option_keys", "read_config"]
 
-CONFIG_HELP = ("A run config, TOML or YAML (or a run's summary.json / provision.json): the long option "
+CONFIG_HELP = ("A run config, TOML or YAML (or a run's summary.json, provision.json, results.json): the long option "
                "names (dashes or underscores) and their values; options given on the command line win.")
 SKIP = frozenset({"config", "help"})   # options a config file cannot set
 

@@ -9,12 +9,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..config_file import CONFIG_HELP, apply_config, effective_config
 from .command import DEFAULT_MACHINES
 
 QUICK = {"machines": 4, "duration": 30.0, "tolerance": 0.1, "curve_points": 3}
 
 
 def compare(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="Directory for report.md, results.json and the PNG plots.")] = Path("compare"),
     workload: Annotated[str, typer.Option(help="coding, conversation, or any workload simulate takes.")] = "coding",
     model: Annotated[str, typer.Option(help="Model (catalog/models.toml).")] = "llama2-70b",
@@ -34,6 +36,7 @@ def compare(
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of the simulations (default ~/.cache/splitserve/provision).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Simulate everything again.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    config: Annotated[Optional[Path], typer.Option(is_eager=True, callback=apply_config, help=CONFIG_HELP)] = None,
 ) -> None:
     """Run every serving system (policy/systems.py) on the same workload, model, machines and
     budget; find each one's goodput (the highest rate meeting the SLOs, at its best prompt/token
@@ -51,5 +54,5 @@ def compare(
     run_compare(out=out, command=command, workload=workload, model=model, hardware=hardware, seed=seed,
                 goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, min_rps=min_rps, max_rps=max_rps,
                 systems=system, workers=workers, cache_dir=str(cache_dir) if cache_dir else None,
-                use_cache=not no_cache, log=log, **d)
+                use_cache=not no_cache, log=log, config=effective_config(ctx), **d)
     typer.echo(f"wrote {out / 'report.md'}")

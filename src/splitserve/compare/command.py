@@ -42,7 +42,7 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
                 tolerance: float = 0.02, min_rps: float = 0.5, max_rps: float | None = None,
                 curve_points: int = 6, systems: list[str] | None = None, workers: int | None = None,
                 cache_dir: str | None = None, use_cache: bool = True,
-                log: Callable[[str], None] = lambda m: None) -> dict:
+                log: Callable[[str], None] = lambda m: None, config: dict | None = None) -> dict:
     # ---- the question, checked before any simulation ----
     names = list(systems) if systems else list(SYSTEMS)
     for n in names:
@@ -139,6 +139,8 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
         "search": {"simulated": ev.simulated, "cached": ev.cached, "measured": len(measured),
                    "wall_s": wall, "workers": ev.width},
     }
+    if config is not None:   # the command's options (config_file.effective_config): compare --config results.json
+        res["config"] = config
     write_outputs(res, out)
     return res
 
