@@ -3,7 +3,9 @@ to. Frames are signed and addressed (protocol.py: a worker's identity is derived
 cluster secret, so nobody else can take it), headers are typed (messages/), and the socket
 refuses frames larger than a control message can be (protocol.control_message_limit). A worker
 sends its messages in bundles (worker.py's outbox): one ZeroMQ message of (mac, head) pairs,
-each pair a signed message of its own, handled in order.
+each pair a signed message of its own, handled in order. With `curve` (curve.py) the socket is a
+CURVE server: every frame is encrypted on the wire, and a peer without the cluster's key cannot
+connect at all.
 
 It runs on the front end's event loop. ZeroMQ's file descriptor is edge-triggered: it fires when
 the socket's state changes, and any send or receive can consume that change. So the reader
@@ -19,6 +21,7 @@ from typing import Callable
 
 import zmq
 
+from .curve import CurveKeys
 from .messages import TO_ROUTER, MalformedMessage, Message, decode, encode
 from .protocol import BUNDLE_MAX, BadMessage, Codec, limit_socket
 from .supervisor import WorkerInfo
@@ -26,10 +29,11 @@ from .supervisor import WorkerInfo
 
 class RouterChannel:
     def __init__(self, codec: Codec, lookup: Callable[[bytes], WorkerInfo | None],
-                 on_message: Callable[[WorkerInfo, Message], None]) -> None:
+                 on_message: Callable[[WorkerInfo, Message], None], curve: CurveKeys | None = None) -> None:
         """lookup(identity): the worker of a current identity (None: a stale generation or a
-        stranger); on_message(worker, message): a verified, typed message from it."""
-        self.codec, self.lookup, self.on_message = codec, lookup, on_message
+        stranger); on_message(worker, message): a verified, typed message from it; curve: the
+        cluster's CURVE keys when its sockets are encrypted."""
+        self.codec, self.lookup, self.on_message, self.curve = codec, lookup, on_message, curve
         self.ctx: zmq.Context | None = None
         self.sock: zmq.Socket | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -47,6 +51,8 @@ class RouterChannel:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.codec.max_head = max_message
         limit_socket(self.sock, max_message, hwm=100_000)
+        if self.curve is not None:
+            self.curve.server(self.sock)
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
         self.loop.add_reader(self.sock.getsockopt(zmq.FD), self.kick)

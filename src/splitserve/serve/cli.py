@@ -42,6 +42,7 @@ def serve(
     max_body_mb: Annotated[float, typer.Option(help="Largest request body, in MiB (HTTP 413 past it).")] = 8.0,
     max_stop_strings: Annotated[int, typer.Option(help="Stop strings per request at most.")] = 16,
     max_stop_chars: Annotated[int, typer.Option(help="Characters per stop string at most.")] = 256,
+    kv_encryption: Annotated[str, typer.Option("--kv-encryption", help="Encrypt the router/worker and worker/worker (KV) ZeroMQ traffic with CURVE, keys derived from the cluster secret: on, off, or auto (on unless --worker-host is a loopback address; encryption costs KV throughput).")] = "auto",
     transport: Annotated[str, typer.Option(help="KV transport: tcp (works across hosts) or local (workers on this host: the prompt worker writes KV straight into the token worker's shared-memory / CUDA IPC cache). NCCL is not implemented.")] = "tcp",
     max_queue: Annotated[int, typer.Option(help="Requests in flight at most; more get HTTP 429.")] = 256,
     num_blocks: Annotated[Optional[int], typer.Option(help="KV cache blocks per worker (default: the engine's).")] = None,
@@ -79,7 +80,7 @@ def serve(
                       mixed_workers=mixed_workers, design=design, host=host, port=port, api_key=api_key,
                       backend=backend, ray_address=ray_address, worker_host=worker_host, device=device,
                       dtype=dtype, policy=policy, transfer_timeout_s=transfer_timeout, heartbeat_timeout_s=heartbeat_timeout,
-                      transport=transport, max_queue=max_queue, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
+                      transport=transport, kv_encryption=kv_encryption, max_queue=max_queue, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
                       seed=seed, worker_threads=worker_threads, restart_workers=not no_restart_workers,
                       worker_mode=worker_mode, debug_layer_delay_s=debug_layer_delay, debug_fail_token=debug_fail_token,
                       orphan_timeout_s=orphan_timeout,
@@ -107,6 +108,10 @@ def serve(
                         "pip install torch==2.13.0 '.[serve]' (CPU PyTorch; with a GPU, install your CUDA "
                         "build of torch first and leave out the pin)") from None
     cfg.check_host()                       # device and port, before any worker starts
+    if cfg.kv_encrypted():
+        from .curve import require_curve
+
+        require_curve()                    # libzmq with CURVE, before any worker starts
     from .server import run_server
 
     run_server(cfg, http=http_impl, loop=loop_impl)

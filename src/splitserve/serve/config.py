@@ -35,6 +35,7 @@ class ServeConfig:
     worker_host: str = "127.0.0.1"       # where the router's and workers' internal sockets bind
     worker_mode: str = "engine"          # engine | echo (benchmark tool: no computation)
     transport: str = "tcp"               # tcp | local (workers on this host; see serve/kv/)
+    kv_encryption: str = "auto"          # auto | on | off: CURVE on the internal sockets (serve/curve.py)
     transfer_timeout_s: float = 5.0
     max_queue: int = 256                 # requests in flight (admitted, not finished) at most
     retry_after_s: int = 1
@@ -77,6 +78,14 @@ class ServeConfig:
         return dataclasses.replace(self.policy, batching=dataclasses.replace(self.policy.batching,
                                                                              max_seqs=self.max_num_seqs))
 
+    def kv_encrypted(self) -> bool:
+        """Whether the router's and workers' sockets use CURVE (serve/curve.py): --kv-encryption on,
+        or auto with a worker_host that is not loopback or workers on a Ray cluster elsewhere."""
+        from .curve import encryption_on
+
+        return encryption_on(self.kv_encryption, self.worker_host,
+                             remote_workers=self.backend == "ray" and bool(self.ray_address))
+
     @property
     def worker_orphan_timeout_s(self) -> float:
         return self.orphan_timeout_s if self.orphan_timeout_s is not None else 2 * self.heartbeat_timeout_s
@@ -115,6 +124,8 @@ class ServeConfig:
             if self.worker_mode == "echo":
                 raise UserError("--transport local writes into the workers' KV caches; echo workers have "
                                 "none: use --transport tcp")
+        if self.kv_encryption not in ("auto", "on", "off"):
+            raise UserError(f"--kv-encryption must be auto, on or off, got {self.kv_encryption!r}")
         if min(self.transfer_timeout_s, self.heartbeat_timeout_s, self.worker_orphan_timeout_s,
                self.startup_timeout_s) <= 0 or self.drain_timeout_s < 0:
             raise UserError("--transfer-timeout, --heartbeat-timeout, --orphan-timeout and --worker-start-timeout "

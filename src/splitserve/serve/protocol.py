@@ -54,6 +54,11 @@ socket accepts (ZMQ_MAXMSGSIZE, per frame) and how many messages it queues.
 The secret is made by the router at start (32 random bytes) and handed to each worker in the
 environment variable `SPLITSERVE_CLUSTER_SECRET` (hex), never on a command line.
 
+Signed, not encrypted: this module makes messages authentic, not secret. With `--kv-encryption`
+on (the default when the workers do not bind a loopback address) the sockets also encrypt every
+frame with ZeroMQ CURVE, its keys derived from the same secret (curve.py); the frames above are
+then the plaintext inside CURVE's boxes.
+
 Message types
 -------------
 Router -> worker: gen (run a request: "full" on this worker, or "prefill" and ship the KV to a

@@ -34,6 +34,7 @@ from ..policy.state import Pool, Request
 from .channel import RouterChannel
 from .cluster_state import LiveCluster, NoWorkers
 from .config import ServeConfig
+from .curve import CurveKeys
 from .launcher import make_launcher
 from .messages import Abort, Expect, Gen, Stage, Stop, WireParams
 from .metrics import ServeMetrics
@@ -65,7 +66,8 @@ class Router(WorkerReports, Recovery):
         self.cfg = cfg
         self.metrics = metrics or ServeMetrics(cfg.model)
         self.secret = new_secret()
-        self.chan = RouterChannel(Codec(self.secret, ROUTER_NAME), self._lookup, self._on_message)
+        self.curve = CurveKeys.from_secret(self.secret) if cfg.kv_encrypted() else None  # curve.py
+        self.chan = RouterChannel(Codec(self.secret, ROUTER_NAME), self._lookup, self._on_message, self.curve)
         self.sup: Supervisor | None = None
         self.workers = [WorkerInfo(i, home) for i, home in enumerate(cfg.homes())]
         self.reqs = RequestTable()
@@ -320,6 +322,7 @@ class Router(WorkerReports, Recovery):
             "in_flight": len(self.reqs),
             "parked": len(self.reqs.parked),
             "router_address": self.address,
+            "kv_encryption": self.curve is not None,
             "rejected_messages": self.chan.rejected,
             "rejected_by": {**self.chan.codec.rejected_by, "stranger": self.chan.strangers,
                             "malformed": self.chan.malformed},

@@ -24,7 +24,8 @@ engine is taken for broken, and the worker exits (the router replaces it).
 
 Its identity on the router's socket is derived from the cluster secret, its id and its generation
 (protocol.worker_identity): never on a command line. Its sockets refuse messages larger than the
-model's prompts and KV need (protocol.limit_socket).
+model's prompts and KV need (protocol.limit_socket). With `--kv-encryption on` its control and
+KV sockets are encrypted with CURVE, keys derived from the cluster secret (curve.py).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import time
 import zmq
 
 from ..errors import UserError
+from .curve import CurveKeys, encryption_on
 from .kv import BothSides, KVReceiver, KVSender, make_transport
 from .messages import (TO_WORKER, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail, KvIn,
                        MalformedMessage, Message, Out, OutItem, PeerDown, Ping, Reserved, Step, StepChunk,
@@ -53,7 +55,7 @@ MAX_STEP_FAILURES = 3
 
 
 class Worker:
-    def __init__(self, args, engine, codec: Codec, region=None) -> None:
+    def __init__(self, args, engine, codec: Codec, region=None, curve: CurveKeys | None = None) -> None:
         self.args, self.engine, self.codec = args, engine, codec
         self.ctx = zmq.Context.instance()
         self.ctl = self.ctx.socket(zmq.DEALER)
@@ -61,11 +63,13 @@ class Worker:
         self.ctl.setsockopt(zmq.LINGER, 0)
         control = codec.max_head = control_message_limit(engine.max_model_len, args.max_num_seqs)
         limit_socket(self.ctl, control, hwm=100_000)
+        if curve is not None:
+            curve.client(self.ctl)
         self.ctl.connect(args.router)
         # KV messages: a whole request's KV in one frame at most
         kv_limit = control + engine.max_model_len * engine.kv_layout.bytes_per_token
         self.transport = make_transport(args.transport, self.ctx, codec, args.host, region, max_message=kv_limit,
-                                        slot_ids=getattr(engine, "kv_slot_ids", None))
+                                        slot_ids=getattr(engine, "kv_slot_ids", None), curve=curve)
         self.sender = KVSender(self.transport, args.debug_layer_delay_s)
         self.receiver = KVReceiver(args.transfer_timeout_s, one_sided=self.transport.one_sided,
                                    notify=self.on_kv_event)
@@ -308,8 +312,9 @@ def main(argv=None) -> int:
         _unlink_on_sigterm(region)
     try:
         try:
+            curve = CurveKeys.from_secret(secret) if encryption_on(args.kv_encryption, args.host) else None
             engine = build_engine(args, kv_alloc=region)
-            worker = Worker(args, engine, codec, region)
+            worker = Worker(args, engine, codec, region, curve)
         except UserError as e:
             print(f"worker {args.id}: error: {e}", file=sys.stderr)
             return 2

@@ -17,6 +17,7 @@ def worker_argv(cfg: ServeConfig, w, router_address: str) -> list[str]:
             "--seed", str(cfg.seed), "--max-num-seqs", str(cfg.max_num_seqs),
             "--threads", str(cfg.worker_threads), "--transport", cfg.transport,
             "--transfer-timeout-s", str(cfg.transfer_timeout_s), "--worker-mode", cfg.worker_mode,
+            "--kv-encryption", "on" if cfg.kv_encrypted() else "off",
             "--orphan-timeout-s", str(cfg.worker_orphan_timeout_s), "--policy", cfg.worker_policy().to_json()]
     if cfg.echo_token_delay_s:
         argv += ["--echo-token-delay-s", str(cfg.echo_token_delay_s)]
@@ -48,6 +49,9 @@ def parse_args(argv=None, description: str = "a splitserve worker") -> argparse.
                     help="the scheduling policies' settings, as JSON (the router's PolicyConfig)")
     ap.add_argument("--transport", default="tcp")
     ap.add_argument("--transfer-timeout-s", type=float, default=5.0)
+    ap.add_argument("--kv-encryption", choices=["auto", "on", "off"], default="auto",
+                    help="CURVE on the control and KV sockets (serve/curve.py); the router passes on or off, "
+                         "as it decided for the whole cluster")
     ap.add_argument("--orphan-timeout-s", type=float, default=10.0)
     ap.add_argument("--step-log", default=None, help="append a JSON line per engine step to this file: start "
                     "(unix time), seconds, and (KV tokens before, tokens) of each sequence")

@@ -19,6 +19,10 @@ where a peer can read it, polls its inbound messages (`recv_all`), and drops a p
   size, checked against the peer's region). A mapping is dropped when the router says
   `peer_down` for its owner. The CUDA branch has not been run on a GPU yet.
 - NCCL is not implemented.
+
+With `curve` (serve/curve.py) the ZeroMQ sockets of both are encrypted: the inbound ROUTER is a
+CURVE server, each DEALER to a peer its client. The one-sided writes of `local` stay in this
+host's memory and are not encrypted.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from ...errors import UserError
+from ..curve import CurveKeys
 from ..protocol import BadMessage, Codec, limit_socket
 
 if TYPE_CHECKING:  # torch is imported where K/V is touched: echo workers and the router never do
@@ -108,12 +113,15 @@ class TcpTransport(KVTransport):
     name = "tcp"
 
     def __init__(self, ctx: zmq.Context, codec: Codec, host: str = "127.0.0.1",
-                 max_message: int = 1 << 30) -> None:
-        """max_message: bytes of the largest message part a peer may send (a whole request's KV)."""
-        self.ctx, self.codec = ctx, codec
+                 max_message: int = 1 << 30, curve: CurveKeys | None = None) -> None:
+        """max_message: bytes of the largest message part a peer may send (a whole request's KV);
+        curve: the cluster's CURVE keys when its sockets are encrypted."""
+        self.ctx, self.codec, self.curve = ctx, codec, curve
         self.inbound = ctx.socket(zmq.ROUTER)
         self.inbound.setsockopt(zmq.LINGER, 0)
         limit_socket(self.inbound, max_message, hwm=100_000)
+        if curve is not None:
+            curve.server(self.inbound)
         port = self.inbound.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
         self.peers: dict[int, zmq.Socket] = {}
@@ -126,6 +134,8 @@ class TcpTransport(KVTransport):
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.SNDHWM, 100_000)
             s.setsockopt(zmq.IMMEDIATE, 0)
+            if self.curve is not None:
+                self.curve.client(s)
             s.connect(address)
             self.peers[peer] = s
         return s
@@ -185,13 +195,13 @@ class LocalTransport(TcpTransport):
 
     def __init__(self, ctx: zmq.Context, codec: Codec, host: str = "127.0.0.1",
                  region: SharedKVRegion | None = None, max_message: int = 1 << 30,
-                 slot_ids: SlotIds | None = None) -> None:
+                 slot_ids: SlotIds | None = None, curve: CurveKeys | None = None) -> None:
         if region is None or region.handle is None:
             raise TransportUnavailable("--transport local needs the worker's KV cache in shared memory "
                                        "(a SharedKVRegion); echo workers have none: use --transport tcp")
         if slot_ids is None:
             raise TransportUnavailable("--transport local needs the engine's kv_slot_ids")
-        super().__init__(ctx, codec, host, max_message)
+        super().__init__(ctx, codec, host, max_message, curve)
         self.region = region.handle.to_wire()
         self.block_size = region.handle.shape[3]  # (layers, 2, blocks + 1, block_size, kv_heads, head_dim)
         self.slot_ids = slot_ids
@@ -266,10 +276,12 @@ TRANSPORTS = {"tcp": TcpTransport, "local": LocalTransport}
 
 
 def make_transport(name: str, ctx: zmq.Context, codec: Codec, host: str, region: SharedKVRegion | None = None,
-                   max_message: int = 1 << 30, slot_ids: SlotIds | None = None) -> KVTransport:
-    """The transport `name` (tcp, local); `region` and `slot_ids`: see LocalTransport."""
+                   max_message: int = 1 << 30, slot_ids: SlotIds | None = None,
+                   curve: CurveKeys | None = None) -> KVTransport:
+    """The transport `name` (tcp, local); `region` and `slot_ids`: see LocalTransport; `curve`:
+    the cluster's CURVE keys when its sockets are encrypted."""
     if name == "tcp":
-        return TcpTransport(ctx, codec, host, max_message)
+        return TcpTransport(ctx, codec, host, max_message, curve)
     if name == "local":
-        return LocalTransport(ctx, codec, host, region, max_message, slot_ids)
+        return LocalTransport(ctx, codec, host, region, max_message, slot_ids, curve)
     raise UserError(f"unknown KV transport {name!r}; use {' or '.join(TRANSPORTS)}")
