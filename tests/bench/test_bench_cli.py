@@ -37,6 +37,17 @@ def server():
     (["--timeout", "0"], "--timeout must be positive"),
     (["--token-id-min", "9", "--token-id-max", "3"], "--token-id-min <= --token-id-max"),
     (["--rps", "lots"], "invalid value for '--rps'"),
+    (["--endpoint", "chat", "--prompt-format", "ids"], "--endpoint chat sends text messages"),
+    (["--dataset", "sharegpt"], "--dataset sharegpt needs --dataset-path"),
+    (["--dataset", "sharegpt", "--dataset-path", "missing.json"], "--dataset-path missing.json: file not found"),
+    (["--goodput", "ttft:fast"], "--goodput ttft: the limit must be a positive number"),
+    (["--goodput", "itl:5"], "--goodput takes KEY:MILLISECONDS"),
+    (["--percentiles", "50,120"], "--percentiles takes numbers in (0, 100]"),
+    (["--burstiness", "0"], "--burstiness must be positive"),
+    (["--max-concurrency", "0"], "--max-concurrency must be at least 1"),
+    (["--max-failure-ratio", "2"], "--max-failure-ratio must be between 0 and 1"),
+    (["--dataset", "random", "--random-range-ratio", "1"], "--random-range-ratio must be in [0, 1)"),
+    (["--num-prompts", "0"], "--num-prompts must be at least 1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, server, extra, expect):
     code, out, err = run(capsys, *args(server, tmp_path, *extra))
@@ -57,6 +68,11 @@ def test_bad_url(capsys, tmp_path, url, expect):
     assert code == 2
     (line,) = err.strip().splitlines()
     assert line.startswith("error: ") and expect in line, line
+
+
+def test_duration_or_num_prompts_is_needed(capsys, tmp_path, server):
+    code, _, err = run(capsys, "bench", "--url", server, "--rps", "5", "--out", str(tmp_path / "b"))
+    assert code == 2 and err == "error: give --duration (seconds of arrivals) or --num-prompts\n"
 
 
 def test_missing_url_is_a_usage_error(capsys):
