@@ -5,10 +5,13 @@ requests, KV usage while a prefill runs and back at 0, the stats log's numbers."
 from __future__ import annotations
 
 import asyncio
+import json
+import random
 import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -231,3 +234,100 @@ def test_no_stats_lines_with_interval_zero_and_a_negative_one_is_refused(tmp_pat
     finally:
         stop_server(srv)
     assert "Avg prompt throughput" not in log.read_text()
+
+
+PROMQL_WORDS = {"sum", "max", "min", "avg", "count", "rate", "increase", "irate", "histogram_quantile", "by",
+                "without", "on", "ignoring", "and", "or", "unless", "offset", "bool"}
+
+
+def promql_metrics(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads: its identifiers without the label matchers
+    ({...}), the ranges ([...]), the grouping labels (by (...)), numbers and PromQL's words."""
+    expr = re.sub(r"\{[^}]*\}", " ", expr)
+    expr = re.sub(r"\[[^\]]*\]", " ", expr)
+    expr = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", " ", expr)
+    names = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", expr)) - PROMQL_WORDS
+    return names
+
+
+def exported_names(text: str) -> set[str]:
+    """Every series name /metrics declares (# TYPE: a labelled metric may have no series yet) or
+    serves."""
+    names = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            names |= {name + s for s in ("_bucket", "_sum", "_count")} if kind == "histogram" else {name}
+        elif line and not line.startswith("#"):
+            names.add(line.split("{")[0].split(" ")[0])
+    return names
+
+
+def test_grafana_dashboard_reads_only_metrics_the_server_exports(logged_split):
+    """docs/grafana/splitserve.json: an importable dashboard (a Prometheus datasource variable, every
+    panel on it) whose every PromQL expression reads only series a real server exports."""
+    srv, _ = logged_split
+    dash = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana" / "splitserve.json").read_text())
+    var = {v["name"]: v for v in dash["templating"]["list"]}
+    assert var["datasource"]["type"] == "datasource" and var["datasource"]["query"] == "prometheus"
+    exported = exported_names(httpx.get(srv.url + "/metrics", timeout=10).text)
+    used, titles = set(), []
+    for panel in dash["panels"]:
+        titles.append(panel["title"])
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        for t in panel["targets"]:
+            names = promql_metrics(t["expr"])
+            assert names, t["expr"]
+            assert names <= exported, (panel["title"], names - exported)
+            used |= names
+    assert promql_metrics('histogram_quantile(0.9, sum by (le) (rate(vllm:x_bucket{a="b"}[5m])))') == \
+        {"vllm:x_bucket"}
+    for must in ("vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+                 "vllm:e2e_request_latency_seconds_bucket", "vllm:request_queue_time_seconds_bucket",
+                 "vllm:request_prefill_time_seconds_bucket", "vllm:request_decode_time_seconds_bucket",
+                 "vllm:request_success_total", "vllm:generation_tokens_total", "splitserve_kv_cache_usage_perc",
+                 "splitserve_worker_kv_cache_usage_perc", "splitserve_kv_transfer_time_seconds_bucket",
+                 "splitserve_kv_transfer_bytes_total", "splitserve_worker_up", "vllm:num_preemptions_total",
+                 "splitserve_instance_flips_total"):
+        assert must in used, must
+    assert len(titles) == len(set(titles)) == 18
+
+
+def test_preemptions_counted_from_step_reports_equal_the_engines_own_count(server_factory):
+    """test_lossless's case: one mixed worker of 40 blocks, a long request decoding, four prompts
+    of 9 blocks each arriving: its engine preempts the long decode (recomputed later). The
+    router's count from the step reports equals the engine scheduler's own (its heartbeat), and
+    the tokens handed to clients are counted once: 480 + 4 x 8."""
+    srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--num-blocks", "40",
+                         "--preemption-limit", "3", "--log-stats-interval", "0")
+    long_prompt = [(7 * i) % 250 + 3 for i in range(20)]
+    rng = random.Random(11)
+    prompts = [[rng.randrange(3, 259) for _ in range(130)] for _ in range(4)]
+
+    async def go():
+        async with httpx.AsyncClient(timeout=60) as client:
+            body = {"prompt": long_prompt, "max_tokens": 480, "temperature": 0, "stream": True, "ignore_eos": True}
+            others, n = None, 0
+            async with client.stream("POST", srv.url + "/v1/completions", json=body) as r:
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    n += sum(len(c["token_ids"]) for c in json.loads(line[6:])["choices"])
+                    if n and others is None:
+                        others = [asyncio.create_task(complete(client, srv.url, p, 8, stream=False, ignore_eos=True))
+                                  for p in prompts]
+            res = await asyncio.gather(*others)
+            assert n == 480 and all(st == 200 and len(t) == 8 for st, t, _ in res)
+
+    asyncio.run(go())
+    st = srv.wait_settled()
+    (w,) = st["workers"]
+    s = samples(srv)
+    m = 'model_name="tiny"'
+    assert w["preempted"] > 0
+    assert s[("vllm:num_preemptions_total", m)] == w["preempted"]
+    assert s[("vllm:generation_tokens_total", m)] == 480 + 32
+    assert s[("vllm:prompt_tokens_total", m)] == 20 + 4 * 130
+    # each recompute prefills the long prompt and the tokens it had made again
+    assert s[("splitserve_prompt_tokens_computed_total", 'pool="mixed"')] > 20 + 4 * 130 + w["preempted"] * 20
+    assert s[("splitserve_tokens_generated_total", 'pool="mixed"')] == 480 + 32
