@@ -276,3 +276,35 @@ def test_chat_chunks():
     assert [chunk_tokens(c) for c in (role, tok, empty, end, ids)] == [0, 1, 1, 0, 2]
     assert chunk_output(ids) == ([5, 6], "x") and chunk_output(tok) == ([], "ab")
     assert chunk_output({"choices": [{"text": "t", "token_ids": [9]}]}) == ([9], "t")
+
+
+def test_burstiness_retimes_a_workload_keeping_its_sizes_in_order():
+    from splitserve.bench.run import _workload_plan
+    from splitserve.workload import make_workload
+
+    o = BenchOptions(url="u", workload="coding", rps=5.0, duration=20.0, seed=2, burstiness=0.5)
+    plan = _workload_plan(o, None)
+    reqs = list(plan.requests())
+    times = list(gamma_arrivals(5.0, 0.5, 2, duration=20.0))
+    assert [r.arrival for r in reqs] == times and plan.total == len(times)
+    sizes = [(w.prompt_tokens, w.output_tokens) for w, _ in zip(make_workload("coding", rps=5.0, seed=2,
+                                                                             max_requests=len(times)), times)]
+    assert [(r.prompt_tokens, r.max_tokens) for r in reqs] == sizes
+    assert plan.arrivals == "gamma(burstiness=0.5)"
+    # burstiness 1 keeps the workload's own Poisson arrivals (the simulator's)
+    same = _workload_plan(BenchOptions(url="u", workload="coding", rps=5.0, duration=20.0, seed=2), None)
+    assert [r.arrival for r in same.requests()] == [w.arrival for w in make_workload("coding", rps=5.0, duration=20.0,
+                                                                                      seed=2)]
+
+
+def test_burstiness_is_refused_for_a_trace_at_its_own_timestamps(tmp_path):
+    from splitserve.bench.run import _workload_plan
+
+    p = tmp_path / "t.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{i * 0.5},{10 + i},{5}\n" for i in range(20)))
+    with pytest.raises(UserError, match="add --arrivals poisson"):
+        _workload_plan(BenchOptions(url="u", workload=str(p), rps=2.0, duration=5.0, burstiness=2.0,
+                                    arrivals="trace"), None)
+    plan = _workload_plan(BenchOptions(url="u", workload=str(p), rps=2.0, duration=5.0, burstiness=2.0,
+                                       arrivals="poisson"), None)
+    assert plan.total == len(list(gamma_arrivals(2.0, 2.0, 0, duration=5.0)))

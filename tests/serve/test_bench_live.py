@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import httpx
-import pytest
 
 from splitserve.bench.datasets import random_sizes, sharegpt_order
 from splitserve.bench.run import BenchOptions, run_bench
