@@ -22,10 +22,12 @@ the tcp receiver, and the exposed time of even a 51 KB transfer spreads over 4-1
 about 1 ms (OMP_WAIT_POLICY=PASSIVE removes that). bfloat16 on this CPU is about 7x slower than
 float32, hence float32 (twice the bytes of the GPU's bfloat16).
 
-For each transport of --transports and each mode of --modes, one server is started:
+For each transport of --transports, each mode of --modes and each setting of --kv-encryption,
+one server is started:
 
     splitserve serve --model M --prompt-workers 1 --token-workers 1 --transport T
-        --layerwise-threshold 0 (layerwise) | 1000000000 (serialized) --device D --dtype DT ...
+        --layerwise-threshold 0 (layerwise) | 1000000000 (serialized) --kv-encryption E
+        --device D --dtype DT ...
 
 and sent one warm-up request, then --requests sequential, non-streaming POST /v1/completions,
 each a distinct prompt of --prompt-tokens token ids with max_tokens 2, temperature 0 and
@@ -149,16 +151,17 @@ def summarize(reqs: list[dict], expected_bytes: int) -> dict:
     }
 
 
-def run_one(args, transport: str, mode: str, shape: dict, log: Path) -> dict:
+def run_one(args, transport: str, mode: str, shape: dict, log: Path, encryption: str = "auto") -> dict:
     port = free_port()
     cmd = serve_cmd("--model", args.model, "--prompt-workers", "1", "--token-workers", "1",
                     "--transport", transport, "--layerwise-threshold", str(THRESHOLD[mode]),
+                    "--kv-encryption", encryption,
                     "--device", args.device, "--dtype", args.dtype, "--num-blocks", str(args.num_blocks),
                     "--chunk-size", str(args.chunk_size), "--transfer-timeout", str(args.transfer_timeout),
                     "--heartbeat-timeout", str(args.heartbeat_timeout),
                     "--worker-threads", str(args.worker_threads), "--port", str(port))
-    res: dict = {"transport": transport, "mode": mode, "command": shell(cmd)}
-    print(f"== {transport} / {mode}: {shell(cmd)}", flush=True)
+    res: dict = {"transport": transport, "mode": mode, "kv_encryption": encryption, "command": shell(cmd)}
+    print(f"== {transport} / {mode} / encryption {encryption}: {shell(cmd)}", flush=True)
     base = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
     try:
@@ -186,16 +189,16 @@ def run_one(args, transport: str, mode: str, shape: dict, log: Path) -> dict:
 
 
 def table(runs: list[dict]) -> str:
-    head = (f"{'transport':9s} {'mode':10s} {'n':>2s} {'MB/transfer':>11s} {'expected':>9s} {'xfer s P50':>10s} "
+    head = (f"{'transport':9s} {'mode':10s} {'enc':4s} {'n':>2s} {'MB/transfer':>11s} {'expected':>9s} {'xfer s P50':>10s} "
             f"{'exposed ms P50 (min-max)':>26s} {'GB/s P50':>9s} {'E2E s P50':>9s}")
     lines = [head, "-" * len(head)]
     for r in runs:
         s = r.get("summary")
         if s is None:
-            lines.append(f"{r['transport']:9s} {r['mode']:10s} ERROR: {r.get('error', '?').splitlines()[0]}")
+            lines.append(f"{r['transport']:9s} {r['mode']:10s} {r.get('kv_encryption', 'auto'):4s} ERROR: {r.get('error', '?').splitlines()[0]}")
             continue
         rng = f"{s['exposed_ms_p50']:.2f} ({s['exposed_ms_min']:.2f}-{s['exposed_ms_max']:.2f})"
-        lines.append(f"{r['transport']:9s} {r['mode']:10s} {s['requests']:>2d} {s['bytes_per_transfer'] / 1e6:>11.3f} "
+        lines.append(f"{r['transport']:9s} {r['mode']:10s} {r.get('kv_encryption', 'auto'):4s} {s['requests']:>2d} {s['bytes_per_transfer'] / 1e6:>11.3f} "
                      f"{s['expected_bytes'] / 1e6:>9.3f} {s['transfer_s_p50']:>10.4f} {rng:>26s} "
                      f"{s['gb_per_s_p50']:>9.3f} {s['e2e_s_p50']:>9.2f}")
     return "\n".join(lines)
@@ -212,6 +215,9 @@ def main() -> int:
     ap.add_argument("--modes", default="layerwise,serialized",
                     help="comma-separated: layerwise (--layerwise-threshold 0), serialized (a threshold no "
                          "batch reaches) (default: %(default)s)")
+    ap.add_argument("--kv-encryption", default="auto",
+                    help="comma-separated serve --kv-encryption settings, one server each: auto, on, off "
+                         "(default: %(default)s, which is off on this loopback setup)")
     ap.add_argument("--requests", type=int, default=5, help="measured requests per server, after 1 warm-up "
                     "(default: %(default)s)")
     ap.add_argument("--prompt-tokens", type=int, default=1500, help="tokens per prompt (default: %(default)s)")
@@ -238,6 +244,9 @@ def main() -> int:
     args = ap.parse_args()
     transports = [t for t in args.transports.split(",") if t]
     modes = [m for m in args.modes.split(",") if m]
+    encryptions = [e for e in args.kv_encryption.split(",") if e]
+    if bad := [e for e in encryptions if e not in ("auto", "on", "off")]:
+        ap.error(f"--kv-encryption: unknown {bad}; use auto, on, off")
     if bad := [m for m in modes if m not in THRESHOLD]:
         ap.error(f"--modes: unknown {bad}; use layerwise, serialized")
     if args.requests < 1 or args.prompt_tokens < 1:
@@ -267,7 +276,9 @@ def main() -> int:
         logs.mkdir(parents=True, exist_ok=True)
         for transport in transports:
             for mode in modes:
-                results["runs"].append(run_one(args, transport, mode, shape, logs / f"serve-{transport}-{mode}.log"))
+                for enc in encryptions:
+                    results["runs"].append(run_one(args, transport, mode, shape,
+                                                   logs / f"serve-{transport}-{mode}-{enc}.log", enc))
     results["wall_s"] = time.perf_counter() - t0
     print()
     print(table(results["runs"]))
@@ -277,7 +288,7 @@ def main() -> int:
             print(f"{r['transport']}, layerwise: exposed P50 {p50:.2f} ms "
                   f"({'under' if p50 < TARGET_EXPOSED_MS else 'NOT under'} the {TARGET_EXPOSED_MS:g} ms target, "
                   f"which is for llama3-8b on a GPU)")
-    return finish(results, args.out, lambda r: f"{r['transport']} / {r['mode']}")
+    return finish(results, args.out, lambda r: f"{r['transport']} / {r['mode']} / {r['kv_encryption']}")
 
 
 if __name__ == "__main__":

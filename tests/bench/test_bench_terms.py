@@ -308,3 +308,78 @@ def test_burstiness_is_refused_for_a_trace_at_its_own_timestamps(tmp_path):
     plan = _workload_plan(BenchOptions(url="u", workload=str(p), rps=2.0, duration=5.0, burstiness=2.0,
                                        arrivals="poisson"), None)
     assert plan.total == len(list(gamma_arrivals(2.0, 2.0, 0, duration=5.0)))
+
+
+# ---- exact-length text prompts -----------------------------------------------------------------
+
+
+class LocalCount:
+    """The `count` of bench.prompts.ServerTokenizer from a real tokenizer in this process (the live
+    path, through the server's /tokenize, is tests/serve/test_bench_live.py)."""
+
+    def __init__(self, tk) -> None:
+        self.tk, self.calls = tk, 0
+
+    async def count(self, text: str) -> int:
+        self.calls += 1
+        return len(self.tk.encode(text).ids)
+
+
+def trained_bpe():
+    """A BPE tokenizer with merges (800 entries), trained on seeded random words: unlike tiny's
+    byte-level one, a character adds 0 or 1 tokens and merges make the count irregular."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from splitserve.bench.prompts import random_words
+
+    tk = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    corpus = [random_words(np.random.default_rng([0, i]), 400) for i in range(200)]
+    tk.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=800, special_tokens=["[UNK]"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return tk
+
+
+def test_fit_text_hits_the_exact_count_with_a_bpe_tokenizer():
+    import asyncio
+
+    from splitserve.bench.prompts import fit_text, random_words
+
+    tk = trained_bpe()
+    counter = LocalCount(tk)
+    rng = np.random.default_rng(1)
+
+    async def all_lengths():
+        off, calls = 0, []
+        for n in range(5, 400, 3):
+            src = random_words(rng, 4 * n + 64)
+            full = await counter.count(src)
+            before = counter.calls
+            text, got = await fit_text(src, n, counter, 0, full)
+            calls.append(counter.calls - before)
+            assert got == len(tk.encode(text).ids) and src.startswith(text)
+            off += got != n
+        return off, calls
+
+    off, calls = asyncio.run(all_lengths())
+    # measured: every one of the 132 lengths exact, 3.7 tokenize calls each on average, 7 at most
+    assert off == 0 and len(calls) == 132
+    assert np.mean(calls) < 5 and max(calls) <= 2 * math.log2(4 * 400) + 3
+
+
+def test_fit_text_with_tiny_is_one_guess_and_below_a_template_is_the_template():
+    import asyncio
+
+    from splitserve.bench.prompts import fit_text, random_words
+    from splitserve.engine.tokenizer import Tokenizer
+
+    counter = LocalCount(Tokenizer.tiny().tk)              # byte-level, BOS added: chars + 1
+    src = random_words(np.random.default_rng(0), 4 * 50 + 64)
+
+    async def go():
+        return await fit_text(src, 50, counter, 1, len(src) + 1)
+
+    text, got = asyncio.run(go())
+    assert (got, len(text), counter.calls) == (50, 49, 1)   # the proportional guess is exact
+    assert asyncio.run(fit_text(src, 20, counter, 25, len(src) + 1)) == ("", 25)   # n under the empty count

@@ -2,15 +2,16 @@
 
 The bench knows no tokenizer; the server does (vLLM's `POST /tokenize`, which splitserve serves
 too). A text prompt of n tokens is made from a seeded source text (random lowercase words, or a
-ShareGPT turn) by a binary search over its character prefixes for the shortest one the server
-counts as n tokens. What is counted is what the endpoint will run: for `/v1/completions` the
+ShareGPT turn) by a search over its character prefixes for one the server counts as n tokens
+(a proportional first guess, then galloping and binary search: `fit_text`). What is counted is what the endpoint will run: for `/v1/completions` the
 prompt with the tokenizer's special tokens (BOS), for `/v1/chat/completions` the whole chat (the
 message in the server's chat template), so n is the prefill's length either way. Adding a
 character changes the count by at most one token for most tokenizers (byte-level ones: exactly
 one per ASCII character), so the search lands on n; where a prefix skips over n, or n is below a
 chat template's own length, the nearest count the server confirms is used, and that count is the
 request's `prompt_tokens` (the run reports how many prompts missed: `bench.prompt_tokens_off`).
-Cost: about log2(4 n) + 2 tokenize calls per prompt, before the timed run starts.
+Cost, before the timed run starts: 2 tokenize calls per prompt with a byte-level tokenizer
+(the source's count and the guess), a few more with a BPE one (at most about 2 log2(4 n) + 3).
 """
 
 from __future__ import annotations
@@ -75,24 +76,54 @@ def random_words(rng: np.random.Generator, chars: int) -> str:
     return " ".join(words)
 
 
-async def fit_text(source: str, n: int, tok: ServerTokenizer, empty: int) -> tuple[str, int]:
-    """The shortest prefix of `source` that the server counts as `n` tokens, and its count (the
-    nearest count when none is exactly n; `empty` is the count of the empty text)."""
+async def fit_text(source: str, n: int, tok: ServerTokenizer, empty: int, full: int) -> tuple[str, int]:
+    """A prefix of `source` that the server counts as `n` tokens, and its count (the nearest count
+    when no prefix has exactly n). `empty` and `full` are the counts of "" and of `source`
+    (full >= n). The first guess is proportional (exact for byte-level tokenizers); from it a
+    galloping search brackets n, and a binary search closes the bracket."""
     if n <= empty:
         return "", empty
-    lo, hi = 0, len(source)             # count(prefix of hi) >= n is the caller's promise
-    while lo < hi:                      # smallest k with count(source[:k]) >= n
+    L = len(source)
+    k = min(L, max(1, round(L * (n - empty) / max(full - empty, 1))))
+    c = await tok.count(source[:k])
+    if c == n:
+        return source[:k], c
+    gap = max(1, abs(n - c))
+    if c < n:                           # gallop up to a prefix counting >= n
+        lo, hi = k, L
+        while lo + gap < L:
+            cn = await tok.count(source[: lo + gap])
+            if cn == n:
+                return source[: lo + gap], cn
+            if cn > n:
+                hi = lo + gap
+                break
+            lo, gap = lo + gap, gap * 2
+    else:                               # gallop down to a prefix counting < n
+        lo, hi = 0, k
+        while hi - gap > 0:
+            cn = await tok.count(source[: hi - gap])
+            if cn == n:
+                return source[: hi - gap], cn
+            if cn < n:
+                lo = hi - gap
+                break
+            hi, gap = hi - gap, gap * 2
+    while hi - lo > 1:                  # count(lo) < n <= count(hi): the smallest k counting >= n
         mid = (lo + hi) // 2
-        if await tok.count(source[:mid]) >= n:
+        cm = await tok.count(source[:mid])
+        if cm == n:
+            return source[:mid], cm
+        if cm > n:
             hi = mid
         else:
-            lo = mid + 1
-    got = await tok.count(source[:lo])
-    if got != n and lo > 0:             # it skipped over n: the prefix one shorter may be nearer
-        below = await tok.count(source[: lo - 1])
+            lo = mid
+    got = await tok.count(source[:hi])
+    if got != n:                        # it skipped over n: the prefix one shorter may be nearer
+        below = await tok.count(source[:lo])
         if n - below < got - n:
-            return source[: lo - 1], below
-    return source[:lo], got
+            return source[:lo], below
+    return source[:hi], got
 
 
 class TextPrompts:
@@ -119,7 +150,7 @@ class TextPrompts:
             full = await self.tok.count(source)
         if full == n:
             return source, n
-        return await fit_text(source, n, self.tok, empty)
+        return await fit_text(source, n, self.tok, empty, full)
 
     async def make_all(self, wants: list[tuple[int, str | None]]) -> list[tuple[str, int]]:
         """`make` for each (n, source), at most PREP_CONCURRENCY at a time; the random sources are
