@@ -22,7 +22,7 @@ def bench(
     random_input_len: Annotated[int, typer.Option(help="--dataset random: prompt tokens per request.")] = 1024,
     random_output_len: Annotated[int, typer.Option(help="--dataset random: output tokens per request.")] = 128,
     random_range_ratio: Annotated[float, typer.Option(help="--dataset random: lengths uniform in L (1 - r) .. L (1 + r), 0 <= r < 1.")] = 0.0,
-    burstiness: Annotated[float, typer.Option(help="Gamma inter-arrivals of this shape at --rps (1: Poisson; below 1 burstier); datasets random and sharegpt, or a Poisson workload.")] = 1.0,
+    burstiness: Annotated[float, typer.Option(help="Gamma inter-arrivals of this shape at --rps (1: Poisson; below 1 burstier). A workload keeps its sizes in order at these arrivals (a trace's own timestamps are then not used; --arrivals trace refuses it).")] = 1.0,
     max_concurrency: Annotated[Optional[int], typer.Option(help="At most this many requests in flight; later ones wait in the client (default: no limit).")] = None,
     goodput: Annotated[Optional[List[str]], typer.Option(help="SLO limits KEY:MS, KEY one of ttft, tpot, tbt, e2el (e2e): count, fraction and rate of requests meeting all (e.g. --goodput ttft:500 --goodput tpot:50, or 'ttft:500 tpot:50'); default none.")] = None,
     percentiles: Annotated[str, typer.Option("--percentiles", "--metric-percentiles", help="Percentiles of the ms aliases in summary.json (p50_ttft_ms ...), comma-separated.")] = "50,90,99",
