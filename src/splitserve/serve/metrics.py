@@ -31,10 +31,12 @@ observed when a request completes (stop or length), as vLLM observes them at a r
                                      made (its `out` report; a worker splits a step's report only
                                      past max_model_len tokens, then each part is one observation)
     vllm:time_to_first_token_seconds histogram: arrival at the router to the first token handed to
-                                     the client (split: it comes from the prompt worker)
+                                     the client (split: it comes from the prompt worker); the
+                                     samples of splitserve_ttft_seconds under this name (`Alias`)
     vllm:inter_token_latency_seconds histogram: every gap between tokens handed to a client (k
-                                     tokens arriving together count as k gaps of 1/k)
-    vllm:time_per_output_token_seconds  the same observations (vLLM v1's earlier name)
+                                     tokens arriving together count as k gaps of 1/k); the
+                                     samples of splitserve_tbt_seconds
+    vllm:time_per_output_token_seconds  the same samples (vLLM v1's earlier name)
     vllm:request_time_per_output_token_seconds  histogram: per request, (last token - first
                                      token) / (output tokens - 1), requests of 2 tokens or more
     vllm:e2e_request_latency_seconds histogram: arrival at the router to the last token
@@ -120,6 +122,21 @@ class NoCreated:
         for m in self.registry.collect():
             out = Metric(m.name, m.documentation, m.type, m.unit)
             out.samples = [s for s in m.samples if not s.name.endswith("_created")]
+            yield out
+
+
+class Alias:
+    """A metric of the registry under another name, with constant labels added: the same samples,
+    so one observation serves both names (a token's gap is observed once, not three times)."""
+
+    def __init__(self, source, name: str, documentation: str, labels: dict[str, str]) -> None:
+        self.source, self.name, self.documentation, self.labels = source, name, documentation, labels
+
+    def collect(self):
+        for m in self.source.collect():
+            out = Metric(self.name, self.documentation, m.type)
+            out.samples = [s._replace(name=self.name + s.name[len(m.name):], labels={**s.labels, **self.labels})
+                           for s in m.samples]
             yield out
 
 
@@ -223,9 +240,10 @@ class ServeMetrics:
         success = Counter("vllm:request_success", "Completed requests", ["model_name", "finished_reason"], registry=r)
         self.v_success = {reason: success.labels(model, reason) for reason in REASONS}
         self.v_iteration = hist("vllm:iteration_tokens_total", "Tokens per engine step", _ITER)
-        self.v_ttft = hist("vllm:time_to_first_token_seconds", "Time to first token", _LAT)
-        self.v_itl = hist("vllm:inter_token_latency_seconds", "Time between tokens", _GAP)
-        self.v_tpot = hist("vllm:time_per_output_token_seconds", "Time between tokens (earlier name)", _GAP)
+        for source, name, doc in ((self.ttft, "vllm:time_to_first_token_seconds", "Time to first token"),
+                                  (self.tbt, "vllm:inter_token_latency_seconds", "Time between tokens"),
+                                  (self.tbt, "vllm:time_per_output_token_seconds", "Time between tokens (earlier name)")):
+            r.register(Alias(source, name, doc, {"model_name": model}))
         self.v_req_tpot = hist("vllm:request_time_per_output_token_seconds", "Mean time per output token of a "
                                "request after its first", _GAP)
         self.v_e2e = hist("vllm:e2e_request_latency_seconds", "Arrival to last token", _REQ)
@@ -242,8 +260,7 @@ class ServeMetrics:
     def first_token(self, ttft: float, prompt_tokens: int, k: int) -> None:
         """A request's first k tokens reached its client, `ttft` seconds after its arrival (its
     prompt's tokens count now; the k tokens count as generated, no gap is observed)."""
-        self.ttft.observe(ttft)
-        self.v_ttft.observe(ttft)
+        self.ttft.observe(ttft)  # also vllm:time_to_first_token_seconds (an Alias)
         self.v_prompt.inc(prompt_tokens)
         self.v_generation.inc(k)
 
@@ -253,10 +270,8 @@ class ServeMetrics:
         self.observe_gap(gap, k)
 
     def observe_gap(self, gap: float, k: int) -> None:
-        for _ in range(k):
+        for _ in range(k):  # also vllm:inter_token_latency_seconds, vllm:time_per_output_token_seconds
             self.tbt.observe(gap / k)
-            self.v_itl.observe(gap / k)
-            self.v_tpot.observe(gap / k)
 
     def completed(self, req, reason: str, now: float) -> None:
         """`req` (a router LiveRequest) completed with `reason` at `now` (perf_counter seconds)."""
