@@ -380,6 +380,7 @@ from .compare.cli import compare as _compare_cmd; app.command("compare")(_compar
 from .serve.cli import serve as _serve_cmd; app.command("serve")(_serve_cmd)
 from .twin.cli import profile as _profile_cmd; app.command("profile")(_profile_cmd)
 from .twin.cli import twin as _twin_cmd; app.command("twin")(_twin_cmd)
+from .cli_tokenizer import tokenizer_app as _tokenizer_app; app.add_typer(_tokenizer_app, name="tokenizer")
 
 
 def main(argv: list[str] | None = None) -> int:

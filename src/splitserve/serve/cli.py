@@ -49,6 +49,7 @@ def serve(
     max_num_seqs: Annotated[int, typer.Option(help="Sequences per worker batch at most.")] = 256,
     seed: Annotated[int, typer.Option(help="Seed of the workers' samplers (requests without their own seed).")] = 0,
     worker_threads: Annotated[int, typer.Option(help="Torch threads per worker.")] = 1,
+    tokenizer_dir: Annotated[Optional[Path], typer.Option("--tokenizer-dir", help="A preset with a built-in tokenizer (tiny): write it here as a Hugging Face tokenizer directory for benchmark clients (guidellm, aiperf), and print the path (default: $XDG_CACHE_HOME/splitserve/tokenizers/MODEL, ~/.cache when unset).")] = None,
     step_log: Annotated[Optional[Path], typer.Option("--step-log", help="Directory: each worker appends a JSON line per engine step to DIR/worker-<id>.jsonl on its host (start, seconds, and each sequence's KV tokens before and tokens run), to check a performance model against (`splitserve twin` reads them).")] = None,
     log_stats_interval: Annotated[float, typer.Option("--log-stats-interval", help="Seconds between the router's stats lines in the log, one per pool (throughput, running and waiting requests, KV usage, as vLLM's); 0: none.")] = 10.0,
     no_restart_workers: Annotated[bool, typer.Option("--no-restart-workers", help="Mark dead workers down instead of replacing them.")] = False,
@@ -108,6 +109,11 @@ def serve(
                         "pip install torch==2.13.0 '.[serve]' (CPU PyTorch; with a GPU, install your CUDA "
                         "build of torch first and leave out the pin)") from None
     cfg.check_host()                       # device and port, before any worker starts
+    from ..engine.hf_export import client_tokenizer_note
+
+    note = client_tokenizer_note(model, tokenizer_dir)   # for benchmark clients (guidellm, aiperf)
+    if note is not None:
+        print(f"splitserve serve: {note}", file=sys.stderr)
     if cfg.kv_encrypted():
         from .curve import require_curve
 
