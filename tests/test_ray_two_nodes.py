@@ -230,3 +230,14 @@ def test_serve_places_a_worker_on_each_node_and_answers_like_the_engine(cluster,
     assert "Traceback" not in out and "router: Ray workers stopped; Ray shut down" in out, out
     assert len(kv) == 2 and all(refused(a) for a in kv)  # the workers' KV sockets are closed
 
+
+
+def test_serve_on_cuda_needs_a_gpu_per_worker_in_the_cluster(cluster, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "splitserve.cli", "serve", "--model", "tiny", "--port",
+                        str(free_port()), "--backend", "ray", "--ray-address", cluster["address"], "--device", "cuda",
+                        "--prompt-workers", "1", "--token-workers", "1"],
+                       env=cluster["env"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "error: --device cuda: the 2 workers ask Ray for one GPU each; the Ray cluster has 0: give fewer workers, "
+        "more GPU nodes, or --device cpu")
