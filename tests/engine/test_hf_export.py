@@ -134,6 +134,8 @@ def test_serve_writes_it_under_the_cache_or_the_given_dir(tmp_path, monkeypatch)
     assert default_cache_dir() == tmp_path / "cache" / "splitserve" / "tokenizers"
     assert client_tokenizer_dir("tiny", None) == tmp_path / "cache" / "splitserve" / "tokenizers" / "tiny"
     assert client_tokenizer_dir("tiny", tmp_path / "mine") == tmp_path / "mine"
+    monkeypatch.chdir(tmp_path)
+    assert client_tokenizer_dir("tiny", Path("rel")) == tmp_path / "rel"       # printed absolute
     assert (tmp_path / "mine" / "tokenizer.json").is_file()
     assert client_tokenizer_dir("small", None) is None          # nothing to write: no line either
     assert client_tokenizer_note("small", None) is None

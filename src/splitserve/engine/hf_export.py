@@ -121,11 +121,12 @@ def default_cache_dir() -> Path:
 
 
 def client_tokenizer_dir(model: str, tokenizer_dir: Path | None) -> Path | None:
-    """Where `serve --model MODEL` writes the tokenizer for clients: `tokenizer_dir` when given, else
-    default_cache_dir()/MODEL; None for a model directory or a preset without a tokenizer."""
+    """Where `serve --model MODEL` writes the tokenizer for clients (absolute, to be copied into a
+    client's command line): `tokenizer_dir` when given, else default_cache_dir()/MODEL; None for a
+    model directory or a preset without a tokenizer."""
     if Path(model).is_dir() or builtin_tokenizer(model) is None:
         return None
-    return export_tokenizer(model, tokenizer_dir or default_cache_dir() / model)
+    return export_tokenizer(model, tokenizer_dir or default_cache_dir() / model).absolute()
 
 
 def client_tokenizer_note(model: str, tokenizer_dir: Path | None) -> str | None:
