@@ -163,7 +163,7 @@ def provision(
     max_rps: Annotated[float, typer.Option(help="Highest rate the throughput search considers.")] = 2000.0,
     workers: Annotated[Optional[int], typer.Option(help="Local worker processes (default: all cores).")] = None,
     backend: Annotated[str, typer.Option(help="local (a process pool) or ray.")] = "local",
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local instance).")] = None,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address, HOST:PORT of its head (default: start a local instance). Every node must run this splitserve (checked first); --profile and a trace --workload are shipped to the nodes.")] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Where simulated configurations are cached (default ~/.cache/splitserve/provision).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Simulate everything again.")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Directory for provision.json.")] = None,

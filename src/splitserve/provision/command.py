@@ -279,7 +279,8 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
         "best": best,
         "search": {"simulated": ev.simulated, "cached": ev.cached,
                    "brute_force": sum(r.get("brute_force", 0) for r in rows),
-                   "wall_s": wall, "workers": ev.width, "backend": backend},
+                   "wall_s": wall, "workers": ev.width, "backend": backend,
+                   **({"nodes": dict(be.nodes)} if backend == "ray" else {})},   # simulations per Ray node
         "estimate": est,
         "rate_top": rates.lattice.rate(rates.lattice.index(max_rps)) if objective == "throughput" else None,
     }

@@ -116,6 +116,9 @@ class ServeConfig:
         if self.transport not in ("tcp", "local"):
             raise UserError(f"--transport must be tcp or local, got {self.transport!r} "
                             f"(NCCL is not implemented)")
+        if self.backend == "ray" and self.device.startswith("cuda:"):
+            raise UserError(f"--device {self.device}: with --backend ray, Ray gives each worker its own GPU "
+                            f"(CUDA_VISIBLE_DEVICES); use --device cuda")
         if self.transport == "local":
             if self.backend == "ray" and self.ray_address:
                 raise UserError("--transport local needs every worker on this host, but --ray-address may "

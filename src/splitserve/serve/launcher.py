@@ -2,9 +2,19 @@
 
 A launcher turns a worker id and its argument list into a running worker and answers whether it
 is still alive. Local workers are child processes (`python -m splitserve.serve.worker ...`) in
-their own session, killed with the server. Ray workers are one actor each (`num_cpus=1`), whose
-`run` method is the worker's main loop; the router finds them by their `hello`, so the router's
-`--worker-host` must be an address the Ray nodes can reach.
+their own session, killed with the server. Ray workers are one actor each, whose `run` method is
+the worker's main loop; the router finds them by their `hello`.
+
+Ray: `join_ray` (the serve command, before the server starts) starts or joins Ray
+(ray_cluster.connect), checks that every node runs this splitserve and that the cluster has the
+GPUs the workers ask for. An actor asks for one GPU when its worker runs on CUDA (`--device
+cuda`, or `auto` on a cluster that has GPUs; the engine has no tensor parallelism, so one GPU per
+worker) and for one CPU otherwise; actors are placed with Ray's SPREAD strategy (over the nodes
+that have the resources, one after another). Joined to a cluster (`--ray-address`), each worker
+binds its KV endpoint on the IP Ray knows its node by, so workers on other nodes can reach it; the
+router binds `--worker-host`, by default this host's IP as the cluster sees it (serve/cli.py). On
+a local Ray instance every worker binds `--worker-host` (127.0.0.1 by default). The launcher logs
+the node each worker runs on, and at shutdown stops every actor and Ray.
 """
 
 from __future__ import annotations
@@ -51,31 +61,74 @@ class LocalLauncher:
         pass
 
 
+def wants_gpu(device: str, cluster_gpus: float) -> bool:
+    """Whether a Ray worker on `device` asks for a GPU: cuda always, auto when the cluster has one."""
+    return device.startswith("cuda") or (device == "auto" and cluster_gpus > 0)
+
+
+def actor_resources(device: str, cluster_gpus: float) -> dict:
+    """The resources one worker's actor asks Ray for (the engine has no tensor parallelism)."""
+    return {"num_gpus": 1, "num_cpus": 1} if wants_gpu(device, cluster_gpus) else {"num_cpus": 1}
+
+
+def join_ray(cfg, log=None) -> None:
+    """Before the server starts: start or join Ray, every node's splitserve checked, and the GPUs
+    the workers ask for there (each failure one error line)."""
+    from ..ray_cluster import check_nodes, connect, import_ray
+
+    ray = import_ray()
+    connect(cfg.ray_address, log_to_driver=True)
+    nodes = check_nodes()
+    gpus = ray.cluster_resources().get("GPU", 0)
+    n = len(cfg.homes())
+    if wants_gpu(cfg.device, gpus) and n > gpus:
+        ray.shutdown()
+        raise UserError(f"--device {cfg.device}: the {n} workers ask Ray for one GPU each; the Ray cluster has "
+                        f"{gpus:g}: give fewer workers, more GPU nodes, or --device cpu")
+    if log:
+        per = "one GPU" if wants_gpu(cfg.device, gpus) else "one CPU"
+        log(f"Ray: {len(nodes)} node{'s' * (len(nodes) != 1)}, each with this splitserve; {n} workers, "
+            f"{per} each, spread over the nodes")
+
+
 class RayLauncher:
     def __init__(self, secret: bytes, address: str | None) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise UserError("--backend ray needs ray: pip install 'splitserve[ray]'") from None
-        self.ray = ray
-        if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=True,
-                     runtime_env={"env_vars": {SECRET_ENV: secret.hex()}})
+        from ..ray_cluster import connect, import_ray, is_local
 
-        @ray.remote(num_cpus=1, max_restarts=0)
+        ray = self.ray = import_ray()
+        connect(address, log_to_driver=True)   # joined already by join_ray (the serve command)
+        self.env = {"env_vars": {SECRET_ENV: secret.hex()}}
+        self.node_ip = not is_local(address)    # workers on other hosts bind their node's IP
+        self.gpus = ray.cluster_resources().get("GPU", 0)
+        self.placed: dict[int, str] = {}        # worker id -> the node it runs on, once known
+
+        @ray.remote(max_restarts=0)
         class WorkerActor:
-            def run(self, argv: list[str]) -> int:
+            def where(self) -> tuple[str, str]:
+                return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
+            def run(self, argv: list[str], node_ip: bool) -> int:
                 from splitserve.serve.worker import main
-                return main(argv)
+                from splitserve.serve.worker_args import set_host
+                return main(set_host(argv, ray.util.get_node_ip_address()) if node_ip else argv)
 
         self.actor_cls = WorkerActor
 
     def start(self, wid: int, argv: list[str]):
-        actor = self.actor_cls.options(name=None).remote()
-        return (actor, actor.run.remote(argv))
+        from .worker_args import parse_args
+
+        res = actor_resources(parse_args(argv).device, self.gpus)
+        actor = self.actor_cls.options(scheduling_strategy="SPREAD", runtime_env=self.env, **res).remote()
+        return (wid, actor, actor.where.remote(), actor.run.remote(argv, self.node_ip))
 
     def alive(self, handle) -> bool:
-        _, ref = handle
+        wid, _, where, ref = handle
+        if self.placed.get(wid) != where.hex():
+            done, _ = self.ray.wait([where], timeout=0)
+            if done:
+                self.placed[wid] = where.hex()
+                node, ip = self.ray.get(where)
+                print(f"router: worker {wid} runs on Ray node {node[:12]} ({ip})", file=sys.stderr, flush=True)
         done, _ = self.ray.wait([ref], timeout=0)
         return not done
 
@@ -84,14 +137,17 @@ class RayLauncher:
         return None
 
     def kill(self, handle) -> None:
-        actor, _ = handle
+        _, actor, _, _ = handle
         try:
             self.ray.kill(actor, no_restart=True)
         except Exception:
             pass
 
     def close(self) -> None:
-        pass
+        """After the supervisor killed every actor: Ray down too (a local instance stops)."""
+        if self.ray.is_initialized():
+            self.ray.shutdown()
+            print("router: Ray workers stopped; Ray shut down", file=sys.stderr, flush=True)
 
 
 def make_launcher(backend: str, secret: bytes, ray_address: str | None):

@@ -150,11 +150,13 @@ class Supervisor:
             w.started_at += seconds
 
     def stop(self) -> None:
+        """Kill every worker, then close the launcher (a Ray launcher shuts Ray down)."""
         self.closing = True
         for w in self.workers:
             if w.handle is not None:
                 self.launcher.kill(w.handle)
             w.state = State.OFF
+        self.launcher.close()
 
     # ---- views ---------------------------------------------------------------------------------
     def pools(self, split: bool) -> dict[str, dict[str, int]]:

@@ -32,6 +32,13 @@ def worker_argv(cfg: ServeConfig, w, router_address: str) -> list[str]:
     return argv
 
 
+def set_host(argv: list[str], host: str) -> list[str]:
+    """`argv` with the address to bind the inbound KV endpoint on replaced by `host` (a Ray worker
+    on another node binds its node's IP)."""
+    i = argv.index("--host")
+    return [*argv[:i + 1], host, *argv[i + 2:]]
+
+
 def parse_args(argv=None, description: str = "a splitserve worker") -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="splitserve-worker", description=description)
     ap.add_argument("--id", type=int, required=True)
