@@ -61,9 +61,9 @@ def test_serve_wrote_the_tokenizer_dir(served):
         "config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
 
 
-# One endpoint, guidellm's default (chat: content parts, max_completion_tokens, the template); a run
-# costs 10-25 s on 2 shared cores, most of it guidellm's own start (torch, transformers, datasets).
-# "/v1/completions" passes the same checks (run by hand: 6 of 6, 32 prompt tokens each).
+# One endpoint, guidellm's default (chat: content parts, max_completion_tokens, the template): a run
+# took 15-28 s on 2 shared cores, most of it guidellm's own start (torch, transformers, datasets).
+# "/v1/completions" passed the same checks when it was a parameter here (6 of 6, 32 prompt tokens each).
 @pytest.mark.parametrize("endpoint", ["/v1/chat/completions"])
 def test_guidellm_measures_what_we_served(served, reference_engine, tmp_path, endpoint):
     srv, tok_dir = served
