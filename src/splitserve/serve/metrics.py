@@ -51,6 +51,12 @@ observed when a request completes (stop or length), as vLLM observes them at a r
     vllm:request_generation_tokens   histogram: output tokens per completed request
     vllm:request_params_max_tokens   histogram: max_tokens per completed request
 
+The router learns of the first token of a split request from whichever worker tells it first:
+the token worker's `kv_in` can overtake the prompt worker's step report (two sockets; seen under
+load on the 2-core dev VM). Such a request has no scheduling moment: it is left out of the queue,
+prefill and inference histograms and counted in splitserve_requests_schedule_unseen_total, so
+those histograms' counts plus that counter equal the completed requests.
+
 A restarted request (its worker died, or it was quarantined) keeps its arrival, its first
 scheduling and the tokens already handed out: its times span all its tries.
 
@@ -70,7 +76,8 @@ pool's engines ran, recomputations included), splitserve_tokens_generated_total{
 pool's engines made: in a split cluster the prompt pool makes each request's first token),
 splitserve_kv_transfers_total{mode}, splitserve_kv_transfer_bytes_total{mode},
 splitserve_kv_transfer_seconds_total{mode}, splitserve_kv_transfer_exposed_seconds_total{mode}
-(the non-overlapped part), splitserve_kv_transfer_failures_total, splitserve_requests_total{outcome},
+(the non-overlapped part), splitserve_kv_transfer_failures_total, splitserve_requests_schedule_unseen_total
+(above), splitserve_requests_total{outcome},
 splitserve_rejected_total{status}, splitserve_request_restarts_total,
 splitserve_worker_restarts_total, splitserve_instance_flips_total{to} (TetriInfer's instance flip, the
 role taken); splitserve_rejected_internal_messages{where} (router, worker<N>).
@@ -194,6 +201,8 @@ class ServeMetrics:
         self.transfer_exposed_time = Histogram("splitserve_kv_transfer_exposed_time_seconds",
                                                "KV transfer time after the prefill ended", ["mode"], registry=r,
                                                buckets=_LAT)
+        self.unscheduled = Counter("splitserve_requests_schedule_unseen", "Completed requests whose first step "
+                                   "report came after their first token", registry=r)
         self.transfer_failures = Counter("splitserve_kv_transfer_failures", "KV transfers that failed", registry=r)
         self.requests = Counter("splitserve_requests", "Requests by outcome", ["outcome"], registry=r)
         self.rejected = Counter("splitserve_rejected", "Requests shed by overload", ["status"], registry=r)
@@ -290,7 +299,9 @@ class ServeMetrics:
             self.v_decode.observe(req.last_at - req.first_at)
             if n > 1:
                 self.v_req_tpot.observe((req.last_at - req.first_at) / (n - 1))
-        if req.scheduled_at:
+        if not req.scheduled_at:
+            self.unscheduled.inc()
+        else:
             self.v_queue.observe(req.scheduled_at - req.created)
             self.v_inference.observe(req.last_at - req.scheduled_at)
             if req.first_at:

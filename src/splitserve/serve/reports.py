@@ -58,8 +58,8 @@ class WorkerReports:
         elif type(msg) is Step:
             live = lambda rids: [q.pr for q in map(get, rids) if q is not None]  # noqa: E731
             chunks = [(q, n) for q, n in ((get(rid), n) for rid, n in msg.chunks) if q is not None]
-            for q, _ in chunks:
-                if not q.scheduled_at:  # its first engine step (of any try): the end of its queue time
+            for q, _ in chunks:  # its first engine step (of any try): the end of its queue time, unless
+                if not q.scheduled_at and not q.first_at:  # its first token overtook this report (kv_in)
                     q.scheduled_at = time.perf_counter()
             chunks = [(q.pr, n) for q, n in chunks]
             self.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
