@@ -30,9 +30,9 @@ def serve(
     port: Annotated[int, typer.Option(help="HTTP port (0: any free port).")] = 8000,
     api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="SPLITSERVE_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/* and /debug/*. Prefer the environment variable or --api-key-file: a command line is visible to every local user.")] = None,
     api_key_file: Annotated[Optional[str], typer.Option("--api-key-file", help="Read the API key from this file (its first line).")] = None,
-    backend: Annotated[str, typer.Option(help="local (worker processes here) or ray (one Ray actor per worker; tested on a local Ray instance only).")] = "local",
-    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address (default: start a local Ray).")] = None,
-    worker_host: Annotated[str, typer.Option("--worker-host", help="Address for the internal router/KV sockets (reachable by every worker).")] = "127.0.0.1",
+    backend: Annotated[str, typer.Option(help="local (worker processes here) or ray (one Ray actor per worker, spread over the nodes of a local Ray instance or of the cluster at --ray-address; README: Ray across hosts).")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address, HOST:PORT of its head (default: start a local Ray instance).")] = None,
+    worker_host: Annotated[Optional[str], typer.Option("--worker-host", help="Address the router's internal socket (and local workers' KV sockets) bind to; every worker must reach it (default: 127.0.0.1; with --backend ray --ray-address, this host's IP as the Ray cluster sees it, and each Ray worker binds its own node's IP).")] = None,
     device: Annotated[str, typer.Option(help="Worker device: cpu, cuda or auto.")] = "cpu",
     dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16 or auto.")] = "auto",
     transfer_timeout: Annotated[float, typer.Option(help="Seconds a KV transfer may go without progress (a step of the prompt starting, a layer arriving) before its blocks are freed and the request restarts; raise it where one prompt step takes longer.")] = 5.0,
@@ -77,6 +77,9 @@ def serve(
               "use SPLITSERVE_API_KEY or --api-key-file", file=sys.stderr)
     if max_body_mb <= 0:
         raise UserError("--max-body-mb must be > 0")
+    if worker_host is None:   # the router's socket: where every worker can reach it
+        from ..ray_cluster import local_ip
+        worker_host = local_ip(ray_address) if backend == "ray" else "127.0.0.1"
     cfg = ServeConfig(model=model, prompt_workers=prompt_workers, token_workers=token_workers,
                       mixed_workers=mixed_workers, design=design, host=host, port=port, api_key=api_key,
                       backend=backend, ray_address=ray_address, worker_host=worker_host, device=device,
@@ -118,6 +121,10 @@ def serve(
         from .curve import require_curve
 
         require_curve()                    # libzmq with CURVE, before any worker starts
+    if cfg.backend == "ray":               # Ray started or joined, every node checked, before any worker
+        from .launcher import join_ray
+
+        join_ray(cfg, log=lambda msg: print(f"splitserve serve: {msg}", file=sys.stderr, flush=True))
     from .server import run_server
 
     run_server(cfg, http=http_impl, loop=loop_impl)
