@@ -66,7 +66,9 @@ def test_split_equals_single_worker_and_engine(cluster, request, reference_engin
 def test_server_matches_generate_cli(split_server, capsys):
     from splitserve.cli import main
 
-    assert main(["generate", "--model", "tiny", "--prompt-ids", "1,2,3", "--max-tokens", "8", "--json"]) == 0
+    # on the server's device (cpu): a preset's random weights are drawn on the device it runs on
+    assert main(["generate", "--model", "tiny", "--prompt-ids", "1,2,3", "--max-tokens", "8", "--json",
+                 "--device", "cpu"]) == 0
     want = json.loads(capsys.readouterr().out)
     r = httpx.post(split_server.url + "/v1/completions", headers=split_server.headers,
                    json={"model": "tiny", "prompt": [1, 2, 3], "max_tokens": 8, "temperature": 0}, timeout=30)

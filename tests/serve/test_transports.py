@@ -83,8 +83,8 @@ def test_local_transport_is_lossless_and_leaks_nothing(mode, threshold, server_f
     # the `splitserve generate` CLI (its own engine, stopping at EOS) agrees too
     from splitserve.cli import main
     for prompt in ([1, 2, 3], list(range(40, 97))):
-        assert main(["generate", "--model", "tiny", "--prompt-ids", ",".join(map(str, prompt)),
-                     "--max-tokens", "10", "--json"]) == 0
+        assert main(["generate", "--model", "tiny", "--prompt-ids", ",".join(map(str, prompt)),   # the server's
+                     "--max-tokens", "10", "--json", "--device", "cpu"]) == 0   # device: weights are drawn on it
         cli = json.loads(capsys.readouterr().out)["token_ids"]
         r = httpx.post(srv.url + "/v1/completions", timeout=30,
                        json={"model": "tiny", "prompt": prompt, "max_tokens": 10, "temperature": 0})

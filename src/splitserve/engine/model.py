@@ -151,7 +151,11 @@ def init_random(model: CausalLM, seed: int) -> None:
     """Deterministic random weights: N(0, init_std) matrices and biases at 0, norms at 1.
 
     Drawn in float32 with a generator on the model's device, parameter by parameter in a fixed
-    order, then cast, so a preset gives the same weights at every dtype (up to rounding)."""
+    order, then cast, so a preset gives the same weights at every dtype (up to rounding) on one
+    kind of device. Not across kinds: CUDA's generator draws other numbers than the CPU's, so a
+    preset on cuda is another model than on cpu (compare a GPU run with a GPU reference). Drawing
+    on the CPU and copying would make them one, at the price of drawing 8 B numbers on the CPU
+    for llama3-8b at every start."""
     device = model.embed_tokens.weight.device
     gen = torch.Generator(device=device).manual_seed(seed)
     std = model.cfg.init_std
