@@ -5,6 +5,7 @@ SIGKILL of the server and of every worker pid it reported, whatever state the te
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -78,18 +79,24 @@ def _die_with_parent() -> None:
         pass
 
 
-def start_server(*args: str, api_key: str | None = None, timeout: float = 60.0, key_arg: bool = True) -> Server:
-    """key_arg False: `api_key` is what the server expects, given to it in `args` some other way."""
+def start_server(*args: str, api_key: str | None = None, timeout: float = 60.0, key_arg: bool = True,
+                 log_path=None) -> Server:
+    """key_arg False: `api_key` is what the server expects, given to it in `args` some other way.
+    log_path: the server's stderr (its log) goes to this file."""
     port = free_port()
     cmd = [sys.executable, "-m", "splitserve.cli", "serve", "--model", "tiny", "--port", str(port), *args]
     if api_key and key_arg:
         cmd += ["--api-key", api_key]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+    log = open(log_path, "wb") if log_path is not None else None
+    with log if log is not None else contextlib.nullcontext():
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=log, start_new_session=True,
+                                preexec_fn=_die_with_parent)
     srv = Server(proc, f"http://127.0.0.1:{port}", api_key)
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
+            raise RuntimeError(f"server exited with {proc.returncode}"
+                               + (f": {open(log_path).read()}" if log_path is not None else ""))
         try:
             if httpx.get(srv.url + "/health", timeout=1).status_code == 200:
                 srv.state()

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import Server, _die_with_parent, complete, free_port, stop_server
+from .conftest import Server, complete, start_server, stop_server
 
 PROMPTS = [[(5 * i + 7 * j) % 250 + 3 for j in range(n)] for i, n in enumerate([5, 9, 17, 33, 20])]
 MAX_TOKENS = [4, 7, 2, 10, 5]          # ignore_eos: each request makes exactly this many tokens
@@ -26,27 +26,7 @@ LINE = re.compile(r"router: (\w+) pool \((\d+)/(\d+) workers up\): Avg prompt th
 
 
 def start_logged(log_path, *args: str, timeout: float = 60.0) -> Server:
-    """conftest.start_server, with the server's stderr (its log) in `log_path`."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "splitserve.cli", "serve", "--model", "tiny", "--port", str(port), *args]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=log, start_new_session=True,
-                                preexec_fn=_die_with_parent)
-    srv = Server(proc, f"http://127.0.0.1:{port}")
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}: {open(log_path).read()}")
-        try:
-            if httpx.get(srv.url + "/health", timeout=1).status_code == 200:
-                srv.state()
-                return srv
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            stop_server(srv)
-            raise RuntimeError("server did not come up")
-        time.sleep(0.1)
+    return start_server(*args, timeout=timeout, log_path=log_path)
 
 
 def samples(srv: Server) -> dict[tuple[str, str], float]:
