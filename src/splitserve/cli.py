@@ -36,6 +36,11 @@ def _root(
     """Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters."""
 
 
+def _catalog_note(cat) -> dict:
+    """What a run's output says of the user catalog it used."""
+    return {"source": cat.source, "fingerprint": cat.fingerprint, "replaced": list(cat.replaced)}
+
+
 def _user_catalog(directory: Path | None):
     """The catalog with the user's directory on top (None: the built-in one); a warning line for
     each entry that replaces a built-in one."""
@@ -123,8 +128,7 @@ def simulate(
         catalog=user_catalog)
     summary["config"] = effective_config(ctx)   # the run again: simulate --config summary.json
     if user_catalog is not None:
-        summary["catalog"] = {"source": user_catalog.source, "fingerprint": user_catalog.fingerprint,
-                              "replaced": list(user_catalog.replaced)}
+        summary["catalog"] = _catalog_note(user_catalog)
     if trace is not None:
         trace.write(trace_out)
         if not json_out:
@@ -183,6 +187,7 @@ def provision(
     batch_caps: Annotated[str, typer.Option(help="capacity-per-dollar: batch caps (requests holding KV at once; 0: memory decides).", rich_help_panel="Configuration search")] = "0,64,256",
     chunks: Annotated[str, typer.Option(help="capacity-per-dollar: chunk sizes for the chunking schedulers (empty: their default).", rich_help_panel="Configuration search")] = "512",
     policy_system: Annotated[str, typer.Option("--policy", help="Serving system whose policy every simulation runs (policy/systems.py; cost, power, machines, throughput and batch objectives): its kind of designs only.", show_default=False)] = "",
+    catalog: Annotated[Optional[Path], typer.Option(envvar="SPLITSERVE_CATALOG", help="A directory of your own hardware.toml, models.toml, designs.toml, kv_transfer.toml (any of them, the built-in files' format): its entries are added to the built-in ones, or replace the one of the same name (with a warning). Cost, power, machines, throughput and batch objectives.")] = None,
     config: Annotated[Optional[Path], typer.Option(is_eager=True, callback=apply_config, help=CONFIG_HELP)] = None,
 ) -> None:
     """Find the cluster to buy: the cheapest / lowest-power / fewest machines meeting the SLOs at a
@@ -192,6 +197,9 @@ def provision(
     if policy_system and objective in ("capacity-per-dollar", "goodput-per-gpu"):
         raise UserError(f"--policy goes with the cost, power, machines, throughput and batch objectives; "
                         f"--objective {objective} searches its own schedulers")
+    if catalog is not None and objective in ("capacity-per-dollar", "goodput-per-gpu"):
+        raise UserError(f"--catalog goes with the cost, power, machines, throughput and batch objectives; "
+                        f"--objective {objective} searches the built-in catalog only")
     if objective == "capacity-per-dollar":
         from .provision import configs
         from .provision.plan import RateRange
@@ -244,6 +252,8 @@ def provision(
         raise UserError("--placement goes with --objective goodput-per-gpu")
     from .provision.command import infeasible_message, print_result, run_provision, write_result
 
+    user_catalog = _user_catalog(catalog)
+
     res = run_provision(
         objective=objective, rps=rps, constraint=constraint, budget=budget, designs=design,
         workload=workload, duration=duration, seed=seed, model=model,
@@ -252,11 +262,13 @@ def provision(
         workers=workers, backend=backend, address=address,
         cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
         progress=not (quiet or json_out), goodput_ttft=goodput_ttft,
-        goodput_tpot=goodput_tpot, system=policy_system,
+        goodput_tpot=goodput_tpot, system=policy_system, catalog=user_catalog,
         log=None if quiet else (lambda line: typer.echo(line, err=True)))
     for w in res["warnings"]:
         typer.echo(f"warning: {w}", err=True)
     res["config"] = effective_config(ctx)   # the run again: provision --config provision.json
+    if user_catalog is not None:
+        res["catalog"] = _catalog_note(user_catalog)
     if out is not None:
         path = write_result(res, out)
         if not json_out:

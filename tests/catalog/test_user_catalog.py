@@ -4,6 +4,7 @@ same code, and the figures of a run moving exactly as the changed fields say."""
 import json
 import pickle
 import tomllib
+from dataclasses import replace
 from importlib import resources
 
 import pytest
@@ -196,3 +197,49 @@ def test_a_catalog_is_a_plain_value_equal_by_its_files(tmp_path):
     (tmp_path / "hardware.toml").write_text(table("h100-cheap", h100(cost_per_hour=20.0)))
     assert load_catalog(d) != a                        # other content, another fingerprint
     assert load_catalog(None) is builtin_catalog()
+
+
+def test_provision_searches_a_user_design_and_prices_it_from_the_user_catalog(tmp_path, capsys):
+    (tmp_path / "cat").mkdir()
+    cat = write(tmp_path / "cat",
+                hardware=table("h100-cheap", h100(cost_per_hour=19.0)),
+                designs=table("splitwise-cheap", {"scheduler": "splitwise", "prompt": "h100-cheap",
+                                                  "token": "h100-cheap"}),
+                kv_transfer="[overhead_s]\nh100-cheap = 4.9e-3\n")
+    args = ["provision", "--catalog", cat, "--objective", "cost", "--rps", "4", "--duration", "20",
+            "--max-prompt", "4", "--max-token", "4", "--design", "splitwise-cheap", "--design", "splitwise-hh",
+            "--workers", "2", "--cache-dir", str(tmp_path / "cache"), "--json", "--quiet"]
+    assert main(args) == 0
+    res = json.loads(capsys.readouterr().out)
+    cheap, hh = res["designs"]
+    # the same machine at half the price: the same cluster (the jobs ran in worker processes, so
+    # the catalog travelled with them), at half the cost, and the search picks it
+    assert (cheap["prompt_machines"], cheap["token_machines"]) == (hh["prompt_machines"], hh["token_machines"])
+    assert cheap["cost_per_hour"] == 19.0 * (cheap["prompt_machines"] + cheap["token_machines"])
+    assert hh["cost_per_hour"] == 38.0 * (hh["prompt_machines"] + hh["token_machines"])
+    assert res["best"]["design"] == "splitwise-cheap"
+    assert res["catalog"]["source"] == cat and res["config"]["catalog"] == cat
+    # without --catalog the design is unknown: one error line
+    assert main([a for a in args if a not in ("--catalog", cat)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: unknown design 'splitwise-cheap'")
+
+
+def test_a_user_catalog_is_part_of_the_provision_cache_key(tmp_path):
+    from splitserve.provision.evaluate import Cache, Job
+    d = write(tmp_path, hardware=table("dgx-h100", h100(cost_per_hour=19.0)))
+    job = Job("splitwise-hh", 2, 1, None, 4.0)
+    cache = Cache(tmp_path / "cache")
+    user = cache.key(replace(job, catalog=load_catalog(d)))
+    assert user != cache.key(job)                     # a replaced entry never reads the built-in's result
+    (tmp_path / "hardware.toml").write_text(table("dgx-h100", h100(cost_per_hour=20.0)))
+    assert cache.key(replace(job, catalog=load_catalog(d))) != user   # nor an edited file's
+    assert cache.key(replace(job, catalog=load_catalog(d))) == cache.key(replace(job, catalog=load_catalog(d)))
+
+
+@pytest.mark.parametrize("objective", ["capacity-per-dollar", "goodput-per-gpu"])
+def test_searches_of_the_built_in_catalog_refuse_catalog(tmp_path, capsys, objective):
+    assert main(["provision", "--catalog", str(tmp_path), "--objective", objective]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"error: --catalog goes with the cost, power, machines, throughput and batch objectives; "
+                    f"--objective {objective} searches the built-in catalog only")

@@ -44,7 +44,7 @@ def worst_probes(n: int, width: int) -> int:
 
 
 def simulation_bound(objective: str, d, lim: plan.Limits, rates: plan.RateRange, width: int,
-                     constraint: str | None = None, budget: float | None = None) -> int:
+                     constraint: str | None = None, budget: float | None = None, catalog=None) -> int:
     """At most how many simulations the search of one design asks for (cached ones included).
 
     - cost/power/machines, split: the prompt column at --max-token and the token row at
@@ -61,7 +61,7 @@ def simulation_bound(objective: str, d, lim: plan.Limits, rates: plan.RateRange,
             wt = worst_probes(lim.max_token, width)
             return worst_probes(lim.max_prompt, width) + wt + lim.max_prompt * wt + 1
         return worst_probes(lim.max_machines, width) + 1
-    cands = len(plan.boundary(d, constraint, budget, lim))
+    cands = len(plan.boundary(d, constraint, budget, lim, catalog))
     if objective == "batch":
         return cands
     return cands * (1 + worst_probes(rates.size(), width)) + 1 if cands else 0
@@ -74,7 +74,7 @@ def estimate(objective: str, designs: list, sc: plan.Scenario, lim: plan.Limits,
     ASSUMED for the throughput search: the geometric mean of --min-rps and --max-rps, where its
     bisection spends its probes on no particular side) at SECONDS_PER_REQUEST, over `width`
     workers."""
-    sims = sum(simulation_bound(objective, d, lim, rates, width, constraint, budget) for d in designs)
+    sims = sum(simulation_bound(objective, d, lim, rates, width, constraint, budget, sc.catalog) for d in designs)
     rate = rps if rps is not None else math.sqrt(rates.lo * rates.hi)
     per_sim = rate * sc.duration * SECONDS_PER_REQUEST
     return {"simulations_at_most": sims, "rate": rate, "seconds_per_simulation": per_sim,
@@ -143,8 +143,9 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
                   backend: str = "local", address: str | None = None,
                   cache_dir: str | None = None, use_cache: bool = True, progress: bool = True,
                   goodput_ttft: float | None = None, goodput_tpot: float | None = None,
-                  system: str = "", log=None) -> dict:
-    """`log(line)`, when given, gets the estimate before the searches start."""
+                  system: str = "", catalog=None, log=None) -> dict:
+    """`log(line)`, when given, gets the estimate before the searches start; `catalog`
+    (catalog.Catalog, --catalog) names the designs, machines and models (None: the built-in one)."""
     # ---- the question ----
     if constraint is not None and constraint not in plan.CONSTRAINTS:
         raise UserError(f"--constraint must be iso-power or iso-cost, got {constraint!r}")
@@ -184,10 +185,10 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
         raise UserError(f"--backend must be local or ray, got {backend!r}")
     if profile is not None and not Path(profile).is_file():
         raise UserError(f"profile {profile} not found")
-    known = load_designs()
+    known = load_designs(catalog)
     names = list(designs) if designs else list(DEFAULT_DESIGNS)
     for n in names:
-        plan.design(n)                       # unknown names fail before any simulation
+        plan.design(n, catalog)              # unknown names fail before any simulation
     if system:                               # --policy: the designs of its kind (split or not)
         from ..policy.systems import system as named
         split = named(system).split
@@ -198,15 +199,15 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
                             f"{'unsplit' if split else 'Splitwise'} design{'s' if len(wrong) > 1 else ''}")
         names = [n for n in names if n not in wrong]
     from ..catalog import load_model
-    load_model(model)
+    load_model(model, catalog)
     from ..workload import make_workload
     make_workload(workload, rps=rps or 1.0, duration=duration, seed=seed)
-    budget_x = plan.budget_value(budget, constraint) if constraint else None
+    budget_x = plan.budget_value(budget, constraint, catalog) if constraint else None
 
     from ..report.goodput import from_options
     slo = from_options(goodput_ttft, goodput_tpot)
     sc = plan.Scenario(workload, duration, seed, model, profile, (slo.ttft_s, slo.tpot_s) if slo else None,
-                       system)
+                       system, catalog)
     lim = plan.Limits(max_prompt, max_token, max_machines)
     rates = plan.RateRange(min_rps, max_rps, RateLattice(tolerance))
 
@@ -285,7 +286,7 @@ def run_provision(*, objective: str | None, rps: float | None, constraint: str |
         "rate_top": rates.lattice.rate(rates.lattice.index(max_rps)) if objective == "throughput" else None,
     }
     def room(r: dict) -> tuple[bool, ...]:      # within a budget: could one more machine fit?
-        per = plan.unit_values(known[r["design"]], lambda hw: getattr(hw, plan.CONSTRAINTS[constraint]))
+        per = plan.unit_values(known[r["design"]], lambda hw: getattr(hw, plan.CONSTRAINTS[constraint]), catalog)
         counts = (r["prompt_machines"], r["token_machines"]) if "prompt_machines" in r else (r["machines"],)
         used = sum(c * u for c, u in zip(counts, per))
         return tuple(used + u <= budget_x * (1 + 1e-9) for u in per)

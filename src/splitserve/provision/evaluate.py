@@ -16,10 +16,14 @@ import json
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,7 @@ class Job:
     batch_cap: int = 0              # requests holding KV at once (BatchingConfig.max_seqs; 0: memory decides)
     chunk_size: int = 0             # chunked prefill's token budget (0: whole prompts)
     system: str = ""                # a serving system by name (policy/systems.py); "": the default policy
+    catalog: Catalog | None = None  # a user catalog (--catalog) travels with the job; None: the built-in one
 
     def counts(self) -> dict:
         if self.machines is not None:
@@ -125,7 +130,8 @@ def run_job(job: Job) -> Outcome:
                        rps=job.rps, duration=job.duration, seed=job.seed, profile=job.profile,
                        goodput=GoodputSLO(*job.goodput) if job.goodput else None,
                        parallel=Parallelism(*job.parallel) if job.parallel else None,
-                       policy=job_policy(job), max_context=job.max_context, colocated=job.colocated)
+                       policy=job_policy(job), max_context=job.max_context, colocated=job.colocated,
+                       catalog=job.catalog)
     return Outcome.from_summary(s)
 
 
@@ -156,7 +162,9 @@ class Cache:
     root: Path
 
     def key(self, job: Job) -> str:
-        d = asdict(job)
+        d = asdict(replace(job, catalog=None))
+        if job.catalog is not None:      # the user files' hash, not their parsed contents
+            d["catalog"] = job.catalog.fingerprint
         if job.profile:
             d["profile"] = _file_hash(job.profile)
         d["code"] = code_fingerprint()

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
-from ..catalog import load_hardware
+from ..catalog import Catalog, load_hardware
 from ..designs import Design, load_designs
 from ..errors import UserError
 from .evaluate import Evaluator, Job, Outcome
@@ -43,13 +43,15 @@ class Scenario:
     profile: str | None = None
     goodput: tuple[float, float] | None = None   # DistServe's (TTFT, TPOT) SLOs in place of the nine slowdowns
     system: str = ""                             # serving system by name (policy/systems.py; --policy)
+    catalog: Catalog | None = None               # --catalog: designs, machines, models (None: built-in)
 
     def job(self, design: str, counts: tuple[int, ...], rps: float) -> Job:
         if len(counts) == 2:
             return Job(design, counts[0], counts[1], None, rps, self.workload, self.duration,
-                       self.seed, self.model, self.profile, self.goodput, system=self.system)
+                       self.seed, self.model, self.profile, self.goodput, system=self.system,
+                       catalog=self.catalog)
         return Job(design, None, None, counts[0], rps, self.workload, self.duration, self.seed,
-                   self.model, self.profile, self.goodput, system=self.system)
+                   self.model, self.profile, self.goodput, system=self.system, catalog=self.catalog)
 
 
 @dataclass(frozen=True)
@@ -62,18 +64,18 @@ class Limits:
         return self.max_prompt * self.max_token if design.split else self.max_machines
 
 
-def design(name: str) -> Design:
-    designs = load_designs()
+def design(name: str, catalog: Catalog | None = None) -> Design:
+    designs = load_designs(catalog)
     if name not in designs:
         raise UserError(f"unknown design {name!r}; choose from: {', '.join(sorted(designs))}")
     return designs[name]
 
 
-def unit_values(d: Design, per_machine: Callable) -> tuple[float, ...]:
+def unit_values(d: Design, per_machine: Callable, catalog: Catalog | None = None) -> tuple[float, ...]:
     """The per-machine value (cost, power, 1) of each pool of the design."""
     if d.split:
-        return per_machine(load_hardware(d.prompt)), per_machine(load_hardware(d.token))
-    return (per_machine(load_hardware(d.machine)),)
+        return per_machine(load_hardware(d.prompt, catalog)), per_machine(load_hardware(d.token, catalog))
+    return (per_machine(load_hardware(d.machine, catalog)),)
 
 
 def _entry(d: Design, counts: tuple[int, ...], out: Outcome | None, **extra) -> dict:
@@ -97,7 +99,7 @@ def _counter(ev: Evaluator) -> Callable[[], int]:
 def cheapest(ev: Evaluator, d: Design, rps: float, objective: str, sc: Scenario, lim: Limits,
              on_progress: Callable[[str], None] | None = None) -> dict:
     field, per_machine = OBJECTIVES[objective]
-    weights = unit_values(d, per_machine)
+    weights = unit_values(d, per_machine, sc.catalog)
     count = _counter(ev)
     slo = lambda cfgs: [o.slo_met for o in ev([sc.job(d.name, c, rps) for c in cfgs])]
     if d.split:
@@ -141,7 +143,7 @@ def throughput_at_slo(ev: Evaluator, d: Design, counts: tuple[int, ...], sc: Sce
     return max_rate(test, rates.lattice, rates.lo, rates.hi, ev.width, at_least)
 
 
-def budget_value(spec: str, constraint: str) -> float:
+def budget_value(spec: str, constraint: str, catalog: Catalog | None = None) -> float:
     """A budget as a number (kW for iso-power, $/h for iso-cost) or as N*HARDWARE, e.g.
     40*dgx-h100: the power or cost of 40 DGX-H100."""
     field = CONSTRAINTS[constraint]
@@ -151,7 +153,7 @@ def budget_value(spec: str, constraint: str) -> float:
             count = float(n)
         except ValueError:
             raise UserError(f"--budget {spec!r}: expected N*HARDWARE, e.g. 40*dgx-h100") from None
-        value = count * getattr(load_hardware(hw.strip()), field)
+        value = count * getattr(load_hardware(hw.strip(), catalog), field)
     else:
         try:
             value = float(spec)
@@ -163,10 +165,11 @@ def budget_value(spec: str, constraint: str) -> float:
     return value
 
 
-def boundary(d: Design, constraint: str, budget: float, lim: Limits) -> list[tuple[int, ...]]:
+def boundary(d: Design, constraint: str, budget: float, lim: Limits,
+             catalog: Catalog | None = None) -> list[tuple[int, ...]]:
     """The largest clusters within the budget: for each prompt count, the most token machines
     that fit (more machines never lower throughput at SLO, so the best is among these)."""
-    per = unit_values(d, lambda hw: getattr(hw, CONSTRAINTS[constraint]))
+    per = unit_values(d, lambda hw: getattr(hw, CONSTRAINTS[constraint]), catalog)
     eps = 1e-9 * budget
     if not d.split:
         n = min(lim.max_machines, math.floor((budget + eps) / per[0]))
@@ -201,7 +204,7 @@ def best_within_budget(ev: Evaluator, d: Design, constraint: str, budget: float,
                        on_progress: Callable[[str], None] | None = None, stride: int = 1) -> dict:
     """`stride` > 1 tries only every stride-th split of the boundary (and its last): a coarse,
     no longer exact, answer for quick looks."""
-    cands = boundary(d, constraint, budget, lim)
+    cands = boundary(d, constraint, budget, lim, sc.catalog)
     if stride > 1 and cands:
         cands = sorted(set(cands[::stride]) | {cands[-1]})
     count = _counter(ev)
@@ -246,7 +249,7 @@ def best_within_budget(ev: Evaluator, d: Design, constraint: str, budget: float,
 # ---- batch jobs: requests per dollar under stress ---------------------------------------------
 def batch_within_budget(ev: Evaluator, d: Design, constraint: str, budget: float, sc: Scenario,
                         lim: Limits, stress_rps: float) -> dict:
-    cands = boundary(d, constraint, budget, lim)
+    cands = boundary(d, constraint, budget, lim, sc.catalog)
     count = _counter(ev)
     if not cands:
         return {"design": d.name, "feasible": False, "reason": "not one machine of each pool fits the budget",
@@ -260,4 +263,6 @@ def batch_within_budget(ev: Evaluator, d: Design, constraint: str, budget: float
 
 
 def scenario_dict(sc: Scenario) -> dict:
-    return asdict(sc)
+    d = asdict(replace(sc, catalog=None))
+    del d["catalog"]    # the user catalog is reported on its own (provision.json "catalog")
+    return d
