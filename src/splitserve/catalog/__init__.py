@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from importlib import resources
@@ -423,25 +424,21 @@ def _parse(tables: dict[str, tuple[_Where, dict[str, Any]]], *, base: Catalog | 
     overheads = dict(base.kv_overhead_s) if base else {}
     replaced: list[str] = []
     hw_where: dict[str, _Where] = {}
-    if "hardware.toml" in tables:
-        where, raw = tables["hardware.toml"]
+
+    def merge(file: str, into: dict, entry: Callable[[_Where, str, Any], Any]) -> None:
+        if file not in tables:
+            return
+        where, raw = tables[file]
         for name, t in raw.items():
-            if name in hw:
+            if name in into:
                 replaced.append(f"{where.file} [{name}]")
-            hw[name] = _hardware_entry(where, name, t)
-            hw_where[name] = where
-    if "models.toml" in tables:
-        where, raw = tables["models.toml"]
-        for name, t in raw.items():
-            if name in models:
-                replaced.append(f"{where.file} [{name}]")
-            models[name] = _model_entry(where, name, t)
-    if "designs.toml" in tables:
-        where, raw = tables["designs.toml"]
-        for name, t in raw.items():
-            if name in designs:
-                replaced.append(f"{where.file} [{name}]")
-            designs[name] = _design_entry(where, name, t, hw)
+            into[name] = entry(where, name, t)
+            if into is hw:
+                hw_where[name] = where
+
+    merge("hardware.toml", hw, _hardware_entry)
+    merge("models.toml", models, _model_entry)
+    merge("designs.toml", designs, lambda where, name, t: _design_entry(where, name, t, hw))
     if "kv_transfer.toml" in tables:
         where, raw = tables["kv_transfer.toml"]
         for name, v in _overhead_entries(where, raw, hw).items():
