@@ -2,8 +2,11 @@
 1P+1T cluster for 20 s at half the capacity the profile predicts, simulate the same requests,
 and hold the simulator to a loose bound on the live P50s and on the workers' engine steps (35%;
 benchmarks/twin/ has the full table with the issue's 10% / 20% bounds). The workers' step logs
-hold every prompt token once and every decode once. The same live run against a deliberately
-wrong profile (every step 3x slower) must break the bound, so this test can fail."""
+hold every prompt token once and every decode once. Each profile row is the median of 3 repeats: a
+CI run once found the simulated TBT P50 37% above the live one (cause not found; 1-2% here), so the
+profile is made less sensitive to one disturbed measurement, and a failure prints the path's
+overheads. The same live run against a deliberately wrong profile (every step 3x slower) must
+break the bound, so this test can fail."""
 
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ def test_the_simulator_predicts_a_short_live_run(tmp_path):
     prof = tmp_path / "profile"
     run_profile(ProfileSettings(model="small", prompt_sizes=(16, 64, 256, 512), batch_sizes=(1, 2, 3, 4, 8),
                                 context_prompt=256, context_batches=(2, 4),
-                                repeats=1, tokens=8), prof)
+                                repeats=3, tokens=8), prof)
     machine = load_machine_profile(prof)
     spec = TwinSpec(design="splitwise", workload="coding", rps=1.0, duration=20.0, seed=1,
                     max_prompt_tokens=256, max_tokens_cap=32)
@@ -59,8 +62,9 @@ def test_the_simulator_predicts_a_short_live_run(tmp_path):
     rows = {r.metric: r for r in compare(live, sim)}
     errors = {m: rows[m].rel_error for m in P50S}
     assert sim["completed"] == live["completed"]
-    assert all(abs(e) <= BOUND for e in errors.values()), errors
-    assert abs(step_error) <= BOUND, step_error
+    path = {k: v for k, v in machine.facts["path"].items() if k != "how"}
+    assert all(abs(e) <= BOUND for e in errors.values()), (errors, f"engine steps {step_error:+.1%}", path)
+    assert abs(step_error) <= BOUND, (step_error, path)
 
     wrong = load_machine_profile(slowed(prof, tmp_path / "wrong", 3.0))
     sim_wrong, _ = run_sim(spec, wrong)
