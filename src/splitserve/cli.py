@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .cli_catalog import CATALOG_HELP, user_catalog
 from .config_file import CONFIG_HELP, apply_config, effective_config
 from .errors import UserError
 from .policy.config import PolicyConfig, policy_options
@@ -34,24 +35,6 @@ def _root(
                                           help="Print the package version and exit.")] = False,
 ) -> None:
     """Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters."""
-
-
-def _catalog_note(cat) -> dict:
-    """What a run's output says of the user catalog it used."""
-    return {"source": cat.source, "fingerprint": cat.fingerprint, "replaced": list(cat.replaced)}
-
-
-def _user_catalog(directory: Path | None):
-    """The catalog with the user's directory on top (None: the built-in one); a warning line for
-    each entry that replaces a built-in one."""
-    if directory is None:
-        return None
-    from .catalog import load_catalog
-
-    cat = load_catalog(directory)
-    for entry in cat.replaced:
-        typer.echo(f"warning: catalog {entry} replaces the built-in entry of that name", err=True)
-    return cat
 
 
 @app.command()
@@ -100,7 +83,7 @@ def simulate(
                                                                "share of requests with TTFT <= this (s) and TPOT <= "
                                                                "--goodput-tpot (s) (default: not measured).")] = None,
     goodput_tpot: Annotated[Optional[float], typer.Option(help="Time per output token SLO (s) for --goodput-ttft (default: not measured).")] = None,
-    catalog: Annotated[Optional[Path], typer.Option(envvar="SPLITSERVE_CATALOG", help="A directory of your own hardware.toml, models.toml, designs.toml, kv_transfer.toml (any of them, the built-in files' format): its entries are added to the built-in ones, or replace the one of the same name (with a warning).")] = None,
+    catalog: Annotated[Optional[Path], typer.Option(envvar="SPLITSERVE_CATALOG", help=CATALOG_HELP)] = None,
     config: Annotated[Optional[Path], typer.Option(is_eager=True, callback=apply_config, help=CONFIG_HELP)] = None,
     policy: PolicyConfig = PolicyConfig(),
 ) -> None:
@@ -110,7 +93,7 @@ def simulate(
     from .simulate import run_simulation
 
     goodput = from_options(goodput_ttft, goodput_tpot)
-    user_catalog = _user_catalog(catalog)
+    cat = user_catalog(catalog)
     trace = None
     if trace_out is not None:
         from .sim.chrome_trace import ChromeTrace
@@ -125,10 +108,10 @@ def simulate(
         parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp, ep),
         max_context=max_context, machine_profile=str(machine_profile) if machine_profile else None,
         memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace, goodput=goodput,
-        catalog=user_catalog)
+        catalog=cat)
     summary["config"] = effective_config(ctx)   # the run again: simulate --config summary.json
-    if user_catalog is not None:
-        summary["catalog"] = _catalog_note(user_catalog)
+    if cat is not None:
+        summary["catalog"] = cat.note()
     if trace is not None:
         trace.write(trace_out)
         if not json_out:
@@ -187,7 +170,7 @@ def provision(
     batch_caps: Annotated[str, typer.Option(help="capacity-per-dollar: batch caps (requests holding KV at once; 0: memory decides).", rich_help_panel="Configuration search")] = "0,64,256",
     chunks: Annotated[str, typer.Option(help="capacity-per-dollar: chunk sizes for the chunking schedulers (empty: their default).", rich_help_panel="Configuration search")] = "512",
     policy_system: Annotated[str, typer.Option("--policy", help="Serving system whose policy every simulation runs (policy/systems.py; cost, power, machines, throughput and batch objectives): its kind of designs only.", show_default=False)] = "",
-    catalog: Annotated[Optional[Path], typer.Option(envvar="SPLITSERVE_CATALOG", help="A directory of your own hardware.toml, models.toml, designs.toml, kv_transfer.toml (any of them, the built-in files' format): its entries are added to the built-in ones, or replace the one of the same name (with a warning). Cost, power, machines, throughput and batch objectives.")] = None,
+    catalog: Annotated[Optional[Path], typer.Option(envvar="SPLITSERVE_CATALOG", help=CATALOG_HELP + " Cost, power, machines, throughput and batch objectives.")] = None,
     config: Annotated[Optional[Path], typer.Option(is_eager=True, callback=apply_config, help=CONFIG_HELP)] = None,
 ) -> None:
     """Find the cluster to buy: the cheapest / lowest-power / fewest machines meeting the SLOs at a
@@ -252,7 +235,7 @@ def provision(
         raise UserError("--placement goes with --objective goodput-per-gpu")
     from .provision.command import infeasible_message, print_result, run_provision, write_result
 
-    user_catalog = _user_catalog(catalog)
+    cat = user_catalog(catalog)
 
     res = run_provision(
         objective=objective, rps=rps, constraint=constraint, budget=budget, designs=design,
@@ -262,13 +245,13 @@ def provision(
         workers=workers, backend=backend, address=address,
         cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
         progress=not (quiet or json_out), goodput_ttft=goodput_ttft,
-        goodput_tpot=goodput_tpot, system=policy_system, catalog=user_catalog,
+        goodput_tpot=goodput_tpot, system=policy_system, catalog=cat,
         log=None if quiet else (lambda line: typer.echo(line, err=True)))
     for w in res["warnings"]:
         typer.echo(f"warning: {w}", err=True)
     res["config"] = effective_config(ctx)   # the run again: provision --config provision.json
-    if user_catalog is not None:
-        res["catalog"] = _catalog_note(user_catalog)
+    if cat is not None:
+        res["catalog"] = cat.note()
     if out is not None:
         path = write_result(res, out)
         if not json_out:

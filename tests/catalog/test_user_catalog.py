@@ -243,3 +243,36 @@ def test_searches_of_the_built_in_catalog_refuse_catalog(tmp_path, capsys, objec
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == (f"error: --catalog goes with the cost, power, machines, throughput and batch objectives; "
                     f"--objective {objective} searches the built-in catalog only")
+
+
+def test_compare_runs_on_a_user_machine_kind_and_prices_the_budget_from_it(tmp_path, capsys):
+    (tmp_path / "cat").mkdir()
+    cat = write(tmp_path / "cat",
+                hardware=table("h100-cheap", h100(cost_per_hour=19.0)),
+                designs=table("splitwise-cheap", {"scheduler": "splitwise", "prompt": "h100-cheap",
+                                                  "token": "h100-cheap"})
+                + table("baseline-cheap", {"scheduler": "mixed", "machine": "h100-cheap"}),
+                kv_transfer="[overhead_s]\nh100-cheap = 4.9e-3\n")
+    common = ["-n", "3", "--duration", "20", "--tolerance", "0.1", "--curve-points", "0", "--system", "vllm",
+              "--system", "splitwise", "--workers", "2", "--no-cache", "--quiet"]
+    assert main(["compare", "--catalog", cat, "--hardware", "h100-cheap", "--out", str(tmp_path / "ours"),
+                 *common]) == 0
+    assert main(["compare", "--out", str(tmp_path / "builtin"), *common]) == 0
+    capsys.readouterr()
+    ours, theirs = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("ours", "builtin"))
+    assert ours["budget"] == {**theirs["budget"], "hardware": "h100-cheap", "cost_per_hour": 3 * 19.0,
+                              "split_design": "splitwise-cheap", "unsplit_design": "baseline-cheap"}
+    assert theirs["budget"]["cost_per_hour"] == 3 * 38.0
+    assert ours["catalog"]["source"] == cat and "catalog" not in theirs
+    # the same machine at half the price: the same goodputs and splits (the searches ran in worker
+    # processes, so the catalog travelled with them), at half the cost per output token
+    for a, b in zip(ours["systems"], theirs["systems"]):
+        assert (a["system"], a["goodput_rps"], a["cluster"]) == (b["system"], b["goodput_rps"], b["cluster"])
+        assert a["goodput_rps"] is not None
+        assert a["at_goodput"]["cost_per_hour"] == 3 * 19.0
+        assert a["at_goodput"]["cost_per_m_output_tokens"] == pytest.approx(
+            b["at_goodput"]["cost_per_m_output_tokens"] / 2)
+    # without --catalog the machine kind is unknown: one error line
+    assert main(["compare", "--hardware", "h100-cheap", "--out", str(tmp_path / "x"), *common]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: unknown hardware 'h100-cheap'")

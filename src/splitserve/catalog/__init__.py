@@ -399,6 +399,10 @@ class Catalog:
     def __hash__(self) -> int:
         return hash((self.source, self.fingerprint))
 
+    def note(self) -> dict:
+        """What a run's output says of this catalog (summary.json, provision.json, results.json)."""
+        return {"source": self.source, "fingerprint": self.fingerprint, "replaced": list(self.replaced)}
+
     def hardware_spec(self, name: str) -> HardwareSpec:
         if name not in self.hardware:
             raise UserError(f"unknown hardware {name!r}; valid names: {', '.join(sorted(self.hardware))}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..catalog import load_hardware
+from ..catalog import Catalog, load_hardware
 from ..designs import Design, load_designs
 from ..errors import UserError
 from ..provision.plan import Limits
@@ -20,17 +20,18 @@ from ..provision.plan import Limits
 class Budget:
     hardware: str          # a machine kind of catalog/hardware.toml, e.g. dgx-h100
     machines: int          # N
+    catalog: Catalog | None = None   # --catalog (None: the built-in one)
 
     def __post_init__(self) -> None:
         if self.machines < 2:
             raise UserError(f"--machines must be at least 2 (a split system needs a prompt and a token "
                             f"machine), got {self.machines}")
-        load_hardware(self.hardware)
+        load_hardware(self.hardware, self.catalog)
 
     def design(self, split: bool) -> Design:
         """The catalog design with every machine of this kind: Splitwise pools, or an unsplit
         baseline."""
-        for d in load_designs().values():
+        for d in load_designs(self.catalog).values():
             kinds = (d.prompt, d.token) if d.split else (d.machine,)
             if d.split == split and all(k == self.hardware for k in kinds):
                 return d
@@ -40,7 +41,7 @@ class Budget:
     @property
     def cost_per_hour(self) -> float:
         """The budget as provision's iso-cost constraint: N machines' $/h."""
-        return self.machines * load_hardware(self.hardware).cost_per_hour
+        return self.machines * load_hardware(self.hardware, self.catalog).cost_per_hour
 
     def limits(self) -> Limits:
         return Limits(max_prompt=self.machines, max_token=self.machines, max_machines=self.machines)

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..cli_catalog import CATALOG_HELP, user_catalog
 from ..config_file import CONFIG_HELP, apply_config, effective_config
 from .command import DEFAULT_MACHINES
 
@@ -36,6 +37,7 @@ def compare(
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of the simulations (default ~/.cache/splitserve/provision).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Simulate everything again.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    catalog: Annotated[Optional[Path], typer.Option(envvar="SPLITSERVE_CATALOG", help=CATALOG_HELP + " --hardware needs a split and an unsplit design of it.")] = None,
     config: Annotated[Optional[Path], typer.Option(is_eager=True, callback=apply_config, help=CONFIG_HELP)] = None,
 ) -> None:
     """Run every serving system (policy/systems.py) on the same workload, model, machines and
@@ -54,5 +56,5 @@ def compare(
     run_compare(out=out, command=command, workload=workload, model=model, hardware=hardware, seed=seed,
                 goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, min_rps=min_rps, max_rps=max_rps,
                 systems=system, workers=workers, cache_dir=str(cache_dir) if cache_dir else None,
-                use_cache=not no_cache, log=log, config=effective_config(ctx), **d)
+                use_cache=not no_cache, log=log, config=effective_config(ctx), catalog=user_catalog(catalog), **d)
     typer.echo(f"wrote {out / 'report.md'}")

@@ -8,13 +8,13 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from ..errors import UserError
 from ..policy.systems import SYSTEMS
 from ..provision.evaluate import Cache, Evaluator, LocalBackend, default_cache_dir
-from ..provision.plan import ASSUMPTION, RateRange, Scenario
+from ..provision.plan import ASSUMPTION, RateRange, Scenario, scenario_dict
 from ..provision.search import RateLattice
 from .budget import Budget
 from .claims import finding, load_claims
@@ -42,7 +42,10 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
                 tolerance: float = 0.02, min_rps: float = 0.5, max_rps: float | None = None,
                 curve_points: int = 6, systems: list[str] | None = None, workers: int | None = None,
                 cache_dir: str | None = None, use_cache: bool = True,
-                log: Callable[[str], None] = lambda m: None, config: dict | None = None) -> dict:
+                log: Callable[[str], None] = lambda m: None, config: dict | None = None,
+                catalog=None) -> dict:
+    """`catalog` (catalog.Catalog, --catalog): the machines, designs and models of the budget and of
+    every simulation (None: the built-in one)."""
     # ---- the question, checked before any simulation ----
     names = list(systems) if systems else list(SYSTEMS)
     for n in names:
@@ -61,15 +64,16 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
     out.mkdir(parents=True, exist_ok=True)   # an unwritable --out fails now, not after the simulations
     if curve_points < 0:
         raise UserError(f"--curve-points must be >= 0, got {curve_points}")
-    budget = Budget(hardware, machines)
+    budget = Budget(hardware, machines, catalog)
     designs = {s: budget.design(s) for s in {SYSTEMS[n].split for n in names}}
     from ..catalog import load_model
     from ..report.goodput import from_options
     from ..workload import make_workload
-    load_model(model)
+    load_model(model, catalog)
     make_workload(workload, rps=1.0, duration=duration, seed=seed)
     slo = from_options(goodput_ttft, goodput_tpot)
-    sc = Scenario(workload, duration, seed, model, None, (slo.ttft_s, slo.tpot_s) if slo else None)
+    sc = Scenario(workload, duration, seed, model, None, (slo.ttft_s, slo.tpot_s) if slo else None,
+                  catalog=catalog)
     lattice = RateLattice(tolerance)          # provision's: 1.0 x (1 + tolerance)^k
     rates = RateRange(min_rps, max_rps, lattice)
     claims = load_claims()
@@ -88,7 +92,7 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
             if r["goodput_rps"] is not None:
                 nxt = lattice.rate(lattice.index(r["goodput_rps"]) + 1)
                 if nxt <= max_rps:                 # simulated by the search; asked again: a cache hit
-                    (o,) = ev([Scenario(**{**asdict(sc), "system": n}).job(r["design"], tuple(r["cluster"]), nxt)])
+                    (o,) = ev([replace(sc, system=n).job(r["design"], tuple(r["cluster"]), nxt)])
                     r.update(next_rps=nxt, next_slo_met=o.slo_met, next_worst=o.worst, next_ratio=o.violation)
                 else:
                     r["at_ceiling"] = True
@@ -128,7 +132,7 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
 
     res = {
         "command": command,
-        "scenario": {**asdict(sc), "tolerance": tolerance, "min_rps": min_rps, "max_rps": max_rps},
+        "scenario": {**scenario_dict(sc), "tolerance": tolerance, "min_rps": min_rps, "max_rps": max_rps},
         "budget": {"hardware": hardware, "machines": machines, "cost_per_hour": budget.cost_per_hour,
                    "split_design": designs.get(True, budget.design(True)).name,
                    "unsplit_design": designs.get(False, budget.design(False)).name},
@@ -141,6 +145,8 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
     }
     if config is not None:   # the command's options (config_file.effective_config): compare --config results.json
         res["config"] = config
+    if catalog is not None:
+        res["catalog"] = catalog.note()
     write_outputs(res, out)
     return res
 

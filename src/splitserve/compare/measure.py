@@ -33,11 +33,11 @@ def measure(pt: Point) -> dict:
 
     sc = pt.scenario
     counts = ({"prompt_machines": pt.cluster[0], "token_machines": pt.cluster[1]}
-              if load_designs()[pt.design].split else {"machines": pt.cluster[0]})
+              if load_designs(sc.catalog)[pt.design].split else {"machines": pt.cluster[0]})
     s = run_simulation(design=pt.design, **counts, model=sc.model, workload=sc.workload, rps=pt.rps,
                        duration=sc.duration, seed=sc.seed, profile=sc.profile,
                        goodput=GoodputSLO(*sc.goodput) if sc.goodput else None,
-                       policy=make_policy({}, pt.system))
+                       policy=make_policy({}, pt.system), catalog=sc.catalog)
     checks = s["slo"]["checks"]
     ratio = {k: (c["slowdown"] if c["slowdown"] is not None else float("inf")) / c["limit"]
              for k, c in checks.items()}
