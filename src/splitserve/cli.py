@@ -170,7 +170,7 @@ def provision(
     batch_caps: Annotated[str, typer.Option(help="capacity-per-dollar: batch caps (requests holding KV at once; 0: memory decides).", rich_help_panel="Configuration search")] = "0,64,256",
     chunks: Annotated[str, typer.Option(help="capacity-per-dollar: chunk sizes for the chunking schedulers (empty: their default).", rich_help_panel="Configuration search")] = "512",
     policy_system: Annotated[str, typer.Option("--policy", help="Serving system whose policy every simulation runs (policy/systems.py; cost, power, machines, throughput and batch objectives): its kind of designs only.", show_default=False)] = "",
-    catalog: Annotated[Optional[Path], typer.Option(envvar="SPLITSERVE_CATALOG", help=CATALOG_HELP + " Cost, power, machines, throughput and batch objectives.")] = None,
+    catalog: Annotated[Optional[Path], typer.Option(envvar="SPLITSERVE_CATALOG", help=CATALOG_HELP)] = None,
     config: Annotated[Optional[Path], typer.Option(is_eager=True, callback=apply_config, help=CONFIG_HELP)] = None,
 ) -> None:
     """Find the cluster to buy: the cheapest / lowest-power / fewest machines meeting the SLOs at a
@@ -180,9 +180,7 @@ def provision(
     if policy_system and objective in ("capacity-per-dollar", "goodput-per-gpu"):
         raise UserError(f"--policy goes with the cost, power, machines, throughput and batch objectives; "
                         f"--objective {objective} searches its own schedulers")
-    if catalog is not None and objective in ("capacity-per-dollar", "goodput-per-gpu"):
-        raise UserError(f"--catalog goes with the cost, power, machines, throughput and batch objectives; "
-                        f"--objective {objective} searches the built-in catalog only")
+    cat = user_catalog(catalog)
     if objective == "capacity-per-dollar":
         from .provision import configs
         from .provision.plan import RateRange
@@ -196,8 +194,10 @@ def provision(
             tps=tps, pps=pps, schedulers=schedulers, batch_caps=batch_caps, chunks=chunks,
             rates=RateRange(min_rps, max_rps, RateLattice(tolerance)), workers=workers, backend=backend,
             address=address, cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
-            progress=not (quiet or json_out))
+            progress=not (quiet or json_out), catalog=cat)
         res["config"] = effective_config(ctx)
+        if cat is not None:
+            res["catalog"] = cat.note()
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / "provision.json").write_text(json.dumps(res, indent=2) + "\n")
@@ -219,8 +219,10 @@ def provision(
                             goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, nodes=nodes, max_pp=max_pp,
                             requests=probe_requests, seed=seed, profile=str(profile) if profile else None,
                             workers=workers, cache_dir=str(cache_dir) if cache_dir else None,
-                            use_cache=not no_cache)
+                            use_cache=not no_cache, catalog=cat)
         res["config"] = effective_config(ctx)
+        if cat is not None:
+            res["catalog"] = cat.note()
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / "provision.json").write_text(json.dumps(res, indent=2) + "\n")
@@ -234,8 +236,6 @@ def provision(
     if placement is not None:
         raise UserError("--placement goes with --objective goodput-per-gpu")
     from .provision.command import infeasible_message, print_result, run_provision, write_result
-
-    cat = user_catalog(catalog)
 
     res = run_provision(
         objective=objective, rps=rps, constraint=constraint, budget=budget, designs=design,

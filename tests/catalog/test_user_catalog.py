@@ -237,12 +237,42 @@ def test_a_user_catalog_is_part_of_the_provision_cache_key(tmp_path):
     assert cache.key(replace(job, catalog=load_catalog(d))) == cache.key(replace(job, catalog=load_catalog(d)))
 
 
-@pytest.mark.parametrize("objective", ["capacity-per-dollar", "goodput-per-gpu"])
-def test_searches_of_the_built_in_catalog_refuse_catalog(tmp_path, capsys, objective):
-    assert main(["provision", "--catalog", str(tmp_path), "--objective", objective]) == 2
+def provision_json(capsys, *args) -> dict:
+    assert main(["provision", *args, "--workers", "2", "--no-cache", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_configuration_search_prices_replicas_from_the_user_catalog(tmp_path, capsys):
+    a100 = BUILTIN["hardware.toml"]["dgx-a100"]
+    cat = write(tmp_path, hardware=table("dgx-a100", {**a100, "cost_per_hour": a100["cost_per_hour"] / 2}))
+    args = ["--objective", "capacity-per-dollar", "--tps", "4,8", "--schedulers", "vllm,splitwise",
+            "--batch-caps", "0", "--duration", "20", "--min-rps", "0.05"]
+    ours, theirs = provision_json(capsys, "--catalog", cat, *args), provision_json(capsys, *args)
+    assert ours["catalog"]["replaced"] == [f"{cat}/hardware.toml [dgx-a100]"] and "catalog" not in theirs
+    rows = list(zip(ours["designs"][0]["configs"], theirs["designs"][0]["configs"]))
+    assert len(rows) == 6 and sum(a["capacity_rps"] is not None for a, _ in rows) == 3
+    for a, b in rows:   # the same capacities (the jobs ran in worker processes), at half the price
+        assert (a["label"], a["capacity_rps"]) == (b["label"], b["capacity_rps"])
+        assert a["cost_per_hour"] == b["cost_per_hour"] / 2 == a100["cost_per_hour"] / 16 * a["gpus"]
+        if a["capacity_rps"] is not None:
+            assert a["capacity_per_dollar"] == pytest.approx(2 * b["capacity_per_dollar"])
+
+
+def test_the_placement_search_runs_a_user_model(tmp_path, capsys):
+    models = tomllib.loads(resources.files("splitserve.catalog").joinpath("models.toml").read_text())
+    cat = write(tmp_path, models=table("opt-13b-mine", models["opt-13b"]))
+    args = ["--objective", "goodput-per-gpu", "--placement", "low-affinity", "--goodput-ttft", "0.2",
+            "--goodput-tpot", "0.1", "--rps", "2", "--workload", "sharegpt", "--nodes", "1",
+            "--probe-requests", "50"]
+    ours = provision_json(capsys, "--catalog", cat, "--model", "opt-13b-mine", *args)
+    theirs = provision_json(capsys, "--model", "opt-13b", *args)
+    # a copy of opt-13b under another name: the very placement and goodputs of the built-in one
+    same = lambda r: {k: v for k, v in r.items() if k not in ("model", "search", "config", "catalog")}  # noqa: E731
+    assert same(ours) == same(theirs) and ours["search"]["simulated"] == theirs["search"]["simulated"] > 10
+    assert ours["catalog"]["source"] == cat
+    assert main(["provision", "--model", "opt-13b-mine", *args]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line == (f"error: --catalog goes with the cost, power, machines, throughput and batch objectives; "
-                    f"--objective {objective} searches the built-in catalog only")
+    assert line.startswith("error: unknown model 'opt-13b-mine'")
 
 
 def test_compare_runs_on_a_user_machine_kind_and_prices_the_budget_from_it(tmp_path, capsys):

@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
-from ..catalog import kv_capacity_tokens, load_hardware, load_model
+from ..catalog import Catalog, kv_capacity_tokens, load_hardware, load_model
 from ..designs import Design
 from ..errors import UserError
 from ..policy.schedulers import CHUNKED, DEFAULT_CHUNK, SCHEDULERS
@@ -48,16 +48,16 @@ class Config:
 
 
 def grid(model: str, hardware: Sequence[str], tps: Sequence[int], pps: Sequence[int], schedulers: Sequence[str],
-         caps: Sequence[int], chunks: Sequence[int], memory_utilization: float = 0.9
-         ) -> tuple[list[Config], list[dict]]:
+         caps: Sequence[int], chunks: Sequence[int], memory_utilization: float = 0.9,
+         catalog: Catalog | None = None) -> tuple[list[Config], list[dict]]:
     """Every configuration to search, and those left out with the reason (the weights do not fit
     every hardware kind of the design; a tp larger than a machine). Chunk sizes apply to chunking
     schedulers only (policy.schedulers.CHUNKED); the others run whole prompts."""
     for s in schedulers:
         if s not in SCHEDULERS:
             raise UserError(f"unknown machine scheduler {s!r}; choose from {', '.join(SCHEDULERS)}")
-    spec = load_model(model)
-    hws = [load_hardware(h) for h in dict.fromkeys(hardware)]
+    spec = load_model(model, catalog)
+    hws = [load_hardware(h, catalog) for h in dict.fromkeys(hardware)]
     keep, skipped = [], []
     for tp, pp in itertools.product(sorted(set(tps)), sorted(set(pps))):
         why = None
@@ -186,22 +186,23 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
                       profile: str | None, goodput: tuple[float, float] | None, tps: str, pps: str,
                       schedulers: str, batch_caps: str, chunks: str, rates: RateRange, workers: int | None,
                       backend: str, address: str | None, cache_dir: str | None, use_cache: bool,
-                      progress: bool) -> dict:
-    """The search for each design, over the grid the options give; a plain dict for JSON."""
+                      progress: bool, catalog: Catalog | None = None) -> dict:
+    """The search for each design, over the grid the options give; a plain dict for JSON.
+    `catalog`: --catalog (None: the built-in one)."""
     import time
     from pathlib import Path
 
     from .command import _progress
     from .evaluate import Cache, LocalBackend, RayBackend, default_cache_dir
-    from .plan import design as find_design
+    from .plan import design as find_design, scenario_dict
 
     tp_l, pp_l, cap_l, chunk_l = (_ints("--tps", tps), _ints("--pps", pps), _ints("--batch-caps", batch_caps),
                                   _ints("--chunks", chunks) if chunks else [])
     if min(tp_l) < 1 or min(pp_l) < 1:
         raise UserError("--tps and --pps values must be at least 1")
     sched_l = [s.strip() for s in schedulers.split(",") if s.strip()]
-    ds = [find_design(n) for n in designs]
-    sc = Scenario(workload, duration, seed, model, profile, goodput)
+    ds = [find_design(n, catalog) for n in designs]
+    sc = Scenario(workload, duration, seed, model, profile, goodput, catalog=catalog)
     be = RayBackend(address) if backend == "ray" else LocalBackend(workers)
     cache = Cache(Path(cache_dir) if cache_dir else default_cache_dir()) if use_cache else None
     bar = _progress(progress)
@@ -213,7 +214,7 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
             bar.start()
         for d in ds:
             hws = [d.prompt, d.token] if d.split else [d.machine]
-            cands, skipped = grid(model, hws, tp_l, pp_l, sched_l, cap_l, chunk_l)
+            cands, skipped = grid(model, hws, tp_l, pp_l, sched_l, cap_l, chunk_l, catalog=catalog)
             skipped_all[d.name] = skipped
             if bar is not None:
                 task = bar.add_task(d.name, total=None, sims=ev.simulated, hits=ev.cached)
@@ -226,7 +227,7 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
         ev.close()
     ranked = [r["best"] for r in results if r["best"]]
     best = max(ranked, key=lambda r: r["capacity_per_dollar"]) if ranked else None
-    return {"objective": "capacity-per-dollar", "scenario": asdict(sc), "designs": results,
+    return {"objective": "capacity-per-dollar", "scenario": scenario_dict(sc), "designs": results,
             "skipped": skipped_all, "best": best,
             "best_design": next((r["design"] for r in results if r["best"] is best), None) if best else None,
             "rates": {"lo": rates.lo, "hi": rates.hi, "tolerance": rates.lattice.tol},

@@ -31,10 +31,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from .evaluate import Evaluator, Job
 from .search import RateLattice, max_rate
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
 
 INF = float("inf")
 
@@ -60,17 +64,18 @@ class Scenario:
     lo_rps: float = 0.05
     hi_rps: float = 64.0
     scheduler: str | None = None   # machine scheduler by name (None: the default batching)
+    catalog: Catalog | None = None  # --catalog: machines, models, designs (None: the built-in one)
 
     def duration(self, rps: float) -> float:
         return max(self.min_duration, self.requests / rps)
 
 
-def _designs(hardware: str) -> tuple[str, str]:
-    """The split design and the baseline whose machines are all `hardware`."""
+def _designs(sc: Scenario) -> tuple[str, str]:
+    """The split design and the baseline whose machines are all `sc.hardware`."""
     from ..designs import load_designs
 
-    split = base = None
-    for name, d in sorted(load_designs().items()):
+    hardware, split, base = sc.hardware, None, None
+    for name, d in sorted(load_designs(sc.catalog).items()):
         if d.split and d.prompt == hardware and d.token == hardware and split is None:
             split = name
         if not d.split and d.machine == hardware and base is None:
@@ -82,12 +87,12 @@ def _designs(hardware: str) -> tuple[str, str]:
 
 def _hw(sc: Scenario):
     from ..catalog import load_hardware
-    return load_hardware(sc.hardware)
+    return load_hardware(sc.hardware, sc.catalog)
 
 
 def _model(sc: Scenario):
     from ..catalog import load_model
-    return load_model(sc.model)
+    return load_model(sc.model, sc.catalog)
 
 
 def fits(sc: Scenario, tp: int, pp: int) -> bool:
@@ -128,41 +133,41 @@ def _max_context(sc: Scenario) -> int:
 def prefill_job(sc: Scenario, tp: int, pp: int, rps: float) -> Job:
     """One prompt instance (tp, pp) behind `helpers` full-node token instances; TTFT only."""
     htp, hpp = full_node(sc)
-    return Job(_designs(sc.hardware)[0], 1, sc.helpers, None, rps, sc.workload, sc.duration(rps), sc.seed,
+    return Job(_designs(sc)[0], 1, sc.helpers, None, rps, sc.workload, sc.duration(rps), sc.seed,
                sc.model, sc.profile, (sc.ttft, INF), parallel=(None, None, tp, pp, htp, hpp),
-               scheduler=sc.scheduler, mixed_pool=False, max_context=_max_context(sc))
+               scheduler=sc.scheduler, mixed_pool=False, max_context=_max_context(sc), catalog=sc.catalog)
 
 
 def decode_job(sc: Scenario, tp: int, pp: int, rps: float) -> Job:
     """One token instance (tp, pp) behind `helpers` full-node prompt instances; both SLOs."""
     htp, hpp = full_node(sc)
-    return Job(_designs(sc.hardware)[0], sc.helpers, 1, None, rps, sc.workload, sc.duration(rps), sc.seed,
+    return Job(_designs(sc)[0], sc.helpers, 1, None, rps, sc.workload, sc.duration(rps), sc.seed,
                sc.model, sc.profile, (sc.ttft, sc.tpot), parallel=(None, None, htp, hpp, tp, pp),
-               scheduler=sc.scheduler, mixed_pool=False, max_context=_max_context(sc))
+               scheduler=sc.scheduler, mixed_pool=False, max_context=_max_context(sc), catalog=sc.catalog)
 
 
 def pair_job(sc: Scenario, pp: int, tp_p: int, tp_d: int, rps: float, slo: tuple[float, float] | None = None,
              pairs: int = 1) -> Job:
     """`pairs` x (1 prompt + 1 token instance), stage segments colocated (KV over NVLink)."""
-    return Job(_designs(sc.hardware)[0], pairs, pairs, None, rps, sc.workload, sc.duration(rps), sc.seed,
+    return Job(_designs(sc)[0], pairs, pairs, None, rps, sc.workload, sc.duration(rps), sc.seed,
                sc.model, sc.profile, slo or (sc.ttft, sc.tpot), parallel=(None, None, tp_p, pp, tp_d, pp),
-               scheduler=sc.scheduler, mixed_pool=False, colocated=True, max_context=_max_context(sc))
+               scheduler=sc.scheduler, mixed_pool=False, colocated=True, max_context=_max_context(sc), catalog=sc.catalog)
 
 
 def split_job(sc: Scenario, prefill: tuple[int, int], decode: tuple[int, int], n: int, m: int, rps: float,
               slo: tuple[float, float] | None = None) -> Job:
     """The replicated Alg. 1 placement: n prompt and m token instances, KV over the network."""
-    return Job(_designs(sc.hardware)[0], n, m, None, rps, sc.workload, sc.duration(rps), sc.seed,
+    return Job(_designs(sc)[0], n, m, None, rps, sc.workload, sc.duration(rps), sc.seed,
                sc.model, sc.profile, slo or (sc.ttft, sc.tpot), parallel=(None, None, *prefill, *decode),
-               scheduler=sc.scheduler, mixed_pool=False, max_context=_max_context(sc))
+               scheduler=sc.scheduler, mixed_pool=False, max_context=_max_context(sc), catalog=sc.catalog)
 
 
 def colocated_job(sc: Scenario, tp: int, rps: float, slo: tuple[float, float] | None = None,
                   machines: int = 1, scheduler: str | None = None) -> Job:
     """The vLLM baseline: `machines` unsplit instances of tp GPUs (pp 1) batching both phases."""
-    return Job(_designs(sc.hardware)[1], None, None, machines, rps, sc.workload, sc.duration(rps), sc.seed,
+    return Job(_designs(sc)[1], None, None, machines, rps, sc.workload, sc.duration(rps), sc.seed,
                sc.model, sc.profile, slo or (sc.ttft, sc.tpot), parallel=(tp, 1, None, None, None, None),
-               scheduler=scheduler, mixed_pool=True, max_context=_max_context(sc))
+               scheduler=scheduler, mixed_pool=True, max_context=_max_context(sc), catalog=sc.catalog)
 
 
 # ---- goodput -------------------------------------------------------------------------------
@@ -274,9 +279,9 @@ def run_placement(*, placement: str, rps: float | None, model: str, workload: st
                   nodes: int = 4, max_pp: int | None = None, requests: int = 400, seed: int = 0,
                   profile: str | None = None, tolerance: float = 0.05, min_rps: float = 0.05,
                   max_rps: float = 256.0, workers: int | None = None, cache_dir: str | None = None,
-                  use_cache: bool = True) -> dict:
+                  use_cache: bool = True, catalog: Catalog | None = None) -> dict:
     """Check the question, run Alg. 1 or Alg. 2 on a local process pool (cached), return the
-    result with the search's cost."""
+    result with the search's cost. `catalog`: --catalog (None: the built-in one)."""
     import time
     from pathlib import Path
 
@@ -301,7 +306,7 @@ def run_placement(*, placement: str, rps: float | None, model: str, workload: st
     make_workload(workload, rps=1.0, duration=1.0)          # unknown workloads fail here
     sc = Scenario(model, workload, slo.ttft_s, slo.tpot_s, hardware=hardware, requests=requests, seed=seed,
                   profile=profile, nodes=nodes, max_pp=max_pp, lattice=RateLattice(tolerance),
-                  lo_rps=min_rps, hi_rps=max_rps)
+                  lo_rps=min_rps, hi_rps=max_rps, catalog=catalog)
     full_node(sc)                                          # the model fits at all
     cache = Cache(Path(cache_dir) if cache_dir else default_cache_dir()) if use_cache else None
     ev = Evaluator(LocalBackend(workers), cache)
