@@ -75,6 +75,30 @@ def test_an_unknown_device(capsys, no_server):
     assert line == "error: --device must be cpu, cuda, cuda:N or auto, got 'gpu'"
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--device", "cpu"], "--cuda-graphs needs CUDA workers (--device cuda, or auto on a host with a GPU), not --device cpu"),
+    (["--device", "cuda", "--worker-mode", "echo"], "not echo workers"),
+])
+def test_cuda_graphs_on_cpu_or_echo_workers_is_one_line(capsys, no_server, args, says):
+    line = one_error_line(capsys, main(["serve", "--cuda-graphs", *args, "--port", "0"]))
+    assert says in line and no_server == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has a CUDA device")
+def test_cuda_graphs_with_auto_on_a_host_without_a_gpu_is_one_line(capsys, no_server):
+    line = one_error_line(capsys, main(["serve", "--cuda-graphs", "--device", "auto", "--port", "0"]))
+    assert "--device auto runs them on the CPU here" in line and no_server == []
+
+
+def test_cuda_graphs_reach_every_worker():
+    from splitserve.serve.supervisor import WorkerInfo
+    from splitserve.serve.worker_args import parse_args, worker_argv
+
+    w = WorkerInfo(id=0, home="token")
+    assert parse_args(worker_argv(ServeConfig(device="cuda", cuda_graphs=True), w, "tcp://x:1")).cuda_graphs
+    assert not parse_args(worker_argv(ServeConfig(device="cuda"), w, "tcp://x:1")).cuda_graphs
+
+
 def test_workers_elsewhere_are_not_checked_here():
     # a Ray cluster's workers may run on hosts with GPUs; echo workers compute nothing
     ServeConfig(device="cuda", backend="ray", ray_address="10.0.0.1:6379").check_device()

@@ -525,11 +525,14 @@ def test_cuda_region_is_written_by_another_process():
 
 @pytest.mark.gpu
 @needs_cuda
-def test_cuda_local_transport_is_lossless(server_factory):
+@pytest.mark.parametrize("graphs", [[], ["--cuda-graphs"]], ids=["eager", "cuda-graphs"])
+def test_cuda_local_transport_is_lossless(server_factory, graphs):
+    """Tokens equal an eager engine's, with the token worker eager or replaying CUDA graphs."""
     from splitserve.engine.engine import LLMEngine
 
     srv = server_factory("--prompt-workers", "1", "--token-workers", "1", "--transport", "local",
-                         "--device", "cuda", "--dtype", "float32", "--layerwise-threshold", "0", timeout=180)
+                         "--device", "cuda", "--dtype", "float32", "--layerwise-threshold", "0", *graphs,
+                         timeout=180)
     prompts, max_tokens = workload(12, seed=5)
     want = reference(LLMEngine("tiny", device="cuda", dtype="float32"), prompts, max_tokens, ignore_eos=True)
     got = asyncio.run(serve_all(srv.url, prompts, max_tokens))

@@ -41,6 +41,7 @@ class ServeConfig:
     retry_after_s: int = 1
     device: str = "cpu"
     dtype: str = "auto"
+    cuda_graphs: bool = False            # decode-only steps of CUDA workers replay CUDA graphs (engine/cuda_graph.py)
     seed: int = 0
     num_blocks: int | None = None        # KV blocks per worker (default: the engine's)
     max_num_seqs: int = 256
@@ -127,6 +128,9 @@ class ServeConfig:
             if self.worker_mode == "echo":
                 raise UserError("--transport local writes into the workers' KV caches; echo workers have "
                                 "none: use --transport tcp")
+        if self.cuda_graphs and (self.worker_mode == "echo" or self.device == "cpu"):
+            raise UserError("--cuda-graphs needs CUDA workers (--device cuda, or auto on a host with a GPU), "
+                            f"not {'echo workers' if self.worker_mode == 'echo' else '--device cpu'}")
         if self.kv_encryption not in ("auto", "on", "off"):
             raise UserError(f"--kv-encryption must be auto, on or off, got {self.kv_encryption!r}")
         if min(self.transfer_timeout_s, self.heartbeat_timeout_s, self.worker_orphan_timeout_s,
@@ -158,6 +162,11 @@ class ServeConfig:
         if self.worker_mode != "engine" or (self.backend == "ray" and self.ray_address):
             return                  # echo workers compute nothing; a Ray cluster's may be elsewhere
         if self.device == "auto":
+            if self.cuda_graphs:
+                import torch
+                if not torch.cuda.is_available():
+                    raise UserError("--cuda-graphs needs CUDA workers, but --device auto runs them on the CPU "
+                                    "here: use --device cuda on a host with a GPU, or leave --cuda-graphs out")
             return
         import torch
 

@@ -19,6 +19,8 @@ def worker_argv(cfg: ServeConfig, w, router_address: str) -> list[str]:
             "--transfer-timeout-s", str(cfg.transfer_timeout_s), "--worker-mode", cfg.worker_mode,
             "--kv-encryption", "on" if cfg.kv_encrypted() else "off",
             "--orphan-timeout-s", str(cfg.worker_orphan_timeout_s), "--policy", cfg.worker_policy().to_json()]
+    if cfg.cuda_graphs:
+        argv += ["--cuda-graphs"]
     if cfg.echo_token_delay_s:
         argv += ["--echo-token-delay-s", str(cfg.echo_token_delay_s)]
     if cfg.num_blocks:
@@ -48,6 +50,7 @@ def parse_args(argv=None, description: str = "a splitserve worker") -> argparse.
     ap.add_argument("--host", default="127.0.0.1", help="address to bind the inbound KV endpoint on")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--cuda-graphs", action="store_true", help="replay decode-only steps from CUDA graphs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--num-blocks", type=int, default=None)
     ap.add_argument("--max-num-seqs", type=int, default=256)
