@@ -104,7 +104,8 @@ def _engine(s: ProfileSettings, prompt_cap: int, max_seqs: int):
     policy = PolicyConfig(batching=BatchingConfig(prompt_token_cap=prompt_cap, max_seqs=max_seqs))
     args = argparse.Namespace(model=s.model, device=s.device, dtype=s.dtype, seed=s.seed, num_blocks=s.num_blocks,
                               max_num_seqs=max(256, max_seqs), threads=s.threads, policy=policy,
-                              worker_mode="engine", debug_fail_token=None)
+                              worker_mode="engine", debug_fail_token=None,
+                              cuda_graphs=False)  # serve's default (a --cuda-graphs server is not profiled yet)
     return build_engine(args)
 
 
