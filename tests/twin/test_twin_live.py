@@ -63,7 +63,8 @@ def test_the_simulator_predicts_a_short_live_run(tmp_path):
     errors = {m: rows[m].rel_error for m in P50S}
     assert sim["completed"] == live["completed"]
     path = {k: v for k, v in machine.facts["path"].items() if k != "how"}
-    assert all(abs(e) <= BOUND for e in errors.values()), (errors, f"engine steps {step_error:+.1%}", path)
+    seen = {k: (live[k], sim[k]) for k in ("ttft_s", "tbt_s", "e2e_s")}   # (live, sim) on a failure
+    assert all(abs(e) <= BOUND for e in errors.values()), (errors, f"engine steps {step_error:+.1%}", path, seen)
     assert abs(step_error) <= BOUND, (step_error, path)
 
     wrong = load_machine_profile(slowed(prof, tmp_path / "wrong", 3.0))
