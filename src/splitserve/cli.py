@@ -37,6 +37,14 @@ def _root(
     """Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters."""
 
 
+def record_run(result: dict, ctx: typer.Context, cat) -> None:
+    """What an output records of its run: the command's options by long name (`config`, what
+    --config reads back) and the user catalog used, if any (`catalog`)."""
+    result["config"] = effective_config(ctx)
+    if cat is not None:
+        result["catalog"] = cat.note()
+
+
 @app.command()
 @policy_options
 def simulate(
@@ -109,9 +117,7 @@ def simulate(
         max_context=max_context, machine_profile=str(machine_profile) if machine_profile else None,
         memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace, goodput=goodput,
         catalog=cat)
-    summary["config"] = effective_config(ctx)   # the run again: simulate --config summary.json
-    if cat is not None:
-        summary["catalog"] = cat.note()
+    record_run(summary, ctx, cat)   # the run again: simulate --config summary.json
     if trace is not None:
         trace.write(trace_out)
         if not json_out:
@@ -195,9 +201,7 @@ def provision(
             rates=RateRange(min_rps, max_rps, RateLattice(tolerance)), workers=workers, backend=backend,
             address=address, cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
             progress=not (quiet or json_out), catalog=cat)
-        res["config"] = effective_config(ctx)
-        if cat is not None:
-            res["catalog"] = cat.note()
+        record_run(res, ctx, cat)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / "provision.json").write_text(json.dumps(res, indent=2) + "\n")
@@ -220,9 +224,7 @@ def provision(
                             requests=probe_requests, seed=seed, profile=str(profile) if profile else None,
                             workers=workers, cache_dir=str(cache_dir) if cache_dir else None,
                             use_cache=not no_cache, catalog=cat)
-        res["config"] = effective_config(ctx)
-        if cat is not None:
-            res["catalog"] = cat.note()
+        record_run(res, ctx, cat)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / "provision.json").write_text(json.dumps(res, indent=2) + "\n")
@@ -249,9 +251,7 @@ def provision(
         log=None if quiet else (lambda line: typer.echo(line, err=True)))
     for w in res["warnings"]:
         typer.echo(f"warning: {w}", err=True)
-    res["config"] = effective_config(ctx)   # the run again: provision --config provision.json
-    if cat is not None:
-        res["catalog"] = cat.note()
+    record_run(res, ctx, cat)   # the run again: provision --config provision.json
     if out is not None:
         path = write_result(res, out)
         if not json_out:
