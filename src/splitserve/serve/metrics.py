@@ -51,11 +51,14 @@ observed when a request completes (stop or length), as vLLM observes them at a r
     vllm:request_generation_tokens   histogram: output tokens per completed request
     vllm:request_params_max_tokens   histogram: max_tokens per completed request
 
-The router learns of the first token of a split request from whichever worker tells it first:
-the token worker's `kv_in` can overtake the prompt worker's step report (two sockets; seen under
-load on the 2-core dev VM). Such a request has no scheduling moment: it is left out of the queue,
-prefill and inference histograms and counted in splitserve_requests_schedule_unseen_total, so
-those histograms' counts plus that counter equal the completed requests.
+A request is scheduled at its first engine step: when its worker formed the step, by the worker's
+clock where the router shares it (the same boot id, serve/reports.py), else when the router reads
+the step's report. The router can learn of a split request's first token before that report: the
+token worker's `kv_in` can overtake it (two sockets; seen under load on the 2-core dev VM). On a
+shared clock the step is placed all the same; otherwise such a request has no scheduling moment:
+it is left out of the queue, prefill and inference histograms and counted in
+splitserve_requests_schedule_unseen_total, so those histograms' counts plus that counter equal the
+completed requests.
 
 A restarted request (its worker died, or it was quarantined) keeps its arrival, its first
 scheduling and the tokens already handed out: its times span all its tries.
@@ -202,7 +205,7 @@ class ServeMetrics:
                                                "KV transfer time after the prefill ended", ["mode"], registry=r,
                                                buckets=_LAT)
         self.unscheduled = Counter("splitserve_requests_schedule_unseen", "Completed requests whose first step "
-                                   "report came after their first token", registry=r)
+                                   "report came after their first token from a worker of another clock", registry=r)
         self.transfer_failures = Counter("splitserve_kv_transfer_failures", "KV transfers that failed", registry=r)
         self.requests = Counter("splitserve_requests", "Requests by outcome", ["outcome"], registry=r)
         self.rejected = Counter("splitserve_rejected", "Requests shed by overload", ["status"], registry=r)

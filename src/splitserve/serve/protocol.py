@@ -266,3 +266,14 @@ def control_message_limit(max_model_len: int, max_num_seqs: int = 256) -> int:
     whole completions of every queued request in one step, which this does not bound.
     """
     return CONTROL_BASE_BYTES + 40 * max_model_len + 64 * max_num_seqs
+
+
+def boot_id() -> str | None:
+    """This host's boot id (Linux: /proc/sys/kernel/random/boot_id), or None. Two processes with the
+    same one read the same monotonic clock through time.perf_counter(), so the router can place a
+    worker's `step` at the moment the worker formed it (`Step.at`), not when the report was read."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None

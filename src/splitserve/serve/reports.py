@@ -46,7 +46,7 @@ def step_sizing(msg: Step, get: Callable[[str], Request | None]) -> Sizing | Non
 
 
 class WorkerReports:
-    """The Router's handlers of worker messages (it provides reqs, cluster, chan, sup, metrics and
+    """The Router's handlers of worker messages (it provides reqs, cluster, chan, sup, metrics, boot and
     the request operations they call: _restart, _fail, _deliver, _complete, _begin,
     _send_prefill, _dispatch_all)."""
 
@@ -58,9 +58,14 @@ class WorkerReports:
         elif type(msg) is Step:
             live = lambda rids: [q.pr for q in map(get, rids) if q is not None]  # noqa: E731
             chunks = [(q, n) for q, n in ((get(rid), n) for rid, n in msg.chunks) if q is not None]
-            for q, _ in chunks:  # its first engine step (of any try): the end of its queue time, unless
-                if not q.scheduled_at and not q.first_at:  # its first token overtook this report (kv_in)
-                    q.scheduled_at = time.perf_counter()
+            now = time.perf_counter()
+            # a request's first engine step (of any try) ends its queue time: when the worker formed
+            # it, where the two share a clock; else when this report is read, unless its first token
+            # overtook the report (kv_in) and that moment has passed
+            at = min(msg.at, now) if w.same_clock and msg.at is not None else None
+            for q, _ in chunks:
+                if not q.scheduled_at and (at is not None or not q.first_at):
+                    q.scheduled_at = at if at is not None else now
             chunks = [(q.pr, n) for q, n in chunks]
             self.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
             self.cluster.step_started(w.id, chunks, live(msg.preempted), live(msg.joined),
@@ -95,6 +100,7 @@ class WorkerReports:
         if not self.sup.hello(w, msg.pid, time.monotonic()):
             return  # not the process we started
         w.kv_addr, w.blocks, w.block_size, w.kv_region = msg.kv_addr, msg.blocks, msg.block_size, msg.region
+        w.same_clock = msg.boot is not None and msg.boot == self.boot
         w.free = w.start_free = msg.free
         w.max_len = msg.max_len
         if self.cluster is not None:

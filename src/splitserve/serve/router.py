@@ -38,7 +38,7 @@ from .curve import CurveKeys
 from .launcher import make_launcher
 from .messages import Abort, Expect, Gen, Stage, Stop, WireParams
 from .metrics import ServeMetrics
-from .protocol import ROUTER_NAME, Codec, control_message_limit, new_secret
+from .protocol import ROUTER_NAME, Codec, boot_id, control_message_limit, new_secret
 from .requests import LiveRequest, RequestTable
 from .recovery import Recovery
 from .reports import WorkerReports
@@ -66,6 +66,7 @@ class Router(WorkerReports, Recovery):
         self.cfg = cfg
         self.metrics = metrics or ServeMetrics(cfg.model)
         self.secret = new_secret()
+        self.boot = boot_id()             # workers of the same boot share its clock (reports.py: step)
         self.curve = CurveKeys.from_secret(self.secret) if cfg.kv_encrypted() else None  # curve.py
         self.chan = RouterChannel(Codec(self.secret, ROUTER_NAME), self._lookup, self._on_message, self.curve)
         self.sup: Supervisor | None = None

@@ -50,6 +50,7 @@ class WorkerInfo:
     pid: int | None = None
     kv_addr: str = ""
     kv_region: dict | None = None  # --transport local: its KV cache as a same-host peer maps it
+    same_clock: bool = False       # its time.perf_counter() is the router's (same boot): `step`'s `at` holds
     blocks: int = 0
     block_size: int = 16
     free: int = 0

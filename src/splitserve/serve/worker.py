@@ -45,7 +45,7 @@ from .messages import (TO_WORKER, Abort, Cancel, Err, Expect, Gen, Heartbeat, He
                        MalformedMessage, Message, Out, OutItem, PeerDown, Ping, Reserved, Step, StepChunk,
                        StepFailed, StepGrown, StepRehosted, StepResumed, Stop, decode, encode)
 from .protocol import ROUTER_NAME as ROUTER
-from .protocol import (BUNDLE_MAX, BadMessage, Codec, control_message_limit, limit_socket, secret_from_env,
+from .protocol import (BUNDLE_MAX, BadMessage, Codec, boot_id, control_message_limit, limit_socket, secret_from_env,
                        worker_identity)
 from .worker_args import parse_args
 from .worker_engine import build_engine, sampling_params
@@ -105,7 +105,7 @@ class Worker:
         e = self.engine
         self.send(Hello(worker_id=self.args.id, pid=os.getpid(), kv_addr=self.transport.address,
                         blocks=e.blocks.num_blocks, block_size=e.blocks.block_size, free=e.blocks.num_free,
-                        max_len=e.max_model_len, region=self.transport.region))
+                        max_len=e.max_model_len, region=self.transport.region, boot=boot_id()))
         self.post()
 
     def heartbeat(self) -> None:
@@ -164,7 +164,7 @@ class Worker:
         it), and send the outbox, where the previous step's `out` may still wait (run())."""
         self.formed = True
         if rep.told():
-            self.send(step_message(rep))
+            self.send(step_message(rep, time.perf_counter()))
             self.stepped = True
         self.post()
 
@@ -273,13 +273,14 @@ class Worker:
         self.ctl.close(linger=0)
 
 
-def step_message(rep) -> Step:
-    """The `step` message of an engine's step report (policy/machine.py BatchReport). ecoserve's KV
-    sizing parts are left out when empty, as they are under the other schedulers (None there)."""
+def step_message(rep, at: float | None = None) -> Step:
+    """The `step` message of an engine's step report (policy/machine.py BatchReport), formed at
+    `at` (time.perf_counter()). ecoserve's KV sizing parts are left out when empty, as they are
+    under the other schedulers (None there)."""
     chunks, preempted, joined = [StepChunk(*c) for c in rep.chunks], list(rep.preempted), list(rep.joined)
     if rep.parked is None:
-        return Step(chunks=chunks, preempted=preempted, joined=joined)
-    return Step(chunks=chunks, preempted=preempted, joined=joined,
+        return Step(chunks=chunks, preempted=preempted, joined=joined, at=at)
+    return Step(chunks=chunks, preempted=preempted, joined=joined, at=at,
                 rehosted=[StepRehosted(*x) for x in rep.rehosted] or None, parked=rep.parked or None,
                 grown=[StepGrown(*x) for x in rep.grown] or None,
                 resumed=[StepResumed(*x) for x in rep.resumed] or None, planned=rep.planned or None)

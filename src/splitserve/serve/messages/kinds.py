@@ -206,6 +206,7 @@ class Hello(Message):
     free: int
     max_len: int
     region: dict | None = None
+    boot: str | None = None       # the host's boot id (Linux): the router trusts `step`'s `at` when it is its own
 
 
 @_msg
@@ -280,6 +281,7 @@ class Step(Message):
     grown: list[StepGrown] | None = None
     resumed: list[StepResumed] | None = None
     planned: list[str] | None = None
+    at: float | None = None       # the worker's time.perf_counter() when the step was formed
 
 
 # ---- worker -> worker (KV transport) ---------------------------------------------------------
