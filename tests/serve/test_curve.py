@@ -4,7 +4,6 @@ cluster with --kv-encryption on that gives LLMEngine.generate's tokens."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import socket
 import threading
@@ -22,7 +21,7 @@ from splitserve.serve.kv.transports import Target, TcpTransport
 from splitserve.serve.protocol import Codec, limit_socket
 
 from .conftest import reference
-from .test_lossless import serve_all, workload
+from .test_lossless import assert_serves_like_generate, workload
 
 SECRET = bytes(range(32))
 OTHER_SECRET = bytes(range(1, 33))
@@ -257,10 +256,7 @@ def test_live_cluster_encrypted_on_loopback_is_lossless_and_deaf_to_strangers(se
     assert st["kv_encryption"] is True
 
     prompts, max_tokens = workload(24, seed=5)
-    want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
-    got = asyncio.run(serve_all(srv.url, prompts, max_tokens))
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert g == w, f"request {i} ({len(prompts[i])} prompt tokens): {g} != {w}"
+    assert_serves_like_generate(srv, reference_engine, prompts, max_tokens)
     split = [len(p) for p, m in zip(prompts, max_tokens) if m > 1]  # one-token requests stay put
     transfers = sum(srv.metric("splitserve_kv_transfers_total", mode=m) for m in ("layerwise", "serialized"))
     assert transfers == len(split)

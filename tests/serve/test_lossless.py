@@ -30,19 +30,25 @@ async def serve_all(url: str, prompts, max_tokens, headers=None) -> list[list[in
     return [toks for _, toks, _ in res]
 
 
+def assert_serves_like_generate(srv, engine, prompts, max_tokens, label: str = "") -> None:
+    """Every prompt served concurrently by `srv` (greedy, ignore_eos) gets exactly the tokens of
+    LLMEngine.generate on `engine`."""
+    want = reference(engine, prompts, max_tokens, ignore_eos=True)
+    assert all(len(w) == m for w, m in zip(want, max_tokens))
+    got = asyncio.run(serve_all(srv.url, prompts, max_tokens, srv.headers))
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"{label}request {i} ({len(prompts[i])} prompt tokens): {g} != {w}"
+
+
 @pytest.mark.parametrize("cluster", ["split_server", "split_2x2_server", "single_server"])
 def test_split_equals_single_worker_and_engine(cluster, request, reference_engine):
     srv = request.getfixturevalue(cluster)
     mode = {"split_server": "layerwise", "split_2x2_server": "serialized"}.get(cluster)
     prompts, max_tokens = workload()
-    want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
-    assert all(len(w) == m for w, m in zip(want, max_tokens))
     before = {k: srv.metric("splitserve_kv_transfers_total", mode=k) for k in ("layerwise", "serialized")}
     nbytes = srv.metric("splitserve_kv_transfer_bytes_total", mode=mode) if mode else 0.0
 
-    got = asyncio.run(serve_all(srv.url, prompts, max_tokens, srv.headers))
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert g == w, f"request {i} ({len(prompts[i])} prompt tokens) on {cluster}: {g} != {w}"
+    assert_serves_like_generate(srv, reference_engine, prompts, max_tokens, f"{cluster}: ")
 
     after = {k: srv.metric("splitserve_kv_transfers_total", mode=k) for k in ("layerwise", "serialized")}
     if mode is None:

@@ -5,14 +5,11 @@ one runs all four workers mixed."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from splitserve.policy.systems import SYSTEMS
 
-from .conftest import reference
-from .test_lossless import serve_all, workload
+from .test_lossless import assert_serves_like_generate, workload
 
 
 @pytest.mark.parametrize("name", list(SYSTEMS))
@@ -20,11 +17,7 @@ def test_serve_policy_is_lossless(name, server_factory, reference_engine):
     # a small cache (4 workers x 48 blocks of 16 tokens) so that memory, not only order, matters
     srv = server_factory("--policy", name, "--prompt-workers", "2", "--token-workers", "2", "--num-blocks", "48")
     prompts, max_tokens = workload(n=40, seed=11)
-    want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
-
-    got = asyncio.run(serve_all(srv.url, prompts, max_tokens, srv.headers))
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert g == w, f"{name}: request {i} ({len(prompts[i])} prompt tokens): {g} != {w}"
+    assert_serves_like_generate(srv, reference_engine, prompts, max_tokens, f"{name}: ")
 
     st = srv.wait_settled()
     for w in st["workers"]:

@@ -23,7 +23,7 @@ import torch
 
 from .conftest import complete, reference, stop_server
 from .test_faults import wait_for
-from .test_lossless import serve_all, workload
+from .test_lossless import assert_serves_like_generate, serve_all, workload
 
 SHM = "/dev/shm"
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available: the CUDA IPC "
@@ -67,10 +67,7 @@ def test_local_transport_is_lossless_and_leaks_nothing(mode, threshold, server_f
     assert len(pids) == 2 and len(segments(pids)) == 2  # each worker's KV cache is one segment
 
     prompts, max_tokens = workload(24, seed=11)
-    want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
-    got = asyncio.run(serve_all(srv.url, prompts, max_tokens))
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert g == w, f"request {i} ({len(prompts[i])} prompt tokens): {g} != {w}"
+    assert_serves_like_generate(srv, reference_engine, prompts, max_tokens)
 
     split = [len(p) for p, m in zip(prompts, max_tokens) if m > 1]  # one-token requests stay put
     other = "serialized" if mode == "layerwise" else "layerwise"
