@@ -3,10 +3,12 @@
 and hold the simulator to a loose bound on the live P50s and on the workers' engine steps (35%;
 benchmarks/twin/ has the full table with the issue's 10% / 20% bounds). The workers' step logs
 hold every prompt token once and every decode once. Each profile row is the median of 3 repeats: a
-CI run once found the simulated TBT P50 37% above the live one (cause not found; 1-2% here), so the
-profile is made less sensitive to one disturbed measurement, and a failure prints the path's
-overheads. The same live run against a deliberately wrong profile (every step 3x slower) must
-break the bound, so this test can fail."""
+CI run once found the simulated TBT P50 37% above the live one (cause not found), so the profile is
+made less sensitive to one disturbed measurement, and a failure prints the path's overheads and the
+co-run slowdowns. Seen on the 2-core dev VM on 2026-11-27 (one profile, three live runs): TBT P50
++3% to +8%, E2E P50 -8% to +3%, TTFT P50 -13% to -24% (the prompt worker's steps ran 1-6% slower
+than modelled, an error its queue can multiply), each within the bound. The same live run against a
+deliberately wrong profile (every step 3x slower) must break the bound, so this test can fail."""
 
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ def test_the_simulator_predicts_a_short_live_run(tmp_path):
     errors = {m: rows[m].rel_error for m in P50S}
     assert sim["completed"] == live["completed"]
     path = {k: v for k, v in machine.facts["path"].items() if k != "how"}
+    path["corun"] = {k: machine.facts["corun"][k] for k in ("prompt", "token")}  # the co-run slowdowns
     seen = {k: (live[k], sim[k]) for k in ("ttft_s", "tbt_s", "e2e_s")}   # (live, sim) on a failure
     assert all(abs(e) <= BOUND for e in errors.values()), (errors, f"engine steps {step_error:+.1%}", path, seen)
     assert abs(step_error) <= BOUND, (step_error, path)
