@@ -4,6 +4,7 @@ KV transfers), and the step overhead, hand-computed."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -39,3 +40,66 @@ def test_step_time_by_hand():
     assert _machine().step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.1 * 1.2 + 0.001)
     # one core: any background slows even a lone step
     assert _machine(cores=1).under_load(5.0).step_time(0.1, True, 0) == pytest.approx(0.1 * 1.1 + 0.001)
+
+
+def _sending(cores=2):
+    # the sender's part of a transfer: 0.4 ms + bytes at 2 GB/s (the whole: 1 ms + bytes at 1 GB/s)
+    return dataclasses.replace(_machine(cores), send_link=Link(bandwidth=2e9, overhead=0.0004))
+
+
+def test_the_senders_part_of_a_transfer_is_in_its_step_not_in_the_background():
+    m = _sending()
+    # 1,000 tokens x 1,000 bytes: 0.4 ms + 0.5 ms sending, of 2 ms in all
+    assert m.send_s(1000) == pytest.approx(0.0009)
+    assert _machine().send_s(1000) == 0.0  # a profile that did not time the sender
+    # the background keeps the rest: 5 req/s x (20 ms + 2 ms - 0.9 ms)
+    assert m.under_load(5.0, moved_tokens=1000).background_cores == pytest.approx(5 * (0.02 + 0.0011))
+    # the step that sends: its time grows by the sending, stretched like the rest of it
+    loaded = m.under_load(5.0)  # 0.1 cores
+    assert loaded.step_time(0.1, prompt=True, others_busy=0, sent_s=0.0009) == pytest.approx(0.1009 + 0.001)
+    assert loaded.step_time(0.1, prompt=True, others_busy=1, sent_s=0.0009) == \
+        pytest.approx(0.1009 * 1.1 * 2.1 / 2 + 0.001)
+
+
+def _profile_dir(tmp_path, sender: bool):
+    """A measured machine on disk: prompt steps of 1 ms + 0.1 ms per token, decodes of 10 ms, a
+    tcp link of 1 ms + 1 GB/s whose sender's part is 0.5 ms + 2 GB/s (or not timed)."""
+    import csv
+    import json
+
+    from splitserve.twin.profiler import COLUMNS
+    d = tmp_path / ("sender" if sender else "old")
+    d.mkdir(parents=True)
+    with (d / "profile.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for p, b in [(16, 1), (64, 1), (256, 1), (512, 1), (32, 2), (32, 4), (32, 8)]:
+            w.writerow({"model": "small", "hardware": "m", "prompt_size": p, "batch_size": b, "token_size": 8,
+                        "peak_power": 0, "average_power": 0, "prompt_time": 1 + 0.1 * p * b, "token_time": 10,
+                        "e2e_time": 0, "tensor_parallel": 1})
+    tcp = {"fixed_s": 0.001, "bandwidth_bytes_per_s": 1e9}
+    if sender:
+        tcp["sender"] = {"fixed_s": 0.0005, "bandwidth_bytes_per_s": 2e9}
+    facts = {"name": "m", "model": "small", "device": "cpu", "dtype": "float32", "kv_capacity_tokens": 100_000,
+             "block_size": 16, "num_blocks": 6250, "kv_bytes_per_token": 1024, "max_model_len": 4096,
+             "model_config": {"num_layers": 2, "num_kv_heads": 2, "head_dim": 64, "hidden_size": 128,
+                              "num_heads": 2, "intermediate_size": 256, "vocab_size": 1000},
+             "links": {"layers": 2, "tcp": tcp}, "host_cores": 2, "corun": {"prompt": 0.0, "token": 0.0}}
+    (d / "machine.json").write_text(json.dumps(facts))
+    return d
+
+
+def test_a_simulated_prompt_worker_sends_kv_inside_its_step(tmp_path):
+    from splitserve.sim.simulator import SimConfig, Simulation
+    from splitserve.twin.machine import load_machine_profile
+
+    def first_token(sender: bool, outputs: int) -> float:
+        m = load_machine_profile(_profile_dir(tmp_path / f"{sender}{outputs}", sender))
+        req = SimpleNamespace(arrival=0.0, prompt_tokens=100, output_tokens=outputs)
+        sim = Simulation(m.cluster("splitwise"), m.model, [req], SimConfig(machine=m, record_requests=True))
+        return sim.run().requests[0].token_times[0]
+
+    # 100 tokens x 1,024 bytes: the sender's 0.5 ms + 102,400 B at 2 GB/s = 0.5512 ms, in the prompt step
+    assert first_token(True, 3) - first_token(False, 3) == pytest.approx(0.0005 + 102_400 / 2e9)
+    # a one-token request is done on its prompt worker: nothing is sent
+    assert first_token(True, 1) == pytest.approx(first_token(False, 1))

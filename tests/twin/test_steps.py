@@ -12,7 +12,8 @@ from splitserve.twin.steps import Step, compare_steps, overlaps, read_steps, ste
 
 
 def test_a_line_is_prefill_chunks_and_decodes():
-    s = step_of(3, {"t": 10.0, "s": 0.25, "seqs": [[0, 512], [300, 1], [40, 1], [128, 64], [0, 1]]})
+    s = step_of(3, {"t": 10.0, "s": 0.25, "seqs": [[0, 512], [300, 1], [40, 1], [128, 64], [0, 1]], "sent": [512]})
+    assert s.sent == (512,) and step_of(0, {"t": 0, "s": 1, "seqs": [[0, 8]]}).sent == ()
     # prefill: 512 (first chunk), 64 (a later chunk, more than one token), 1 (a one-token prompt)
     assert (s.prompt_tokens, s.prompt_sq) == (577, 512 ** 2 + 64 ** 2 + 1)
     # decodes: KV before the step + the token run
@@ -56,8 +57,11 @@ class _Machine:
     def decode_kv(self, longest, decodes):  # padded to the longest, in blocks of 16
         return decodes * 16 * -(-longest // 16)
 
-    def step_time(self, alone_s, prompt, others_busy):  # co-run: prompt steps +10%, decodes +50%
-        return alone_s * (1 + (0.1 if prompt else 0.5) * (others_busy > 0)) + 0.002
+    def send_s(self, prompt_tokens):  # 1 ms + 10 us per token
+        return 0.001 + 1e-5 * prompt_tokens
+
+    def step_time(self, alone_s, prompt, others_busy, sent_s=0.0):  # co-run: prompt steps +10%, decodes +50%
+        return (alone_s + sent_s) * (1 + (0.1 if prompt else 0.5) * (others_busy > 0)) + 0.002
 
 
 def test_model_seconds_by_kind_and_condition():
@@ -78,3 +82,11 @@ def test_model_seconds_by_kind_and_condition():
     assert total.steps == 3 and total.live_s == pytest.approx(0.35)
     assert total.model_s == pytest.approx(p100 + dec + p50)
     assert total.error == pytest.approx((p100 + dec + p50 - 0.35) / 0.35)
+
+
+def test_a_step_that_hands_kv_over_is_modelled_with_the_senders_time():
+    # two lone prompt steps of 100 tokens; the second sent its prompt's KV inside the step
+    steps = [Step(0, 0.0, 0.2, 100, 100 ** 2, 0, 0), Step(0, 1.0, 0.2, 100, 100 ** 2, 0, 0, 0, (100,))]
+    rows = {(r.kind, r.condition): r for r in compare_steps(steps, _Machine())}
+    alone = 0.1 + 0.01
+    assert rows["prompt <= 512", "alone"].model_s == pytest.approx((alone + 0.002) + (alone + 0.001 + 0.001 + 0.002))

@@ -51,7 +51,7 @@ def serve(
     seed: Annotated[int, typer.Option(help="Seed of the workers' samplers (requests without their own seed).")] = 0,
     worker_threads: Annotated[int, typer.Option(help="Torch threads per worker.")] = 1,
     tokenizer_dir: Annotated[Optional[Path], typer.Option("--tokenizer-dir", help="A preset with a built-in tokenizer (tiny): write it here as a Hugging Face tokenizer directory for benchmark clients (guidellm, aiperf), and print the path (default: $XDG_CACHE_HOME/splitserve/tokenizers/MODEL, ~/.cache when unset).")] = None,
-    step_log: Annotated[Optional[Path], typer.Option("--step-log", help="Directory: each worker appends a JSON line per engine step to DIR/worker-<id>.jsonl on its host (start, seconds, and each sequence's KV tokens before and tokens run), to check a performance model against (`splitserve twin` reads them).")] = None,
+    step_log: Annotated[Optional[Path], typer.Option("--step-log", help="Directory: each worker appends a JSON line per engine step to DIR/worker-<id>.jsonl on its host (start, seconds, each sequence's KV tokens before and tokens run, and the prompt tokens of each prompt whose KV the step sent), to check a performance model against (`splitserve twin` reads them).")] = None,
     log_stats_interval: Annotated[float, typer.Option("--log-stats-interval", help="Seconds between the router's stats lines in the log, one per pool (throughput, running and waiting requests, KV usage, as vLLM's); 0: none.")] = 10.0,
     no_restart_workers: Annotated[bool, typer.Option("--no-restart-workers", help="Mark dead workers down instead of replacing them.")] = False,
     worker_mode: Annotated[str, typer.Option(hidden=True, help="BENCHMARK TOOL: 'echo' returns tokens without computing.")] = "engine",

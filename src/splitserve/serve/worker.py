@@ -187,7 +187,11 @@ class Worker:
         self.step_failures = 0
         shape = getattr(self.engine, "last_shape", None)
         if self.step_log is not None and shape:
-            self.step_log.write(json.dumps({"t": start, "s": time.perf_counter() - t0, "seqs": shape}) + "\n")
+            line = {"t": start, "s": time.perf_counter() - t0, "seqs": shape}
+            sent = [len(o.prompt_token_ids) for o in outs if o.finish_reason == "prefill"]
+            if sent:  # prompts whose KV this step handed over (sent inside the step)
+                line["sent"] = sent
+            self.step_log.write(json.dumps(line) + "\n")
         self.on_outputs(outs)
 
     def on_kv(self, h: dict, data: list) -> None:

@@ -188,7 +188,8 @@ class Simulation:
         else:
             dur = perf.mixed_time(batch.prompt_tokens, batch.decodes, ctx, sq)
             if self.host is not None:  # workers of one measured host share it (twin/machine.py)
-                dur = self.host.step_time(dur, batch.prompt_tokens > 0, sum(o.busy for o in self.machines) - 1)
+                dur = self.host.step_time(dur, batch.prompt_tokens > 0, sum(o.busy for o in self.machines) - 1,
+                                          self._sent_s(mid, batch))
             end = now + dur
         if self.trace is not None:
             self.trace.batch(mid, now, end - now, batch.prompt_tokens, batch.decodes, ctx, len(batch.preempted))
@@ -226,6 +227,16 @@ class Simulation:
         if m.kv_used > st.peak_kv_used:
             st.peak_kv_used = m.kv_used
         self._push(end, _ITER_END, m)
+
+    def _sent_s(self, mid: int, batch: Batch) -> float:
+        """CPU seconds a measured host's worker `mid` spends in this step sending the KV of the
+        prompts it ends and hands over now (a live worker sends inside its engine step)."""
+        sent = 0.0
+        for r, n in zip(batch.prompts, batch.chunks):
+            if (r.token_machine != mid and r.kv_on_token_machine and r.prefilled + n == r.prefill_len
+                    and r.generated + 1 < r.output_tokens):
+                sent += self.host.send_s(r.prompt_tokens)
+        return sent
 
     def _through_stages(self, mid: int, perf, batch: Batch, ctx: int, sq: int, now: float) -> tuple[float, float]:
         """A pipelined machine's batch goes through its stages: stage s starts when the batch is

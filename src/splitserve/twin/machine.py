@@ -44,6 +44,7 @@ class MachineProfile:
     cost_per_hour: float = 0.0   # not a catalog machine: no price, no provisioned power
     power_kw: float = 0.0
     background_cores: float = 0.0  # cores the serving path and the client take at the run's load (under_load)
+    send_link: Link | None = None  # the sender's part of `link` (None: a profile that did not time it)
 
     @property
     def kv_capacity(self) -> int:
@@ -70,12 +71,21 @@ class MachineProfile:
         sign it, the measured link's time."""
         return self.link.overhead + prompt_tokens * self.model.kv_bytes_per_token / self.link.bandwidth
 
+    def send_s(self, prompt_tokens: float) -> float:
+        """CPU seconds the sending worker spends on a KV transfer of `prompt_tokens`, inside its
+        engine step (serve's prompt worker signs and hands over its KV in the step that ends the
+        prompt); 0 where the profile did not time the sender."""
+        if self.send_link is None:
+            return 0.0
+        return self.send_link.overhead + prompt_tokens * self.model.kv_bytes_per_token / self.send_link.bandwidth
+
     def under_load(self, rate: float, moved_tokens: float = 0.0) -> "MachineProfile":
         """This machine serving `rate` requests/s, each moving `moved_tokens` of KV between
         workers on average (a split design; 0 unsplit): the cores the serving path, the client
-        and the transfers take from the workers."""
-        per_request = self.background_s + (self.transfer_s(moved_tokens) if moved_tokens > 0 else 0.0)
-        return dataclasses.replace(self, background_cores=max(0.0, rate) * per_request)
+        and the transfers take from the workers. The sender's part of a transfer is not among
+        them: it is in the prompt worker's step (step_time's `sent_s`)."""
+        moved = max(0.0, self.transfer_s(moved_tokens) - self.send_s(moved_tokens)) if moved_tokens > 0 else 0.0
+        return dataclasses.replace(self, background_cores=max(0.0, rate) * (self.background_s + moved))
 
     def decode_kv(self, longest: int, decodes: int) -> int:
         """KV tokens a decode step of this engine reads: every decode's blocks are gathered and
@@ -84,12 +94,14 @@ class MachineProfile:
         bs = int(self.facts.get("block_size", 1))
         return decodes * (-(-longest // bs) * bs)
 
-    def step_time(self, alone_s: float, prompt: bool, others_busy: int) -> float:
-        """A serving worker's step that takes `alone_s` on an idle machine (the perf model), while
+    def step_time(self, alone_s: float, prompt: bool, others_busy: int, sent_s: float = 0.0) -> float:
+        """A serving worker's step that takes `alone_s` on an idle machine (the perf model) and
+        sends KV for `sent_s` CPU seconds (send_s of the prompts it hands over), while
         `others_busy` other workers of this host compute: the measured co-run slowdown (caches,
         memory bandwidth) once any other is busy, time-sharing when the computing workers and the
         background (`background_cores`: the serving path, the client, KV transfers) want more
         than the host's cores, and the step overhead of the serving path."""
+        alone_s += sent_s
         if others_busy > 0:
             corun = self.facts.get("corun", {}).get("prompt" if prompt else "token", 0.0)
             alone_s *= 1.0 + max(0.0, corun)
@@ -132,8 +144,11 @@ def load_machine_profile(path: str | Path, transport: str = "tcp") -> MachinePro
                       dtype_bytes=facts["kv_bytes_per_token"] // (2 * layers * kv_heads * head_dim))
     perf = ProfilePerfModel.from_rows(rows, source=f"profile:{path}/profile.csv", attention=True)
     perf.additive = mixed_rule(perf, facts.get("mixed", [])) == "add"
+    sender = lk.get("sender")  # profiles before the sender was timed have none
     return MachineProfile(name=facts["name"], facts=facts, transport=transport, model=model, perf=perf,
-                          link=Link(bandwidth=lk["bandwidth_bytes_per_s"], overhead=lk["fixed_s"]))
+                          link=Link(bandwidth=lk["bandwidth_bytes_per_s"], overhead=lk["fixed_s"]),
+                          send_link=None if sender is None else Link(bandwidth=sender["bandwidth_bytes_per_s"],
+                                                                     overhead=sender["fixed_s"]))
 
 
 def mixed_rule(perf: ProfilePerfModel, points: list[dict]) -> str:

@@ -1,9 +1,9 @@
 """The live workers' engine steps against the simulator's step model: which term misses, and by
 how much. `serve --step-log DIR` has each worker append a line per step it ran (start, seconds,
-and each sequence's KV tokens before the step and tokens run); here every such step gets the
-time the simulator gives a step of that shape on the measured machine (machine.py: the perf model
-over the KV the engine reads, the co-run slowdown while another worker of the host computes, the
-step overhead), and the two are summed per kind of step and per condition (alone: no other
+each sequence's KV tokens before the step and tokens run, and the prompts whose KV it sent); here
+every such step gets the time the simulator gives a step of that shape on the measured machine
+(machine.py: the perf model over the KV the engine reads, the KV the step sends, the co-run
+slowdown while another worker of the host computes, the step overhead), and the two are summed per kind of step and per condition (alone: no other
 worker computed during the step; shared: another computed through all of it)."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class Step:
     decodes: int
     context: int         # the decodes' KV tokens
     longest: int = 0     # the longest decode's KV tokens
+    sent: tuple[int, ...] = ()  # prompt tokens of each prompt whose KV the step handed over
 
     @property
     def kind(self) -> str:
@@ -50,7 +51,7 @@ def step_of(worker: int, line: dict) -> Step:
             d += 1
             ctx += before + n
             longest = max(longest, before + n)
-    return Step(worker, line["t"], line["s"], p, sq, d, ctx, longest)
+    return Step(worker, line["t"], line["s"], p, sq, d, ctx, longest, tuple(line.get("sent", ())))
 
 
 def read_steps(log_dir: str | Path) -> list[Step]:
@@ -102,8 +103,9 @@ def modelled(s: Step, machine: MachineProfile, shared: float) -> float:
     """The simulator's time for step `s` with another worker busy for the fraction `shared` of it."""
     kv = machine.decode_kv(s.longest, s.decodes) if s.decodes else 0
     alone = machine.perf.mixed_time(s.prompt_tokens, s.decodes, kv, s.prompt_sq if machine.perf.attention else 0)
-    return (1 - shared) * machine.step_time(alone, s.prompt_tokens > 0, 0) + \
-        shared * machine.step_time(alone, s.prompt_tokens > 0, 1)
+    sent = sum(machine.send_s(n) for n in s.sent)
+    return (1 - shared) * machine.step_time(alone, s.prompt_tokens > 0, 0, sent) + \
+        shared * machine.step_time(alone, s.prompt_tokens > 0, 1, sent)
 
 
 def compare_steps(steps: list[Step], machine: MachineProfile) -> list[StepRow]:

@@ -3,11 +3,15 @@ transfer plus bytes / bandwidth (sim/kv_transfer.py). Measured on what each tran
 
 - tcp: a signed ZeroMQ message with the KV in one data frame, over loopback tcp, from one socket
   to another in this process (what serve/kv/transports.TcpTransport sends), timed to its receipt;
+  the sender's part (signing and handing the frame to ZeroMQ) is also timed on its own;
 - local: one torch copy into a tensor of the receiver's KV layout (what LocalTransport does into
-  a shared region, without the region).
+  a shared region, without the region); the sender does all of it.
 
 Sizes are those of 16 to 4,096 tokens of the model's KV; each is sent several times and the
-median kept; the line through the medians (least squares) gives fixed cost and bandwidth.
+median kept; the line through the medians (least squares) gives fixed cost and bandwidth, for the
+whole transfer and (`sender`) for the sender's part. A serving worker sends inside its engine step,
+so the simulator puts the sender's part in the prompt worker's step (twin/machine.py) and the rest
+(ZeroMQ's I/O thread, the receiver's check and copy) in the host's background load.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ def _fit(points: list[tuple[int, float]]) -> dict:
             "points": [{"bytes": int(x), "seconds": y} for x, y in points]}
 
 
-def _tcp(sizes: list[int]) -> list[tuple[int, float]]:
+def _tcp(sizes: list[int]) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """(whole transfer, sender's part) medians per size."""
     import zmq
 
     from ..serve.protocol import Codec
@@ -41,17 +46,20 @@ def _tcp(sizes: list[int]) -> list[tuple[int, float]]:
         port = pull.bind_to_random_port("tcp://127.0.0.1")
         push.connect(f"tcp://127.0.0.1:{port}")
         tx, rx = Codec(b"k" * 32, "a"), Codec(b"k" * 32, "b")
-        out = []
+        whole, sender = [], []
         for n in sizes:
             data = bytes(n)
-            times = []
+            times, sends = [], []
             for _ in range(REPEATS + 1):
                 t0 = time.perf_counter()
                 push.send_multipart(tx.encode({"t": "kvd"}, data, to="b"), copy=False)
+                t1 = time.perf_counter()
                 rx.decode(pull.recv_multipart(copy=False), sender="a")
                 times.append(time.perf_counter() - t0)
-            out.append((n, statistics.median(times[1:])))
-        return out
+                sends.append(t1 - t0)
+            whole.append((n, statistics.median(times[1:])))
+            sender.append((n, statistics.median(sends[1:])))
+        return whole, sender
     finally:
         push.close(linger=0)
         pull.close(linger=0)
@@ -74,7 +82,11 @@ def _local(sizes: list[int]) -> list[tuple[int, float]]:
 
 
 def measure_links(kv_bytes_per_token: int, layers: int) -> dict:
-    """{"tcp": fit, "local": fit} for whole transfers of this model's KV (layers: recorded, the
-    simulator splits a layer-wise transfer into `layers` equal parts)."""
+    """{"tcp": fit, "local": fit} for whole transfers of this model's KV, each with the sender's
+    part as "sender" (layers: recorded, the simulator splits a layer-wise transfer into `layers`
+    equal parts)."""
     sizes = [t * kv_bytes_per_token for t in SIZES_TOKENS]
-    return {"layers": layers, "tcp": _fit(_tcp(sizes)), "local": _fit(_local(sizes))}
+    whole, sender = _tcp(sizes)
+    local = _fit(_local(sizes))
+    return {"layers": layers, "tcp": {**_fit(whole), "sender": _fit(sender)},
+            "local": {**local, "sender": {k: v for k, v in local.items() if k != "points"}}}
