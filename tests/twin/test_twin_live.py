@@ -5,9 +5,11 @@ benchmarks/twin/ has the full table with the issue's 10% / 20% bounds). The work
 hold every prompt token once and every decode once. Each profile row is the median of 3 repeats: a
 CI run once found the simulated TBT P50 37% above the live one (cause not found), so the profile is
 made less sensitive to one disturbed measurement, and a failure prints the path's overheads and the
-co-run slowdowns. Seen on the 2-core dev VM on 2026-11-27 (one profile, three live runs): TBT P50
-+3% to +8%, E2E P50 -8% to +3%, TTFT P50 -13% to -24% (the prompt worker's steps ran 1-6% slower
-than modelled, an error its queue can multiply), each within the bound. The same live run against a
+co-run slowdowns. Seen on the 2-core dev VM on 2026-11-27, before the sender's part of the KV
+transfer was put in the prompt step (one profile, three live runs): TBT P50 +3% to +8%, E2E P50
+-8% to +3%, TTFT P50 -13% to -24% (the prompt worker's steps ran 1-6% slower than modelled, an
+error its queue can multiply); after it (another profile, three runs, and this test once): TBT
+P50 -4% to +5% and once +23%, E2E P50 -6% to -18%, TTFT P50 -11% to -21%; each within the bound. The same live run against a
 deliberately wrong profile (every step 3x slower) must break the bound, so this test can fail."""
 
 from __future__ import annotations
