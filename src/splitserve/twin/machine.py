@@ -16,7 +16,7 @@ from ..instance import Instance
 from ..errors import UserError
 from ..perf.profile import ProfilePerfModel, read_profile_rows
 from ..policy.state import Pool
-from ..sim.kv_transfer import Link
+from ..sim.kv_transfer import Link, serialized_done
 
 
 class NoPower:
@@ -69,7 +69,7 @@ class MachineProfile:
     def transfer_s(self, prompt_tokens: float) -> float:
         """CPU seconds a KV transfer of `prompt_tokens` costs: on a CPU host both ends copy and
         sign it, the measured link's time."""
-        return self.link.overhead + prompt_tokens * self.model.kv_bytes_per_token / self.link.bandwidth
+        return serialized_done(self.link, prompt_tokens * self.model.kv_bytes_per_token, 0.0)
 
     def send_s(self, prompt_tokens: float) -> float:
         """CPU seconds the sending worker spends on a KV transfer of `prompt_tokens`, inside its
@@ -77,7 +77,7 @@ class MachineProfile:
         prompt); 0 where the profile did not time the sender."""
         if self.send_link is None:
             return 0.0
-        return self.send_link.overhead + prompt_tokens * self.model.kv_bytes_per_token / self.send_link.bandwidth
+        return serialized_done(self.send_link, prompt_tokens * self.model.kv_bytes_per_token, 0.0)
 
     def under_load(self, rate: float, moved_tokens: float = 0.0) -> "MachineProfile":
         """This machine serving `rate` requests/s, each moving `moved_tokens` of KV between

@@ -3,8 +3,9 @@ how much. `serve --step-log DIR` has each worker append a line per step it ran (
 each sequence's KV tokens before the step and tokens run, and the prompts whose KV it sent); here
 every such step gets the time the simulator gives a step of that shape on the measured machine
 (machine.py: the perf model over the KV the engine reads, the KV the step sends, the co-run
-slowdown while another worker of the host computes, the step overhead), and the two are summed per kind of step and per condition (alone: no other
-worker computed during the step; shared: another computed through all of it)."""
+slowdown while another worker of the host computes, the step overhead), and the two are summed
+per kind of step and per condition (alone: no other worker computed during the step; shared:
+another computed through all of it)."""
 
 from __future__ import annotations
 
