@@ -193,7 +193,7 @@ def test_params_leave_defaults_out(p):
     assert ("frequency_penalty" in d) == (p.frequency_penalty != 0.0)
     assert ("repetition_penalty" in d) == (p.repetition_penalty != 1.0)
     assert ("logit_bias" in d) == bool(p.logit_bias)
-    assert WireParams.from_wire(msgpack.unpackb(msgpack.packb(d))) == p
+    assert M.params_from_wire(msgpack.unpackb(msgpack.packb(d))) == p
 
 
 def test_ints_are_taken_as_floats():
@@ -338,7 +338,7 @@ def test_prepared_params_decode():
                   "logit_bias": {"7": 5, "3": -100}, "stop_token_ids": [2], "ignore_eos": True},
                  {"prompt": [1], "max_tokens": 1, "temperature": 1, "top_p": 1}):
         p = prepare(json.dumps(body).encode(), False, info, RequestLimits()).params  # a WireParams
-        assert WireParams.from_wire(msgpack.unpackb(msgpack.packb(p.to_wire()))) == p
+        assert M.params_from_wire(msgpack.unpackb(msgpack.packb(p.to_wire()))) == p
 
 
 # ---- malformed headers --------------------------------------------------------------------------------
@@ -535,10 +535,10 @@ def test_gen_fields_by_kind():
 
 def test_params_from_wire_errors():
     with pytest.raises(MalformedMessage) as e:
-        WireParams.from_wire({**P, "top_k": "x"})
+        M.params_from_wire({**P, "top_k": "x"})
     assert e.value.reason.startswith("p: field 'top_k': ") and e.value.field == "top_k"
     with pytest.raises(MalformedMessage):
-        WireParams.from_wire([])
+        M.params_from_wire([])
 
 
 # what msgpack can carry: integers in [-2**63, 2**64)

@@ -1,9 +1,10 @@
 """The messages between the router and the workers, and between workers (KV), as typed classes.
 
-One frozen dataclass per message kind (kinds.py), `encode(msg) -> dict` (the header for
-`Codec.encode`) and `decode(header) -> msg` (from `Codec.decode`'s header, checked; codec.py),
-and the router's `Stage` of a request. protocol.py signs and verifies the frames; this package
-says what a header may hold. Every message, its direction, fields and meaning: the message table
+One frozen dataclass per message kind (kinds.py; the sampling parameters they carry: params.py),
+`encode(msg) -> dict` (the header for `Codec.encode`) and `decode(header) -> msg` (from
+`Codec.decode`'s header, checked: codec.py, by the checkers of checks.py), and the router's `Stage`
+of a request (stage.py, on its own). The modules import one way: params <- kinds <- checks <- codec.
+protocol.py signs and verifies the frames; this package says what a header may hold. Every message, its direction, fields and meaning: the message table
 of docs/architecture.md.
 
     frames = codec.encode(encode(Cancel(rid="7.0")), to=ident)            # send
@@ -33,7 +34,7 @@ API
   `.rid`); Codec.decode has already authenticated it, so it is a bug or a version mismatch.
 * `MESSAGES` (wire name -> class); `TO_WORKER`, `TO_ROUTER`, `KV`: frozensets of the wire names
   by direction, for decode's `kinds`; `WIRE_NAMES` (attribute -> wire name, where they differ).
-* `WireParams.to_wire()` / `WireParams.from_wire(map)` (checked; MalformedMessage of kind "p"):
+* `WireParams.to_wire()` / `params_from_wire(map)` (checked; MalformedMessage of kind "p"):
   the "p" map alone (schema.prepare builds it, the worker turns it into SamplingParams).
 * `OutItem(rid, tokens, finished, reason)`, `StepChunk(rid, n_tokens)`, and step's ecoserve records
   `StepRehosted(rid, host)`, `StepGrown(rid, n_tokens)`, `StepResumed(rid, held, host)`: NamedTuples.
@@ -68,16 +69,17 @@ Design choices
 
 from __future__ import annotations
 
-from .codec import decode, encode
+from .codec import decode, encode, params_from_wire
 from .kinds import (KV, MESSAGES, TO_ROUTER, TO_WORKER, WIRE_NAMES, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello,
                     KvDone, KvDrop, KvFail, KvIn, KvLayer, KvStart, MalformedMessage, Message, Out, OutItem, PeerDown,
-                    Ping, Reserved, Stage, Step, StepChunk, StepFailed, StepGrown, StepRehosted, StepResumed, Stop,
-                    WireParams)
+                    Ping, Reserved, Step, StepChunk, StepFailed, StepGrown, StepRehosted, StepResumed, Stop)
+from .params import WireParams
+from .stage import Stage
 
 __all__ = [
     "KV", "MESSAGES", "TO_ROUTER", "TO_WORKER", "WIRE_NAMES",
     "Abort", "Cancel", "Err", "Expect", "Gen", "Heartbeat", "Hello", "KvDone", "KvDrop", "KvFail", "KvIn",
     "KvLayer", "KvStart", "MalformedMessage", "Message", "Out", "OutItem", "PeerDown", "Ping", "Reserved",
     "Stage", "Step", "StepChunk", "StepFailed", "StepGrown", "StepRehosted", "StepResumed", "Stop", "WireParams",
-    "decode", "encode",
+    "decode", "encode", "params_from_wire",
 ]

@@ -1,6 +1,7 @@
 """The checkers of header values: each takes a value from the wire and returns it as stored, or
 raises _Bad saying what was expected. The common case of the simple ones is inlined by the
-compiled decoders (codec.py's _FAST)."""
+compiled decoders (codec.py's _FAST). The checker of "p" maps is codec.py's `_params` (it runs the
+compiled WireParams decoder)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from array import array
 from operator import countOf
 from typing import Any, Callable
 
-from .kinds import OutItem, StepChunk, StepGrown, StepRehosted, StepResumed, WireParams
+from .kinds import OutItem, StepChunk, StepGrown, StepRehosted, StepResumed
 
 # ---- checkers: value -> value as stored, or _Bad(what was expected) ----------------------------
 class _Bad(Exception):
@@ -244,9 +245,3 @@ def _bias(v: Any) -> list[tuple[int, float]]:
         raise _Bad(f"item {i}: expected [token: non-negative int, bias: finite number], got {pair!r:.80}")
     return out
 
-
-def _params(v: Any) -> WireParams:
-    if type(v) is not dict:
-        raise _Bad(f"expected a map, got {_got(v)}")
-    from .codec import DECODERS
-    return DECODERS[WireParams](v)

@@ -9,47 +9,11 @@ from dataclasses import MISSING, fields
 from typing import Any, Callable, Container
 
 from .checks import (_Bad, _bool, _chunks, _enum, _float, _float_nn, _got, _grown, _ids, _int, _int_at_least, _items,
-                     _map, _meta, _nat, _params, _pos, _rehosted, _resumed, _str, _strs, _bias)
-
+                     _map, _meta, _nat, _pos, _rehosted, _resumed, _str, _strs, _bias)
 from .kinds import (_CLASSES, MESSAGES, WIRE_NAMES, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvDone, KvDrop,
                     KvFail, KvIn, KvLayer, KvStart, MalformedMessage, Message, Out, PeerDown, Ping, Reserved,
-                    Step, StepFailed, Stop, WireParams)
-
-# ---- the field tables ------------------------------------------------------------------------
-# Per class: attribute -> checker (value -> value as stored, or _Bad). A field is required iff it
-# has no default; a field whose default is None also takes nil on the wire (as absent).
-_CHECKS: dict[type, dict[str, Callable[[Any], Any]]] = {
-    WireParams: {"max_tokens": _pos, "temperature": _float_nn, "top_p": _float, "top_k": _int_at_least(-1),
-                 "ignore_eos": _bool, "stop_token_ids": _ids, "seed": _int, "presence_penalty": _float,
-                 "frequency_penalty": _float, "repetition_penalty": _float, "logit_bias": _bias},
-    Gen: {"rid": _str, "prompt_ids": _ids, "params": _params, "kind": _enum("full", "prefill"), "isolated": _bool,
-          "predicted": _pos, "dest": _nat, "dest_ident": _str, "dest_addr": _str, "threshold": _nat, "region": _map, "blocks": _ids},
-    Expect: {"rid": _str, "prompt_ids": _ids, "params": _params, "src": _nat, "isolated": _bool},
-    Cancel: {"rid": _str},
-    Abort: {"rid": _str, "prefill_sent": _bool},
-    PeerDown: {"peer": _nat},
-    Ping: {},
-    Stop: {},
-    Hello: {"worker_id": _nat, "pid": _nat, "kv_addr": _str, "blocks": _nat, "block_size": _pos, "free": _nat,
-            "max_len": _pos, "region": _map, "boot": _str},
-    Heartbeat: {"worker_id": _nat, "free": _nat, "blocks": _nat, "reserved": _nat, "running": _nat,
-                "rejected": _nat, "stray": _nat, "preempted": _nat},
-    Out: {"items": _items},
-    Reserved: {"rid": _str, "ok": _bool, "blocks": _ids, "msg": _str},
-    KvIn: {"rid": _str, "first_token": _nat, "nbytes": _nat, "mode": _enum("layerwise", "serialized"),
-           "seconds": _float_nn, "exposed": _float_nn},
-    KvFail: {"rid": _str, "reason": _str},
-    Err: {"rid": _str, "msg": _str},
-    StepFailed: {"rids": _strs, "error": _str},
-    Step: {"chunks": _chunks, "preempted": _strs, "joined": _strs, "rehosted": _rehosted, "parked": _strs,
-           "grown": _grown, "resumed": _resumed, "planned": _strs, "at": _float_nn},
-    KvStart: {"rid": _str},
-    KvLayer: {"rid": _str, "layer": _nat, "sent_at": _float_nn, "inplace_bytes": _nat},
-    KvDone: {"rid": _str, "first_token": _nat, "prefill_end": _float_nn, "mode": _enum("layerwise", "serialized"),
-             "sent_at": _float_nn, "meta": _meta, "inplace_bytes": _nat, "fail": _str},
-    KvDrop: {"rid": _str},
-}
-
+                    Step, StepFailed, Stop)
+from .params import WireParams
 
 # A checker's test of the common case, inlined by the decoders (the checker runs only when it
 # fails: to convert, as an int to float, or to raise with the reason)
@@ -68,11 +32,10 @@ def _unknown(h: dict, known: frozenset) -> _Bad:
     return _Bad("unknown field", next(str(k) for k in h if k not in known))
 
 
-def _decoder(cls: type) -> Callable[[dict], Any]:
+def _decoder(cls: type, checks: dict[str, Callable[[Any], Any]]) -> Callable[[dict], Any]:
     """The function map -> checked instance of `cls` (_Bad naming the field otherwise), compiled
-    once from its field table: a header (or "p" map) is read with one lookup per field, the
-    common case of each check inline, then its size tells whether it held an unknown field."""
-    checks = _CHECKS[cls]
+    once from its field table `checks`: a header (or "p" map) is read with one lookup per field,
+    the common case of each check inline, then its size tells whether it held an unknown field."""
     if sorted(f.name for f in fields(cls)) != sorted(checks):
         raise AssertionError(f"{cls.__name__}: the checkers do not match the fields")
     header = issubclass(cls, Message)  # a header also holds "t" (and "_from" after Codec.decode)
@@ -127,7 +90,53 @@ def _decoder(cls: type) -> Callable[[dict], Any]:
     return ns["dec"]
 
 
-DECODERS = _DECODERS = {cls: _decoder(cls) for cls in _CHECKS}
+# ---- the field tables ------------------------------------------------------------------------
+# Per class: attribute -> checker (value -> value as stored, or _Bad). A field is required iff it
+# has no default; a field whose default is None also takes nil on the wire (as absent).
+_PARAMS_CHECKS = {"max_tokens": _pos, "temperature": _float_nn, "top_p": _float, "top_k": _int_at_least(-1),
+                  "ignore_eos": _bool, "stop_token_ids": _ids, "seed": _int, "presence_penalty": _float,
+                  "frequency_penalty": _float, "repetition_penalty": _float, "logit_bias": _bias}
+_decode_params = _decoder(WireParams, _PARAMS_CHECKS)
+
+
+def _params(v: Any) -> WireParams:
+    """The checker of a "p" map: its compiled WireParams decoder."""
+    if type(v) is not dict:
+        raise _Bad(f"expected a map, got {_got(v)}")
+    return _decode_params(v)
+
+
+_CHECKS: dict[type, dict[str, Callable[[Any], Any]]] = {
+    Gen: {"rid": _str, "prompt_ids": _ids, "params": _params, "kind": _enum("full", "prefill"), "isolated": _bool,
+          "predicted": _pos, "dest": _nat, "dest_ident": _str, "dest_addr": _str, "threshold": _nat, "region": _map, "blocks": _ids},
+    Expect: {"rid": _str, "prompt_ids": _ids, "params": _params, "src": _nat, "isolated": _bool},
+    Cancel: {"rid": _str},
+    Abort: {"rid": _str, "prefill_sent": _bool},
+    PeerDown: {"peer": _nat},
+    Ping: {},
+    Stop: {},
+    Hello: {"worker_id": _nat, "pid": _nat, "kv_addr": _str, "blocks": _nat, "block_size": _pos, "free": _nat,
+            "max_len": _pos, "region": _map, "boot": _str},
+    Heartbeat: {"worker_id": _nat, "free": _nat, "blocks": _nat, "reserved": _nat, "running": _nat,
+                "rejected": _nat, "stray": _nat, "preempted": _nat},
+    Out: {"items": _items},
+    Reserved: {"rid": _str, "ok": _bool, "blocks": _ids, "msg": _str},
+    KvIn: {"rid": _str, "first_token": _nat, "nbytes": _nat, "mode": _enum("layerwise", "serialized"),
+           "seconds": _float_nn, "exposed": _float_nn},
+    KvFail: {"rid": _str, "reason": _str},
+    Err: {"rid": _str, "msg": _str},
+    StepFailed: {"rids": _strs, "error": _str},
+    Step: {"chunks": _chunks, "preempted": _strs, "joined": _strs, "rehosted": _rehosted, "parked": _strs,
+           "grown": _grown, "resumed": _resumed, "planned": _strs, "at": _float_nn},
+    KvStart: {"rid": _str},
+    KvLayer: {"rid": _str, "layer": _nat, "sent_at": _float_nn, "inplace_bytes": _nat},
+    KvDone: {"rid": _str, "first_token": _nat, "prefill_end": _float_nn, "mode": _enum("layerwise", "serialized"),
+             "sent_at": _float_nn, "meta": _meta, "inplace_bytes": _nat, "fail": _str},
+    KvDrop: {"rid": _str},
+}
+
+
+_DECODERS = {cls: _decoder(cls, checks) for cls, checks in _CHECKS.items()}
 
 
 def _fail(kind: str, field: str | None, why: str, h: Any) -> MalformedMessage:

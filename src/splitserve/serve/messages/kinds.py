@@ -1,12 +1,13 @@
-"""The message kinds: one frozen, slotted, keyword-only dataclass each (its wire name in `T`), the
-records inside them, the sampling parameters as `gen` and `expect` carry them, and the router's
-`Stage` of a request. The table of docs/architecture.md describes every field."""
+"""The message kinds: one frozen, slotted, keyword-only dataclass each (its wire name in `T`) and
+the records inside them. The table of docs/architecture.md describes every field."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, ClassVar, Literal, NamedTuple
+from dataclasses import field
+from typing import ClassVar, Literal, NamedTuple
+
+from .params import WireParams
+from .params import message_class as _msg
 
 # Python attribute -> wire name, for the attributes named differently (the same in every message)
 WIRE_NAMES: dict[str, str] = {
@@ -24,27 +25,6 @@ class MalformedMessage(ValueError):
                  rid: str | None = None) -> None:
         super().__init__(reason)
         self.reason, self.kind, self.field, self.rid = reason, kind, field, rid
-
-
-class Stage(StrEnum):
-    """A request's stage in the router (router.py LiveRequest.stage). A StrEnum: each member is
-    its string (Stage.DECODE == "decode", str() and f-strings give "decode"), so it can replace the
-    strings router.py uses today one place at a time. `Stage.X.__doc__` says what X means."""
-
-    def __new__(cls, value: str, doc: str) -> Stage:
-        m = str.__new__(cls, value)
-        m._value_ = value
-        m.__doc__ = doc
-        return m
-
-    NEW = "new", "Admitted by submit, not routed yet (momentary: routing follows at once)."
-    PARKED = "parked", "No live worker could take it; it waits (at most park_timeout_s) for one to come up."
-    WAITING = "waiting", "Routed, but the policy has not admitted it yet (no room): queued until memory frees."
-    RESERVING = "reserving", "Split: `expect` sent to its token worker; the router waits for `reserved`."
-    PREFILL = "prefill", "`gen` sent to its prompt worker (kind full, or prefill after `reserved`); no first token yet."
-    HANDOFF = "handoff", "Split: its first token came from the prompt worker; its KV is on the way (`kv_in` next)."
-    DECODE = "decode", "Generating output tokens: after its first token (unsplit) or after `kv_in` (split)."
-    DONE = "done", "Ended (completed, failed or cancelled); the router holds nothing of it any more."
 
 
 # ---- records inside messages -----------------------------------------------------------------
@@ -92,49 +72,6 @@ class Message:
 
     __slots__ = ()
     T: ClassVar[str]
-
-
-_msg = dataclass(slots=True, frozen=True, kw_only=True)
-
-
-@_msg
-class WireParams:
-    """The sampling parameters of a request, as `gen` and `expect` carry them (the header's "p")."""
-
-    max_tokens: int
-    temperature: float
-    top_p: float
-    top_k: int
-    ignore_eos: bool
-    stop_token_ids: list[int]
-    seed: int | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    logit_bias: list[tuple[int, float]] = field(default_factory=list)
-
-    def to_wire(self) -> dict[str, Any]:
-        """The map on the wire: optional fields at their defaults left out."""
-        d = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
-             "top_k": self.top_k, "ignore_eos": self.ignore_eos, "stop_token_ids": self.stop_token_ids}
-        if self.seed is not None:
-            d["seed"] = self.seed
-        if self.presence_penalty != 0.0:
-            d["presence_penalty"] = self.presence_penalty
-        if self.frequency_penalty != 0.0:
-            d["frequency_penalty"] = self.frequency_penalty
-        if self.repetition_penalty != 1.0:
-            d["repetition_penalty"] = self.repetition_penalty
-        if self.logit_bias:
-            d["logit_bias"] = self.logit_bias
-        return d
-
-    @staticmethod
-    def from_wire(d: Any) -> WireParams:
-        """The checked WireParams of a wire map; MalformedMessage (kind "p") otherwise."""
-        from .codec import params_from_wire
-
-        return params_from_wire(d)
 
 
 # ---- router -> worker ------------------------------------------------------------------------

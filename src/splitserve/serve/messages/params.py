@@ -1,0 +1,44 @@
+"""The sampling parameters of a request as `gen` and `expect` carry them (the header's "p"), and
+the dataclass form every message class shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# the form of every message class: frozen, slotted, keyword-only
+message_class = dataclass(slots=True, frozen=True, kw_only=True)
+
+
+@message_class
+class WireParams:
+    """The sampling parameters of a request, as `gen` and `expect` carry them (the header's "p").
+    From a wire map: codec.py `params_from_wire` (checked)."""
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    ignore_eos: bool
+    stop_token_ids: list[int]
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: list[tuple[int, float]] = field(default_factory=list)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The map on the wire: optional fields at their defaults left out."""
+        d = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+             "top_k": self.top_k, "ignore_eos": self.ignore_eos, "stop_token_ids": self.stop_token_ids}
+        if self.seed is not None:
+            d["seed"] = self.seed
+        if self.presence_penalty != 0.0:
+            d["presence_penalty"] = self.presence_penalty
+        if self.frequency_penalty != 0.0:
+            d["frequency_penalty"] = self.frequency_penalty
+        if self.repetition_penalty != 1.0:
+            d["repetition_penalty"] = self.repetition_penalty
+        if self.logit_bias:
+            d["logit_bias"] = self.logit_bias
+        return d
