@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from splitserve.policy.cluster import RoutingConfig, admit, admit_freed, make_cluster_scheduler
 from splitserve.policy.machine import BatchingConfig, BatchReport, finish_iteration, form_batch
-from splitserve.policy.predictor import make_predictor
-from splitserve.policy.schedulers.ecoserve import Sizing, predict
+from splitserve.policy.predictor import make_predictor, predict
+from splitserve.policy.schedulers.ecoserve import Sizing
 from splitserve.policy.state import Machine, Phase, Pool, Request
 from splitserve.policy.transitions import DoesNotFit, kv_landed
 from splitserve.serve.cluster_state import LiveCluster, NoWorkers

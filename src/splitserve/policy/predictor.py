@@ -34,6 +34,7 @@ from statistics import NormalDist
 from typing import NamedTuple, Protocol
 
 from ..errors import UserError
+from .state import Request
 
 _MASK = (1 << 64) - 1
 
@@ -131,3 +132,19 @@ def make_predictor(name: str, seed: int = 0) -> LengthPredictor:
     if name not in PRESETS:
         raise UserError(f"unknown length predictor {name!r}; choose one of: {', '.join(PRESETS)}")
     return PRESETS[name][0](seed)
+
+
+def arrival_predictor(policy) -> LengthPredictor | None:
+    """The output-length predictor whose estimate a request carries from its arrival under
+    `policy` (a PolicyConfig: `routing.predictor`, seed 0 as the other predictive policies), None
+    when its machine scheduler does not schedule by predicted lengths. The simulator predicts at
+    arrival with it (`predict`), and so does the live router, which sends the estimate to its
+    worker in `gen`."""
+    if policy.batching.scheduler != "ecoserve":
+        return None
+    return make_predictor(policy.routing.predictor)
+
+
+def predict(r: Request, predictor: LengthPredictor) -> None:
+    """`r` carries its predicted output tokens (the predictor's upper end: EcoServe's padded estimate)."""
+    r.predicted = predictor.predict(r.id, r.prompt_tokens, r.output_tokens).hi

@@ -37,7 +37,8 @@ deadline); this view never takes from its queues, only their members and counter
 from __future__ import annotations
 
 from ..policy.cluster import RoutingConfig, admit, admit_freed, make_cluster_scheduler
-from ..policy.schedulers.ecoserve import Sizing, park, predict, resume
+from ..policy.predictor import predict
+from ..policy.schedulers.ecoserve import Sizing, park, resume
 from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.transitions import (DoesNotFit, decode_tokens, drop_waiting, end_chunk, first_token, grow_kv, kv_landed,
                                   plan_kv, preempt, release, requeue_preempted, start_chunk, start_decode)
@@ -53,7 +54,7 @@ class LiveCluster:
         """kv_tokens: each worker's KV cache in tokens; kv_block: tokens per block (reservations
         are whole blocks, as the workers' paged caches allocate them); predictor: the output-length
         predictor a request's estimate comes from at arrival, as in the simulator (the ecoserve
-        scheduler's, policy/schedulers/ecoserve.py arrival_predictor; the router sends it in `gen`)."""
+        scheduler's, policy/predictor.py arrival_predictor; the router sends it in `gen`)."""
         self.predictor = predictor
         self.split = split
         self.homes = list(homes)

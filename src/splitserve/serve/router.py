@@ -29,7 +29,7 @@ import asyncio
 import time
 
 from ..policy.cluster import moves_kv
-from ..policy.schedulers.ecoserve import arrival_predictor
+from ..policy.predictor import arrival_predictor
 from ..policy.state import Pool, Request
 from .channel import RouterChannel
 from .cluster_state import LiveCluster, NoWorkers

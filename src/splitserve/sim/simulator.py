@@ -24,7 +24,7 @@ from ..policy.cluster import admit, admit_freed, make_cluster_scheduler, pull_kv
 from ..policy.config import PolicyConfig
 from ..policy.kv_transfer import TransferMode, choose_mode
 from ..policy.machine import Batch, batch_former, finish_iteration
-from ..policy.schedulers.ecoserve import arrival_predictor, predict
+from ..policy.predictor import arrival_predictor, predict
 from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import DoesNotFit, kv_landed
 from .kv_transfer import Link, layerwise_done, link_between, serialized_done

@@ -94,9 +94,7 @@ from ..transitions import (drop_waiting, grow_kv, note, park_decode, plan_kv, pr
 if TYPE_CHECKING:
     from typing import Callable
 
-    from ..config import PolicyConfig
     from ..machine import BatchReport
-    from ..predictor import LengthPredictor
 
 GROUP = 32              # predicted lengths in one GROUP-token step form a time-synced group
 RESERVE = 0.03          # share of KV that reservations for predicted outputs leave free
@@ -106,22 +104,6 @@ T_PROMPT = 0.1          # s, a prompt's mean latency (ASSUMED)
 T_TOKEN = 0.05          # s, a token's mean latency (ASSUMED)
 DEADLINE_BUCKET = 0.5   # s
 KV_BUCKET = 128         # tokens
-
-
-def arrival_predictor(policy: "PolicyConfig") -> "LengthPredictor | None":
-    """The output-length predictor whose estimate a request carries from its arrival under this
-    scheduler (`routing.predictor`, seed 0 as the other predictive policies), None under another
-    scheduler. The simulator predicts at arrival with it (`predict`), and so does the live router,
-    which sends the estimate to its worker in `gen`."""
-    if policy.batching.scheduler != "ecoserve":
-        return None
-    from ..predictor import make_predictor
-    return make_predictor(policy.routing.predictor)
-
-
-def predict(r: Request, predictor: "LengthPredictor") -> None:
-    """`r` carries its predicted output tokens (the predictor's upper end: EcoServe's padded estimate)."""
-    r.predicted = predictor.predict(r.id, r.prompt_tokens, r.output_tokens).hi
 
 
 def predicted(r: Request) -> int:
