@@ -1,4 +1,4 @@
-"""The live router's Aladdin latency model (policy/aladdin.py LIVE_FIT): Eq. 2 and Eq. 3 fitted by
+"""The live router's Aladdin latency model (policy/latency.py LIVE_FIT): Eq. 2 and Eq. 3 fitted by
 least squares to the tiny model's engine steps on this machine (CPU, float32, one thread).
 
     python scripts/aladdin_live_fit.py

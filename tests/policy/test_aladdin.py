@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from splitserve.catalog import load_model
 from splitserve.designs import Parallelism, make_cluster
-from splitserve.policy.aladdin import ACTIVE, DRAINING, OFF, AladdinScheduler, LinearLatency, kv_peak
+from splitserve.policy.aladdin import AladdinScheduler, kv_peak
+from splitserve.policy.aladdin_scaling import ACTIVE, DRAINING, OFF
+from splitserve.policy.latency import LinearLatency
 from splitserve.policy.cluster import RoutingConfig, admit
 from splitserve.policy.config import PolicyConfig
 from splitserve.policy.machine import BatchingConfig, finish_iteration, form_batch

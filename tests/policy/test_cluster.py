@@ -2,7 +2,8 @@
 
 import pytest
 
-from splitserve.policy.cluster import JSQScheduler, RoutingConfig, SplitwiseScheduler
+from splitserve.policy.cluster import RoutingConfig
+from splitserve.policy.pools import JSQScheduler, SplitwiseScheduler
 from splitserve.policy.transitions import enqueue_prompt
 from splitserve.policy.state import Machine, Pool, Request
 

@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 
 from splitserve.catalog import load_model
 from splitserve.designs import make_cluster
-from splitserve.policy.cluster import RoutingConfig, admit, make_cluster_scheduler
+from splitserve.policy.cluster import RoutingConfig, admit
+from splitserve.policy.cluster_schedulers import make_cluster_scheduler
 from splitserve.policy.config import make_policy
 from splitserve.policy.instance_flip import InstanceFlipScheduler, drained
 from splitserve.policy.machine import BatchingConfig, finish_iteration, form_batch

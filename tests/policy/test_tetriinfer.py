@@ -1,6 +1,7 @@
 """TetriInfer's decode dispatch, by hand: memory filters, two of the rest, the lower heavy share."""
 
-from splitserve.policy.cluster import RoutingConfig, SplitwiseScheduler
+from splitserve.policy.cluster import RoutingConfig
+from splitserve.policy.pools import SplitwiseScheduler
 from splitserve.policy.predictor import BucketPredictor, OraclePredictor
 from splitserve.policy.state import Machine, Phase, Pool, Request
 from splitserve.policy.tetriinfer import Registry, heavy, pick_decode

@@ -16,9 +16,10 @@ import msgpack
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from splitserve.policy.cluster import RoutingConfig, admit, admit_freed, make_cluster_scheduler
+from splitserve.policy.cluster import RoutingConfig, admit_freed, arrive
+from splitserve.policy.cluster_schedulers import make_cluster_scheduler
 from splitserve.policy.machine import BatchingConfig, BatchReport, finish_iteration, form_batch
-from splitserve.policy.predictor import make_predictor, predict
+from splitserve.policy.predictor import make_predictor
 from splitserve.policy.schedulers.ecoserve import Sizing
 from splitserve.policy.state import Machine, Phase, Pool, Request
 from splitserve.policy.transitions import DoesNotFit, kv_landed
@@ -44,9 +45,7 @@ class SimPath:
 
     def arrive(self, r: Request) -> bool:
         self.reqs[r.id] = r
-        if self.predictor is not None:   # Simulation._arrive
-            predict(r, self.predictor)
-        return admit(self.cls, r)
+        return arrive(self.cls, r, self.predictor)   # Simulation._arrive
 
     def step(self, i: int):
         b = form_batch(self.ms[i], self.batching)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..errors import UserError
-from .cluster import CLUSTER_SCHEDULERS, RoutingConfig
+from .cluster import RoutingConfig
+from .cluster_schedulers import CLUSTER_SCHEDULERS
 from .kv_transfer import DEFAULT_LAYERWISE_THRESHOLD
 from .machine import BatchingConfig
 from .schedulers import CHUNKED, SCHEDULERS
@@ -107,7 +108,7 @@ OPTIONS = (
     Option("cluster-scheduler", "routing.cluster_scheduler",
            "Cluster-level scheduler: auto (splitwise for a design with prompt and token pools, else jsq), "
            "splitwise, jsq or tetriinfer (no mixed pool, TetriInfer's decode dispatch, idle instances flip "
-           "role: policy/instance_flip.py) (policy/cluster.py CLUSTER_SCHEDULERS)."),
+           "role: policy/instance_flip.py) (policy/cluster_schedulers.py CLUSTER_SCHEDULERS)."),
     Option("flip-idle-s", "routing.flip_idle_s",
            "--cluster-scheduler tetriinfer: seconds an instance must be idle (no pending tokens) before it "
            "flips to the other role, whose instances all have load (TetriInfer: a minute)."),

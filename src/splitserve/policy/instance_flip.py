@@ -2,8 +2,9 @@
 flip, §5.1 setting): prefill and decode instances are roles, not machines; a transition watcher
 moves an instance from one role to the other as the load changes, within fixed hardware.
 
-`InstanceFlipScheduler` (`--cluster-scheduler tetriinfer`) routes as `SplitwiseScheduler` with no
-mixed pool and TetriInfer's decode dispatch (policy/tetriinfer.py), and adds the watcher:
+`InstanceFlipScheduler` (`--cluster-scheduler tetriinfer`) routes as `SplitwiseScheduler`
+(policy/pools.py) with no mixed pool and TetriInfer's decode dispatch (policy/tetriinfer.py), and
+adds the watcher:
 
 - how load is measured: an instance's load is its pending tokens (the JSQ queue length the
   global scheduler balances on: queued and running prefill tokens, decode tokens to make, KV
@@ -39,7 +40,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .cluster import RoutingConfig, SplitwiseScheduler
+from .cluster import RoutingConfig
+from .pools import SplitwiseScheduler
 from .state import Machine, Pool
 
 FLIP_CHECK_S = 0.1          # the cluster monitor's sampling period (§3.2: "e.g., every 100 ms")

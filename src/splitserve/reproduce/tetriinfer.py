@@ -119,7 +119,7 @@ def simulate(system: str, reqs: list, link: str = "roce", prompt: int = 1, token
             "resource_s": sum(t - start for t in last.values()),
             "makespan_s": max(r.last_token_at for r in rs) - start,
             "instances": len(sim.machines),
-            "flips": [(f.at, f.machine, f.to.name.lower()) for f in getattr(sim.cls, "flips", [])],
+            "flips": [(f.at, f.machine, f.to.name.lower()) for f in sim.cls.flips],
             "preemptions": res.metrics.preemptions, "events": res.events}
 
 

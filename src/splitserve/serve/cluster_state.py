@@ -3,8 +3,9 @@ reports through the same transitions the simulator makes (policy/transitions.py)
 the same cluster scheduler (policy/cluster.py). It does no arithmetic of its own.
 
     router learns                          view does (transitions)          simulator's moment
-    a request arrives                      admit: route, reserve_decode     Simulation._arrive
-                                           or wait, enqueue_prompt
+    a request arrives                      arrive: predict, route,          Simulation._arrive
+                                           reserve_decode or wait,
+                                           enqueue_prompt
     a worker's step starts ("step")        start_decode (joined), preempt,  form_batch
                                            start_chunk, requeue_preempted;
                                            ecoserve: park, grow_kv,
@@ -36,8 +37,8 @@ deadline); this view never takes from its queues, only their members and counter
 
 from __future__ import annotations
 
-from ..policy.cluster import RoutingConfig, admit, admit_freed, make_cluster_scheduler
-from ..policy.predictor import predict
+from ..policy.cluster import RoutingConfig, admit_freed, arrive
+from ..policy.cluster_schedulers import make_cluster_scheduler
 from ..policy.schedulers.ecoserve import Sizing, park, resume
 from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.transitions import (DoesNotFit, decode_tokens, drop_waiting, end_chunk, first_token, grow_kv, kv_landed,
@@ -70,10 +71,8 @@ class LiveCluster:
     def arrive(self, r: Request) -> bool:
         """Pick r's machines. True: its prompt is queued; False: it waits for KV memory on its token
         machine (it comes back from an admission when memory is freed)."""
-        if self.predictor is not None:
-            predict(r, self.predictor)
         try:
-            return admit(self.cls, r)
+            return arrive(self.cls, r, self.predictor)
         except (ValueError, IndexError):
             raise NoWorkers("no live worker of the needed kind") from None
         except DoesNotFit as e:
@@ -224,10 +223,7 @@ class LiveCluster:
         every `watch_interval` seconds): the workers that flipped role. `quiet(machine)`: whether
         the worker itself reports holding nothing (a flip waits for it too). A flipped worker's
         home is its new role (its replacement joins that role)."""
-        watch = getattr(self.cls, "watch", None)
-        if watch is None:
-            return []
-        flipped = watch(now, quiet)
+        flipped = self.cls.watch(now, quiet)
         for m in flipped:
             self.homes[m.id] = m.pool
         return [m.id for m in flipped]
@@ -266,5 +262,4 @@ class LiveCluster:
     def accepting(self, m: Machine) -> bool:
         """Whether new requests may be routed to `m`: a scaling scheduler's scaled-down workers
         (policy/aladdin.py) stay up as warm standby, finish what they hold and take nothing new."""
-        f = getattr(self.cls, "accepting", None)
-        return f(m) if f is not None else True
+        return self.cls.accepting(m)

@@ -152,7 +152,7 @@ class Router(WorkerReports, Recovery):
         """Tokens (prompt and output) one request may hold: what the smallest worker that may have
         to hold all of it can (its context and KV cache), as they said at start."""
         if not self._max_request:
-            flips = getattr(self.cluster.cls, "watch_interval", 0) if self.cluster is not None else 0
+            flips = self.cluster.cls.watch_interval if self.cluster is not None else 0
             holders = [w for w in self.workers if w.home != "prompt" or not self.cfg.split or flips]
             self._max_request = min(min(w.max_len, w.kv_tokens) for w in holders)
         return self._max_request
@@ -221,7 +221,7 @@ class Router(WorkerReports, Recovery):
         `watch_interval` seconds from the monitor loop. A worker flips only when the policy view
         holds nothing of it and its own last heartbeat says it runs and reserves nothing; it needs
         no message: a worker runs whatever it is sent (worker.py), its role is the router's."""
-        interval = getattr(self.cluster.cls, "watch_interval", 0)
+        interval = self.cluster.cls.watch_interval
         if not interval or now < self._next_watch:
             return
         self._next_watch = now + interval

@@ -1,10 +1,13 @@
-"""What a simulated run measures: latency distributions, SLO slowdowns, transfers, machines."""
+"""What a simulated run measures: latency distributions, SLO slowdowns, transfers, machines; and
+the run's result (`SimResult`)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
+from ..designs import ClusterSpec
+from ..policy.state import Request
 from ..report.histogram import _K, _LOW, Histogram
 
 
@@ -87,3 +90,18 @@ class Metrics:
             slow.lo = min(slow.lo, slo_)
             slow.hi = max(slow.hi, shi)
         return ngap
+
+
+@dataclass(slots=True)
+class SimResult:
+    metrics: Metrics
+    cluster: ClusterSpec
+    model: str
+    events: int
+    wall_s: float
+    sim_end: float
+    borrowed: int
+    perf_sources: dict[str, str]
+    requests: list[Request] = field(default_factory=list)
+    hardware: dict = field(default_factory=dict)  # name -> spec with cost_per_hour and power_kw
+    scaling: dict | None = None                   # a scaling scheduler's activity (policy/aladdin.py)

@@ -1,7 +1,9 @@
 """A machine measured by `splitserve profile`, as the simulator uses it: the perf model fitted to
 its profile.csv (perf/profile.py, the same fit as the Splitwise authors' profile), its KV capacity
 in tokens, the KV link of a transport, and the model's shape. `simulate --machine-profile DIR`
-and `splitserve twin` simulate clusters of such machines."""
+and `splitserve twin` simulate clusters of such machines: `MachineProfile` is what the simulator
+runs on (sim/hosts.py Hosts), and `HostStep` times its workers' steps (perf/step.py StepModel) as
+the live host runs them."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from ..designs import ClusterSpec, Design
 from ..instance import Instance
 from ..errors import UserError
 from ..perf.profile import ProfilePerfModel, read_profile_rows
-from ..policy.state import Pool
+from ..policy.machine import Batch
+from ..policy.state import Machine, Pool
 from ..sim.kv_transfer import Link, serialized_done
 
 
@@ -110,6 +113,19 @@ class MachineProfile:
             alone_s *= share
         return alone_s + self.step_overhead
 
+    # ---- what the simulator runs on (sim/hosts.py Hosts) ---------------------------------------
+    @property
+    def reference(self) -> ProfilePerfModel:
+        """SLO slowdowns against the same request alone on this machine."""
+        return self.perf
+
+    def instance(self, inst: Instance, machines: list[Machine]) -> tuple["MachineProfile", "HostStep"]:
+        """Every instance is this machine; its workers share the host with `machines`."""
+        return self, HostStep(self, machines)
+
+    def kv_link(self, src: str, dst: str) -> Link:
+        return self.link
+
     def cluster(self, design: str, *, prompt: int = 1, token: int = 1, machines: int = 2) -> ClusterSpec:
         """Splitwise with `prompt` + `token` machines, or the unsplit baseline with `machines`."""
         if design == "splitwise":
@@ -121,6 +137,46 @@ class MachineProfile:
             d = Design(name="baseline", scheduler="mixed", machine=self.name, description=f"unsplit on {self.name}")
             return ClusterSpec(d, ((Instance(self.name, tp=1), Pool.MIXED, machines),))
         raise UserError(f"design must be splitwise or baseline on a measured machine, got {design!r}")
+
+
+class HostStep:
+    """A serving worker's step on a measured host (perf/step.py StepModel): the profile's time
+    for the batch, its decodes reading KV padded as the engine pads it (`decode_kv`), slowed as
+    the host's other workers compute and the serving path runs, with the KV it sends inside the
+    step (`step_time`)."""
+
+    __slots__ = ("host", "perf", "power", "kv_capacity", "machines")
+
+    def __init__(self, host: MachineProfile, machines: list[Machine]) -> None:
+        self.host, self.perf, self.power, self.kv_capacity = host, host.perf, host.power, host.kv_capacity
+        self.machines = machines
+
+    def context(self, batch: Batch) -> int:
+        if batch.decodes:  # the engine reads padded KV
+            return self.host.decode_kv(max(r.prompt_tokens + r.generated for r in batch.decoding), batch.decodes)
+        return batch.context
+
+    def batch_time(self, m: Machine, batch: Batch) -> float:
+        sq = 0
+        if self.perf.attention:     # each prompt attends to its own tokens (perf/mixed.py)
+            for n in batch.chunks:
+                sq += n * n
+        alone = self.perf.mixed_time(batch.prompt_tokens, batch.decodes, self.context(batch), sq)
+        return self.host.step_time(alone, batch.prompt_tokens > 0, sum(o.busy for o in self.machines) - 1,
+                                   self.sent_s(m.id, batch))
+
+    def stage_time(self, batch: Batch) -> float:
+        raise ValueError("a measured machine runs one stage (its instances have pp = 1)")
+
+    def sent_s(self, mid: int, batch: Batch) -> float:
+        """CPU seconds worker `mid` spends in this step sending the KV of the prompts it ends and
+        hands over now (a live worker sends inside its engine step)."""
+        sent = 0.0
+        for r, n in zip(batch.prompts, batch.chunks):
+            if (r.token_machine != mid and r.kv_on_token_machine and r.prefilled + n == r.prefill_len
+                    and r.generated + 1 < r.output_tokens):
+                sent += self.host.send_s(r.prompt_tokens)
+        return sent
 
 
 def load_machine_profile(path: str | Path, transport: str = "tcp") -> MachineProfile:

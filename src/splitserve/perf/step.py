@@ -1,0 +1,61 @@
+"""The step-time model the simulator is given: how long one batch takes on one instance, and what
+it costs the host. The simulator holds one per machine and asks it about every batch it starts,
+as Vidur's simulator asks its injected execution-time predictor; it knows nothing of what is
+behind it. `PerfStep` is the roofline / profile model's (perf/roofline.py, perf/profile.py: the
+batch alone on its instance); a measured host's workers have theirs (twin/machine.py HostStep:
+padded KV reads, co-run slowdown, the KV its worker sends inside the step).
+
+A batch here is policy/machine.py's `Batch`, a machine policy/state.py's `Machine`; they are read,
+never changed. These sit on the simulator's hot path: no allocation, nothing looked up twice.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from . import PerfModel, PowerModel
+
+
+class StepModel(Protocol):
+    perf: PerfModel       # the instance's batch latencies (Aladdin's placement, pipeline hops)
+    power: PowerModel     # its watts
+    kv_capacity: int      # KV tokens one instance holds
+
+    def batch_time(self, m, batch) -> float:
+        """Seconds one iteration of `batch` takes on machine `m`, with the cluster as it is now."""
+
+    def stage_time(self, batch) -> float:
+        """Seconds one pipeline stage of a pipelined instance takes over `batch` (perf/pipeline.py)."""
+
+    def context(self, batch) -> int:
+        """KV tokens the batch's decodes read (what the trace records)."""
+
+
+class PerfStep:
+    """The perf model's time for the batch alone on its instance: `mixed_time` of its prompt
+    tokens, decodes and their context, with the prompts' squared tokens where the model has an
+    attention term (perf/mixed.py)."""
+
+    __slots__ = ("perf", "power", "kv_capacity", "_mixed", "_attention")
+
+    def __init__(self, perf: PerfModel, power: PowerModel, kv_capacity: int) -> None:
+        self.perf, self.power, self.kv_capacity = perf, power, kv_capacity
+        self._mixed = perf.mixed_time
+        self._attention = perf.attention
+
+    def batch_time(self, m, batch) -> float:
+        sq = 0
+        if self._attention:  # each prompt attends to its own tokens (perf/mixed.py)
+            for n in batch.chunks:
+                sq += n * n
+        return self._mixed(batch.prompt_tokens, batch.decodes, batch.context, sq)
+
+    def stage_time(self, batch) -> float:
+        sq = 0
+        if self._attention:
+            for n in batch.chunks:
+                sq += n * n
+        return self.perf.stage_time(batch.prompt_tokens, batch.decodes, batch.context, sq)
+
+    def context(self, batch) -> int:
+        return batch.context

@@ -1,0 +1,68 @@
+"""The simulator's KV hand-over (paper §IV-C): a prefilled request's KV goes from its prompt
+machine to its token machine over the link between their kinds, serialized behind the prompt
+machine's earlier transfers or layer by layer under the batch that made it (sim/kv_transfer.py);
+when it lands the prompt machine's copy is freed, and freed memory admits the requests waiting
+for it (policy/cluster.py admit_freed). A part of `Simulation` (sim/simulator.py)."""
+
+from __future__ import annotations
+
+from ..policy.cluster import admit_freed, pull_kv
+from ..policy.state import Machine, Phase, Request
+from ..policy.transitions import kv_landed
+from .events import TRANSFER_END
+from .kv_transfer import Link, layerwise_done, serialized_done
+
+
+class KVHandoff:
+    """Simulation's hand-over of KV between machines (its state is the simulation's)."""
+
+    def _link(self, src: Machine, dst: Machine) -> Link:
+        key = (src.hardware, dst.hardware)
+        link = self.links.get(key)
+        if link is None:
+            link = self.links[key] = self.hosts.kv_link(src.hardware, dst.hardware)
+        return link
+
+    def _handoff(self, p: Machine, r: Request, start: float, end: float, layerwise: bool) -> None:
+        """Prefill of `r` done on prompt machine `p`: send its KV to its token machine (with pull,
+        once that one has memory for it: policy/cluster.py pull_kv; else _freed sends it later)."""
+        t = self.machines[r.token_machine]
+        if not r.kv_on_token_machine and not pull_kv(t, r):
+            return
+        link = self._link(p, t)
+        nbytes = r.prompt_tokens * self.kv_bytes
+        mt = self.metrics
+        if layerwise:
+            ready = start
+            done = layerwise_done(link, nbytes, self.layers, start, end)
+            mt.transfer_layerwise += 1
+        else:
+            ready = max(end, self.links_out[p.id])
+            done = serialized_done(link, nbytes, ready)
+            self.links_out[p.id] = done
+        if self.trace is not None:
+            self.trace.transfer(p.id, t.id, r.id, ready, done, nbytes, layerwise)
+        mt.transfers += 1
+        mt.transfer_bytes += nbytes
+        mt.transfer_visible.add(done - end)
+        self._push(done, TRANSFER_END, r)
+
+    def _transfer_end(self, r: Request, now: float) -> None:
+        p = self.machines[r.prompt_machine]
+        t = self.machines[r.token_machine]
+        kv_landed(p, t, r)
+        if not t.busy:
+            self._start(t, now)
+        self._freed(p, now)
+
+    def _freed(self, m: Machine, now: float) -> None:
+        """KV memory was released on `m`: requests waiting for it may go, and `m` may resume."""
+        if m.admit_queue:
+            for r in admit_freed(self.cls, m):
+                p = self.machines[r.prompt_machine]
+                if r.phase is Phase.HANDOFF:  # pulled: its KV leaves its prompt machine now
+                    self._handoff(p, r, now, now, False)
+                elif not p.busy:
+                    self._start(p, now)
+        if not m.busy:
+            self._start(m, now)
