@@ -16,5 +16,6 @@ for load in 0.3 0.6 0.9; do
   python -m splitserve.cli twin --profile-dir "$prof" --design baseline -m 2 --load $load \
     --duration 60 --out "$out/baseline-2m-load$load"
 done
+bash benchmarks/twin/pack_logs.sh "$out"   # the raw logs, one logs.tar.gz per run (committed so)
 python benchmarks/twin/table.py "$out" > "$out/table.md"
 cat "$out/table.md"
