@@ -2,8 +2,9 @@
 `/tokenize` and `/detokenize`, `/version`, `/openapi.json` and `/docs`, and a 400 naming every
 field of the OpenAI API or of vLLM's extensions that splitserve accepts but does not implement.
 
-The request checks first, without a server (schema.py); then the official `openai` client, and
-plain httpx for the routes it has no method for, against a real `serve --model tiny`."""
+The request checks first, without a server (schema.py, bodies.py, refusals.py); then the official
+`openai` client, and plain httpx for the routes it has no method for, against a real
+`serve --model tiny`."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import json
 import httpx
 import pytest
 
+from splitserve.serve.bodies import ChatCompletionRequest, CompletionRequest
 from splitserve.serve.config import RequestLimits
 from splitserve.serve.openai_io import ApiError, ModelInfo, default_chat_text
-from splitserve.serve.schema import (UNSUPPORTED, ChatCompletionRequest, CompletionRequest, detokenize, prepare,
-                                     tokenize)
+from splitserve.serve.refusals import UNSUPPORTED
+from splitserve.serve.schema import detokenize, prepare, tokenize
 
 from .conftest import API_KEY
 

@@ -1,7 +1,8 @@
 """Live phase-split serving: `splitserve serve`.
 
     api.py            FastAPI front end (OpenAI-compatible completions / chat, /metrics, /health)
-    schema.py         request bodies as typed models: every field checked by type, range and size
+    schema.py         request checks: every field checked by type, range and size (bodies.py: the typed
+                      models; refusals.py: what is not implemented; prompts.py: prompt to token ids)
     openai_io.py      JSON and error bodies, the served model's facts, chat templates
     detokenize.py     incremental detokenization and stop strings
     router.py         admission, policy routing, request restarts and quarantine

@@ -14,7 +14,7 @@ that requests need has no live worker (supervisor.py).
 
 The POST endpoints take the short path of completions.py, outside FastAPI's routing, so FastAPI
 documents only the GET routes; `openapi_schema` adds the POST routes, their request bodies from
-the pydantic models of schema.py (the models that check them) and their error body.
+the pydantic models of bodies.py (the models that check them) and their error body.
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .bodies import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse,
+                     TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse)
 from .completions import Completions, error_response, json_response
 from .config import ServeConfig
 from .metrics import ServeMetrics
 from .openai_io import ApiError, ModelInfo
 from .router import Router
-from .schema import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse,
-                     TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse, check_model)
+from .schema import check_model
 
 # path -> (summary, request models (one of), response model or None for a completion's JSON or SSE)
 POST_ROUTES = {

@@ -1,5 +1,5 @@
-"""The OpenAI request bodies as typed models, and their checks: nothing reaches a worker that has
-not been checked here for type, range and size.
+"""The checks of an OpenAI request body: nothing reaches a worker that has not been checked for
+type, range and size.
 
 `prepare(raw, chat, info, limits)` turns the raw body of `POST /v1/completions` (chat False) or
 `POST /v1/chat/completions` (chat True) into a `GenRequest`: token ids, the sampling parameters
@@ -8,15 +8,9 @@ as the workers take them, and what the front end needs to answer (stream, stop s
 `POST /detokenize` (a prompt or chat messages -> token ids, count and context; token ids -> text).
 Every failure is an `ApiError` with an OpenAI error body (400, or 404 for an unknown model).
 
-Types are strict (an integer field takes no `true` and no `"5"`; a number field takes an integer),
-ranges are those of the OpenAI API or, for vLLM's extensions, of vLLM. Every field of the OpenAI
-API (as the official `openai` client sends it) and of vLLM's extensions that splitserve does not
-implement (`n` > 1, `best_of`, `logprobs`, `suffix`, tools, JSON output, `user`, `store`, ...; the
-table UNSUPPORTED) is refused with 400 `unsupported`, naming the field, when it asks for anything
-but the default, never accepted and ignored; so are the keys of a chat message other than `role`
-and `content` (`name`, `tool_calls`, ...) and OpenAI's `stream_options.include_obfuscation`. Names
-that are neither OpenAI's nor vLLM's are ignored, as vLLM does, so that clients sending vendor
-extras still work.
+A body is checked by its typed model first (bodies.py: types strict, ranges those of the OpenAI
+API or of vLLM), then for what is not implemented (refusals.py: refused by name, never accepted and
+ignored), then its prompt (prompts.py), then here its limits and sampling parameters.
 
 Sizes are bounded before any work that grows with them (RequestLimits): the body (checked by
 api.py before it is read), the prompt's characters before tokenizing (at most `max_model_len`
@@ -27,270 +21,16 @@ length of stop strings, stop token ids and logit-bias entries.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
-
+from .bodies import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse, StreamOptions,
+                     TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse, validate)
 from .config import RequestLimits
 from .messages import WireParams
-from .openai_io import ApiError, ModelInfo, bad, parse_json, render_chat
+from .openai_io import ApiError, ModelInfo, bad, parse_json
+from .prompts import chat_ids, check_text, encode_text, prompt_ids
+from .refusals import refuse_unsupported
 
 
-_FINITE = {"allow_inf_nan": False}
-_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
-_MESSAGES = {"type": "array", "minItems": 1, "items": {
-    "type": "object", "required": ["role"],
-    "properties": {"role": {"enum": ["system", "user", "assistant", "developer", "tool"]},
-                   "content": {"anyOf": [{"type": "string"}, {"type": "null"}, {"type": "array", "items": {
-                       "type": "object", "required": ["type", "text"],
-                       "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}}]}}}}
-# checked by prompt_ids and chat_messages (clearer errors than a union type's); documented as typed
-Prompt = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string"}, _IDS, {"type": "array", "minItems": 1,
-                                                                           "maxItems": 1, "items": {
-                                                                               "anyOf": [{"type": "string"}, _IDS]}}],
-                                        "description": "one prompt: text, or token ids"})]
-Messages = Annotated[Any, WithJsonSchema({**_MESSAGES, "description": "chat messages (text content only)"})]
-
-
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-    include_usage: bool = False
-    continuous_usage_stats: bool = Field(False, description="vLLM's: usage so far in every chunk (with "
-                                                            "include_usage)")
-
-
-class Sampling(BaseModel):
-    """Fields common to both endpoints (sampling, stopping, streaming)."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
-    model: str | None = None
-    temperature: float = Field(1.0, ge=0, le=2, **_FINITE)      # 1: the OpenAI default
-    top_p: float = Field(1.0, gt=0, le=1, **_FINITE)
-    top_k: int = Field(0, ge=-1)                                # vLLM: -1 or 0 off; >= vocab off
-    seed: int | None = Field(None, ge=-(2 ** 63), le=2 ** 63 - 1)
-    presence_penalty: float = Field(0.0, ge=-2, le=2, **_FINITE)
-    frequency_penalty: float = Field(0.0, ge=-2, le=2, **_FINITE)
-    repetition_penalty: float = Field(1.0, gt=0, le=2, **_FINITE)  # vLLM's extension
-    logit_bias: dict[str, float] | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    ignore_eos: bool = False
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, description="only 1 is supported")
-
-
-class CompletionRequest(Sampling):
-    """The body of POST /v1/completions."""
-
-    prompt: Prompt = None
-    max_tokens: int | None = Field(None, ge=1, description="default 16")
-    echo: bool = False
-    add_special_tokens: bool = Field(True, description="vLLM's: add the tokenizer's special tokens (BOS) to a "
-                                                       "text prompt")
-
-
-class ChatCompletionRequest(Sampling):
-    """The body of POST /v1/chat/completions."""
-
-    messages: Messages = None
-    max_tokens: int | None = Field(None, ge=1, description="default: all that fits the context")
-    max_completion_tokens: int | None = Field(None, ge=1)
-    add_generation_prompt: bool = Field(True, description="vLLM's: end the prompt with the assistant's turn")
-    add_special_tokens: bool | None = Field(None, description="vLLM's: add the tokenizer's special tokens; "
-                                                              "default: only with the default chat template")
-
-
-class TokenizeCompletionRequest(BaseModel):
-    """vLLM's POST /tokenize with a prompt."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
-    model: str | None = None
-    prompt: str
-    add_special_tokens: bool = True
-    return_token_strs: bool | None = False
-
-
-class TokenizeChatRequest(BaseModel):
-    """vLLM's POST /tokenize with chat messages: the token ids /v1/chat/completions would run."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
-    model: str | None = None
-    messages: Messages
-    add_generation_prompt: bool = True
-    add_special_tokens: bool | None = Field(None, description="default: only with the default chat template")
-    return_token_strs: bool | None = False
-
-
-class TokenizeResponse(BaseModel):
-    count: int
-    max_model_len: int
-    tokens: list[int]
-    token_strs: list[str] | None = None
-
-
-class DetokenizeRequest(BaseModel):
-    """vLLM's POST /detokenize."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
-    model: str | None = None
-    tokens: list[int]
-
-
-class DetokenizeResponse(BaseModel):
-    prompt: str
-
-
-# field -> the values that ask for nothing (anything else: 400 unsupported). The OpenAI API's
-# fields (those of the `openai` client's create params that no model above has) and vLLM's
-# extensions (its CompletionRequest, ChatCompletionRequest and TokenizeChatRequest); `echo` on
-# chat is refused in prepare (vLLM's chat echo means something else).
-UNSUPPORTED = {
-    # OpenAI
-    "best_of": (None, 1), "logprobs": (None, False, 0), "top_logprobs": (None, 0), "suffix": (None, ""),
-    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
-    "parallel_tool_calls": (None, True), "response_format": (None, {"type": "text"}), "audio": (None,),
-    "modalities": (None, ["text"]), "prediction": (None,), "user": (None,), "safety_identifier": (None,),
-    "metadata": (None, {}), "store": (None, False), "service_tier": (None, "auto", "default"),
-    "reasoning_effort": (None,), "verbosity": (None,), "web_search_options": (None,), "moderation": (None,),
-    "prompt_cache_key": (None,), "prompt_cache_retention": (None,), "prompt_cache_options": (None,),
-    # vLLM's extensions
-    "min_p": (None, 0, 0.0), "min_tokens": (None, 0), "prompt_logprobs": (None, 0), "use_beam_search": (None, False),
-    "length_penalty": (None, 1.0), "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
-    "guided_grammar": (None,), "guided_decoding_backend": (None,), "guided_whitespace_pattern": (None,),
-    "structured_outputs": (None,), "structural_tag": (None,), "include_stop_str_in_output": (None, False),
-    "skip_special_tokens": (None, True), "spaces_between_special_tokens": (None, True),
-    "allowed_token_ids": (None,), "bad_words": (None, []), "truncate_prompt_tokens": (None,),
-    "prompt_embeds": (None,), "priority": (None, 0), "request_id": (None,), "logits_processors": (None, []),
-    "return_tokens_as_token_ids": (None, False), "return_token_ids": (None, False), "cache_salt": (None,),
-    "kv_transfer_params": (None,), "vllm_xargs": (None, {}), "max_repetition_pattern_size": (None, 0),
-    "min_repetition_pattern_size": (None, 0), "repetition_min_count": (None, 0), "include_reasoning": (None, True),
-    "continue_final_message": (None, False), "documents": (None,), "chat_template": (None,),
-    "chat_template_kwargs": (None, {}), "mm_processor_kwargs": (None,), "media_io_kwargs": (None,),
-}
-_STREAM_OPTIONS_UNSUPPORTED = {"include_obfuscation": (None, False)}
-_MESSAGE_UNSUPPORTED = {"name": (None,), "tool_calls": (None, []), "tool_call_id": (None,),
-                        "function_call": (None,), "audio": (None,), "refusal": (None,)}
-
-
-def _refuse_unsupported(body: dict) -> None:
-    for name, ok in UNSUPPORTED.items():
-        if body.get(name) not in ok:
-            raise bad(f"'{name}' is not supported by this server", name, "unsupported")
-    so = body.get("stream_options")
-    if isinstance(so, dict):
-        for name, ok in _STREAM_OPTIONS_UNSUPPORTED.items():
-            if so.get(name) not in ok:
-                raise bad(f"'stream_options.{name}' is not supported by this server", f"stream_options.{name}",
-                          "unsupported")
-
-
-_TYPE_ERRORS = ("type", "parsing", "missing")
-
-
-def _validation_error(e: ValidationError) -> ApiError:
-    err = e.errors(include_url=False)[0]
-    loc = [str(x) for x in err["loc"]]
-    param = loc[0] if loc else None
-    where = ".".join(loc) or "body"
-    kind = err["type"]
-    if kind == "missing":
-        return bad(f"'{where}' is required", param, "missing_field")
-    code = "invalid_type" if kind.endswith(_TYPE_ERRORS) or kind in ("model_type", "dict_type", "list_type") \
-        else "invalid_value"
-    value = err.get("input")
-    shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return bad(f"'{where}': {err['msg']} (got {shown})", param, code)
-
-
-def _check_text(s: str, param: str) -> None:
-    """Text must be valid Unicode: a lone surrogate (JSON "\\ud800") cannot be tokenized."""
-    if not s.isascii():
-        try:
-            s.encode("utf-8")
-        except UnicodeEncodeError:
-            raise bad(f"'{param}' contains an unpaired UTF-16 surrogate; send valid Unicode text",
-                      param, "invalid_value") from None
-
-
-# ---- the prompt ----------------------------------------------------------------------------------
-def _check_ids(ids: list, info: ModelInfo, param: str) -> list[int]:
-    if len(ids) >= info.max_model_len:  # before scanning a huge list
-        raise bad(f"the prompt has {len(ids)} tokens but the model's context is {info.max_model_len} tokens",
-                  param, "context_length_exceeded")
-    for t in ids:
-        if not isinstance(t, int) or isinstance(t, bool):
-            raise bad(f"'{param}' must be a string or a list of token ids", param, "invalid_type")
-        if not 0 <= t < info.vocab_size:
-            raise bad(f"token id {t} is outside the vocabulary (0..{info.vocab_size - 1})", param, "invalid_value")
-    return list(ids)
-
-
-def encode_text(text: str, info: ModelInfo, param: str, add_special_tokens: bool = True) -> list[int]:
-    """Token ids of `text`; refused before tokenizing when it is too long to fit the context."""
-    if info.tokenizer is None:
-        raise bad("this model has no tokenizer; send the prompt as a list of token ids", param)
-    _check_text(text, param)
-    if len(text) > info.max_prompt_chars:
-        raise bad(f"the prompt has {len(text)} characters, more than the model's context of "
-                  f"{info.max_model_len} tokens can hold (at most {info.max_prompt_chars})", param,
-                  "context_length_exceeded")
-    return info.tokenizer.encode(text, add_special_tokens=add_special_tokens)
-
-
-def prompt_ids(p: Any, info: ModelInfo, add_special_tokens: bool = True) -> tuple[list[int], str | None]:
-    """The prompt as token ids (a string, a list of ids, or a one-element list of either), and its
-    text when it came as text."""
-    if p is None:
-        raise bad("'prompt' is required", "prompt", "missing_field")
-    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
-        p = p[0]
-    if isinstance(p, str):
-        ids, text = encode_text(p, info, "prompt", add_special_tokens), p
-    elif isinstance(p, list) and len(p) > 1 and all(isinstance(x, (str, list)) for x in p):
-        raise bad("only one prompt per request is supported (got a batch)", "prompt", "unsupported")
-    elif isinstance(p, list):
-        ids, text = _check_ids(p, info, "prompt"), None
-    else:
-        raise bad("'prompt' must be a string or a list of token ids", "prompt", "invalid_type")
-    if not ids:
-        raise bad("the prompt is empty", "prompt", "invalid_value")
-    return ids, text
-
-
-def chat_messages(msgs: Any) -> list[dict]:
-    if not isinstance(msgs, list) or not msgs:
-        raise bad("'messages' must be a non-empty list", "messages", "invalid_type")
-    clean = []
-    for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise bad(f"messages[{i}] must be an object with a 'role'", "messages", "invalid_type")
-        content = m.get("content", "")
-        if content is None:
-            content = ""
-        if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
-            parts = []
-            for part in content:
-                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                    raise bad(f"messages[{i}].content: only text parts are supported", "messages", "unsupported")
-                parts.append(part["text"])
-            content = "".join(parts)
-        if not isinstance(content, str):
-            raise bad(f"messages[{i}].content must be a string", "messages", "invalid_type")
-        if m["role"] not in ("system", "user", "assistant", "developer", "tool"):
-            raise bad(f"messages[{i}].role {m['role']!r} is not a known role", "messages", "invalid_value")
-        for key, ok in _MESSAGE_UNSUPPORTED.items():
-            if m.get(key) not in ok:
-                raise bad(f"messages[{i}].{key} is not supported by this server", f"messages.{key}",
-                          "unsupported")
-        _check_text(content, "messages")
-        clean.append({"role": m["role"], "content": content})
-    return clean
-
-
-# ---- everything else -------------------------------------------------------------------------------
 @dataclass(slots=True)
 class GenRequest:
     prompt_ids: list[int]
@@ -311,7 +51,7 @@ def _stop_strings(stop: str | list[str] | None, info: ModelInfo, limits: Request
         if len(s) > limits.max_stop_chars:
             raise bad(f"a stop string has {len(s)} characters; at most {limits.max_stop_chars} are allowed",
                       "stop", "invalid_value")
-        _check_text(s, "stop")
+        check_text(s, "stop")
     items = [s for s in items if s]
     if items and info.tokenizer is None:
         raise bad("stop strings need a tokenizer", "stop")
@@ -370,9 +110,9 @@ def check_model(name: str | None, info: ModelInfo) -> None:
 def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> GenRequest:
     """The checked request of one raw body (see the module docstring); ApiError otherwise."""
     body = parse_json(raw)
-    m = _validate(ChatCompletionRequest if chat else CompletionRequest, body)
+    m = validate(ChatCompletionRequest if chat else CompletionRequest, body)
     check_model(m.model, info)
-    _refuse_unsupported(body)
+    refuse_unsupported(body)
     if m.n != 1:
         raise bad("only n=1 is supported", "n", "unsupported")
     stop = _stop_strings(m.stop, info, limits)
@@ -380,7 +120,7 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
     if chat:
         if body.get("echo"):
             raise bad("'echo' is not supported for chat completions", "echo", "unsupported")
-        ids = _chat_ids(m, info)
+        ids = chat_ids(m, info)
     else:
         ids, text = prompt_ids(m.prompt, info, m.add_special_tokens)
         if m.echo:
@@ -397,31 +137,16 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
                       so.include_usage and so.continuous_usage_stats)
 
 
-def _validate(model: type[BaseModel], body: dict):
-    try:
-        return model.model_validate(body)
-    except ValidationError as e:
-        raise _validation_error(e) from None
-
-
-def _chat_ids(m: ChatCompletionRequest | TokenizeChatRequest, info: ModelInfo) -> list[int]:
-    """The token ids of checked chat messages: the chat template, then the tokenizer (special
-    tokens by default only with the default template, whose text has no BOS of its own)."""
-    text = render_chat(chat_messages(m.messages), info, m.add_generation_prompt)
-    special = info.chat_template is None if m.add_special_tokens is None else m.add_special_tokens
-    return encode_text(text, info, "messages", add_special_tokens=special)
-
-
 def tokenize(raw: bytes, info: ModelInfo) -> dict:
     """vLLM's POST /tokenize: a body with `messages` is a chat (the ids /v1/chat/completions runs),
     else a `prompt` text (the ids /v1/completions runs). The text bound of `encode_text` holds here
     too (ASSUMED: vLLM tokenizes any length; a text refused here could never be served)."""
     body = parse_json(raw)
     chat = "messages" in body
-    m = _validate(TokenizeChatRequest if chat else TokenizeCompletionRequest, body)
+    m = validate(TokenizeChatRequest if chat else TokenizeCompletionRequest, body)
     check_model(m.model, info)
-    _refuse_unsupported(body)
-    ids = _chat_ids(m, info) if chat else encode_text(m.prompt, info, "prompt", m.add_special_tokens)
+    refuse_unsupported(body)
+    ids = chat_ids(m, info) if chat else encode_text(m.prompt, info, "prompt", m.add_special_tokens)
     strs = [info.tokenizer.tk.id_to_token(t) for t in ids] if m.return_token_strs else None
     return TokenizeResponse(count=len(ids), max_model_len=info.max_model_len, tokens=ids,
                             token_strs=strs).model_dump()
@@ -432,7 +157,7 @@ def detokenize(raw: bytes, info: ModelInfo) -> dict:
     the tokenizer's default, which for Hugging Face tokenizers keeps them), so that tokenizing the
     text without adding special tokens gives the ids back."""
     body = parse_json(raw)
-    m = _validate(DetokenizeRequest, body)
+    m = validate(DetokenizeRequest, body)
     check_model(m.model, info)
     if info.tokenizer is None:
         raise bad("this model has no tokenizer", "tokens")

@@ -1,0 +1,145 @@
+"""The OpenAI request and response bodies as typed models (pydantic, strict: an integer field
+takes no `true` and no `"5"`; a number field takes an integer), ranges those of the OpenAI API or,
+for vLLM's extensions, of vLLM; and `validate`, which turns pydantic's first complaint into an
+OpenAI error body (400) naming the field. api.py builds the OpenAPI schema from these models;
+schema.py checks a body with them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+
+from .openai_io import ApiError, bad
+
+_FINITE = {"allow_inf_nan": False}
+_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+_MESSAGES = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "required": ["role"],
+    "properties": {"role": {"enum": ["system", "user", "assistant", "developer", "tool"]},
+                   "content": {"anyOf": [{"type": "string"}, {"type": "null"}, {"type": "array", "items": {
+                       "type": "object", "required": ["type", "text"],
+                       "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}}]}}}}
+# checked by prompt_ids and chat_messages (clearer errors than a union type's); documented as typed
+Prompt = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string"}, _IDS, {"type": "array", "minItems": 1,
+                                                                           "maxItems": 1, "items": {
+                                                                               "anyOf": [{"type": "string"}, _IDS]}}],
+                                        "description": "one prompt: text, or token ids"})]
+Messages = Annotated[Any, WithJsonSchema({**_MESSAGES, "description": "chat messages (text content only)"})]
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+    include_usage: bool = False
+    continuous_usage_stats: bool = Field(False, description="vLLM's: usage so far in every chunk (with "
+                                                            "include_usage)")
+
+
+class Sampling(BaseModel):
+    """Fields common to both endpoints (sampling, stopping, streaming)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+    model: str | None = None
+    temperature: float = Field(1.0, ge=0, le=2, **_FINITE)      # 1: the OpenAI default
+    top_p: float = Field(1.0, gt=0, le=1, **_FINITE)
+    top_k: int = Field(0, ge=-1)                                # vLLM: -1 or 0 off; >= vocab off
+    seed: int | None = Field(None, ge=-(2 ** 63), le=2 ** 63 - 1)
+    presence_penalty: float = Field(0.0, ge=-2, le=2, **_FINITE)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2, **_FINITE)
+    repetition_penalty: float = Field(1.0, gt=0, le=2, **_FINITE)  # vLLM's extension
+    logit_bias: dict[str, float] | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, description="only 1 is supported")
+
+
+class CompletionRequest(Sampling):
+    """The body of POST /v1/completions."""
+
+    prompt: Prompt = None
+    max_tokens: int | None = Field(None, ge=1, description="default 16")
+    echo: bool = False
+    add_special_tokens: bool = Field(True, description="vLLM's: add the tokenizer's special tokens (BOS) to a "
+                                                       "text prompt")
+
+
+class ChatCompletionRequest(Sampling):
+    """The body of POST /v1/chat/completions."""
+
+    messages: Messages = None
+    max_tokens: int | None = Field(None, ge=1, description="default: all that fits the context")
+    max_completion_tokens: int | None = Field(None, ge=1)
+    add_generation_prompt: bool = Field(True, description="vLLM's: end the prompt with the assistant's turn")
+    add_special_tokens: bool | None = Field(None, description="vLLM's: add the tokenizer's special tokens; "
+                                                              "default: only with the default chat template")
+
+
+class TokenizeCompletionRequest(BaseModel):
+    """vLLM's POST /tokenize with a prompt."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+    model: str | None = None
+    prompt: str
+    add_special_tokens: bool = True
+    return_token_strs: bool | None = False
+
+
+class TokenizeChatRequest(BaseModel):
+    """vLLM's POST /tokenize with chat messages: the token ids /v1/chat/completions would run."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+    model: str | None = None
+    messages: Messages
+    add_generation_prompt: bool = True
+    add_special_tokens: bool | None = Field(None, description="default: only with the default chat template")
+    return_token_strs: bool | None = False
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeRequest(BaseModel):
+    """vLLM's POST /detokenize."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+    model: str | None = None
+    tokens: list[int]
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
+
+
+_TYPE_ERRORS = ("type", "parsing", "missing")
+
+
+def _validation_error(e: ValidationError) -> ApiError:
+    err = e.errors(include_url=False)[0]
+    loc = [str(x) for x in err["loc"]]
+    param = loc[0] if loc else None
+    where = ".".join(loc) or "body"
+    kind = err["type"]
+    if kind == "missing":
+        return bad(f"'{where}' is required", param, "missing_field")
+    code = "invalid_type" if kind.endswith(_TYPE_ERRORS) or kind in ("model_type", "dict_type", "list_type") \
+        else "invalid_value"
+    value = err.get("input")
+    shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return bad(f"'{where}': {err['msg']} (got {shown})", param, code)
+
+
+def validate(model: type[BaseModel], body: dict):
+    """The body checked by `model`; ApiError (400) naming the first field at fault otherwise."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        raise _validation_error(e) from None

@@ -1,0 +1,64 @@
+"""What this server does not implement, refused by name: every field of the OpenAI API (as the
+official `openai` client sends it) and of vLLM's extensions that splitserve does not implement
+(`n` > 1, `best_of`, `logprobs`, `suffix`, tools, JSON output, `user`, `store`, ...; the table
+UNSUPPORTED) is refused with 400 `unsupported`, naming the field, when it asks for anything but the
+default, never accepted and ignored; so are the keys of a chat message other than `role` and
+`content` (`name`, `tool_calls`, ...) and OpenAI's `stream_options.include_obfuscation`. Names that
+are neither OpenAI's nor vLLM's are ignored, as vLLM does, so that clients sending vendor extras
+still work."""
+
+from __future__ import annotations
+
+from .openai_io import bad
+
+# field -> the values that ask for nothing (anything else: 400 unsupported). The OpenAI API's
+# fields (those of the `openai` client's create params that no model above has) and vLLM's
+# extensions (its CompletionRequest, ChatCompletionRequest and TokenizeChatRequest); `echo` on
+# chat is refused in prepare (vLLM's chat echo means something else).
+UNSUPPORTED = {
+    # OpenAI
+    "best_of": (None, 1), "logprobs": (None, False, 0), "top_logprobs": (None, 0), "suffix": (None, ""),
+    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
+    "parallel_tool_calls": (None, True), "response_format": (None, {"type": "text"}), "audio": (None,),
+    "modalities": (None, ["text"]), "prediction": (None,), "user": (None,), "safety_identifier": (None,),
+    "metadata": (None, {}), "store": (None, False), "service_tier": (None, "auto", "default"),
+    "reasoning_effort": (None,), "verbosity": (None,), "web_search_options": (None,), "moderation": (None,),
+    "prompt_cache_key": (None,), "prompt_cache_retention": (None,), "prompt_cache_options": (None,),
+    # vLLM's extensions
+    "min_p": (None, 0, 0.0), "min_tokens": (None, 0), "prompt_logprobs": (None, 0), "use_beam_search": (None, False),
+    "length_penalty": (None, 1.0), "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
+    "guided_grammar": (None,), "guided_decoding_backend": (None,), "guided_whitespace_pattern": (None,),
+    "structured_outputs": (None,), "structural_tag": (None,), "include_stop_str_in_output": (None, False),
+    "skip_special_tokens": (None, True), "spaces_between_special_tokens": (None, True),
+    "allowed_token_ids": (None,), "bad_words": (None, []), "truncate_prompt_tokens": (None,),
+    "prompt_embeds": (None,), "priority": (None, 0), "request_id": (None,), "logits_processors": (None, []),
+    "return_tokens_as_token_ids": (None, False), "return_token_ids": (None, False), "cache_salt": (None,),
+    "kv_transfer_params": (None,), "vllm_xargs": (None, {}), "max_repetition_pattern_size": (None, 0),
+    "min_repetition_pattern_size": (None, 0), "repetition_min_count": (None, 0), "include_reasoning": (None, True),
+    "continue_final_message": (None, False), "documents": (None,), "chat_template": (None,),
+    "chat_template_kwargs": (None, {}), "mm_processor_kwargs": (None,), "media_io_kwargs": (None,),
+}
+_STREAM_OPTIONS_UNSUPPORTED = {"include_obfuscation": (None, False)}
+_MESSAGE_UNSUPPORTED = {"name": (None,), "tool_calls": (None, []), "tool_call_id": (None,),
+                        "function_call": (None,), "audio": (None,), "refusal": (None,)}
+
+
+def refuse_unsupported(body: dict) -> None:
+    """400 `unsupported` for the first field of `body` (or of its stream_options) that asks for
+    something not implemented."""
+    for name, ok in UNSUPPORTED.items():
+        if body.get(name) not in ok:
+            raise bad(f"'{name}' is not supported by this server", name, "unsupported")
+    so = body.get("stream_options")
+    if isinstance(so, dict):
+        for name, ok in _STREAM_OPTIONS_UNSUPPORTED.items():
+            if so.get(name) not in ok:
+                raise bad(f"'stream_options.{name}' is not supported by this server", f"stream_options.{name}",
+                          "unsupported")
+
+
+def refuse_in_message(i: int, m: dict) -> None:
+    """400 `unsupported` for a key of chat message `i` that asks for something not implemented."""
+    for key, ok in _MESSAGE_UNSUPPORTED.items():
+        if m.get(key) not in ok:
+            raise bad(f"messages[{i}].{key} is not supported by this server", f"messages.{key}", "unsupported")
