@@ -10,13 +10,12 @@ from importlib import resources
 import pytest
 
 from splitserve.catalog import (
-    _hardware_entry,
-    _Where,
     builtin_catalog,
     kv_capacity_tokens,
     load_catalog,
     load_hardware,
 )
+from splitserve.catalog.checks import Where, hardware_entry
 from splitserve.cli import main
 from splitserve.errors import UserError
 from splitserve.simulate import run_simulation
@@ -161,13 +160,13 @@ def test_a_bad_entry_is_one_error_line_naming_file_entry_and_field(tmp_path, cap
 
 
 def test_a_user_entry_gets_the_built_in_entries_checks():
-    """The built-in hardware.toml goes through `_hardware_entry` as a user's does: the same table
+    """The built-in hardware.toml goes through `checks.hardware_entry` as a user's does: the same table
     broken the same way gets the same error, but for the file's name."""
     bad = h100(gpus="8")
     errors = []
     for file in ("splitserve/catalog/hardware.toml", "/home/me/cat/hardware.toml"):
         with pytest.raises(UserError) as e:
-            _hardware_entry(_Where(file), "dgx-h100", bad)
+            hardware_entry(Where(file), "dgx-h100", bad)
         errors.append(str(e.value).replace(file, "FILE"))
     assert errors[0] == errors[1] == "catalog FILE: [dgx-h100] gpus: must be an integer, got '8' (str)"
 
