@@ -118,7 +118,7 @@ def test_a_malformed_message_is_dropped_counted_and_the_next_one_served(worker):
     got = router.recv(lambda ms: any(isinstance(m, Heartbeat) and m.rejected == 1 for m in ms)
                       and any(finished(m) for m in ms))
     rids = {i.rid for m in got if isinstance(m, Out) for i in m.items}
-    assert rids == {"y"} and w.malformed == 1
+    assert rids == {"y"} and w.link.malformed == 1
     assert "x" not in w.kinds and not w.engine.has_unfinished()
 
 

@@ -21,7 +21,9 @@ import asyncio
 import sys
 import time
 
-from .metrics import POOLS, ServeMetrics, kv_usage, request_counts
+from .metrics import ServeMetrics
+from .metrics_splitwise import POOLS
+from .pool_load import kv_usage, request_counts
 
 
 class StatsLog:

@@ -41,14 +41,13 @@ import zmq
 from ..errors import UserError
 from .curve import CurveKeys, encryption_on
 from .kv import BothSides, KVReceiver, KVSender, make_transport
-from .messages import (TO_WORKER, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail, KvIn,
-                       MalformedMessage, Message, Out, OutItem, PeerDown, Ping, Reserved, Step, StepChunk,
-                       StepFailed, StepGrown, StepRehosted, StepResumed, Stop, decode, encode)
-from .protocol import ROUTER_NAME as ROUTER
-from .protocol import (BUNDLE_MAX, BadMessage, Codec, boot_id, control_message_limit, limit_socket, secret_from_env,
-                       worker_identity)
+from .messages import (Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail, KvIn, Message, Out, OutItem,
+                       PeerDown, Ping, Reserved, Step, StepChunk, StepFailed, StepGrown, StepRehosted, StepResumed,
+                       Stop)
+from .protocol import Codec, boot_id, control_message_limit, secret_from_env, worker_identity
 from .worker_args import parse_args
 from .worker_engine import build_engine, sampling_params
+from .worker_link import RouterLink
 
 HEARTBEAT_S = 0.2
 MAX_STEP_FAILURES = 3
@@ -58,14 +57,9 @@ class Worker:
     def __init__(self, args, engine, codec: Codec, region=None, curve: CurveKeys | None = None) -> None:
         self.args, self.engine, self.codec = args, engine, codec
         self.ctx = zmq.Context.instance()
-        self.ctl = self.ctx.socket(zmq.DEALER)
-        self.ctl.setsockopt(zmq.IDENTITY, codec.name.encode())
-        self.ctl.setsockopt(zmq.LINGER, 0)
         control = codec.max_head = control_message_limit(engine.max_model_len, args.max_num_seqs)
-        limit_socket(self.ctl, control, hwm=100_000)
-        if curve is not None:
-            curve.client(self.ctl)
-        self.ctl.connect(args.router)
+        self.link = RouterLink(self.ctx, codec, args.router, control, args.id, curve)
+        self.send = self.link.send  # sign into the outbox; self.link.post() sends it
         # KV messages: a whole request's KV in one frame at most
         kv_limit = control + engine.max_model_len * engine.kv_layout.bytes_per_token
         self.transport = make_transport(args.transport, self.ctx, codec, args.host, region, max_message=kv_limit,
@@ -77,42 +71,27 @@ class Worker:
         self.kinds: dict[str, str] = {}  # rid -> "full" | "prefill" | "decode"
         self.items: list[OutItem] = []  # tokens for the router, into the outbox once per loop
         self.item_tokens = 0
-        self.last_router = time.monotonic()
         self.running = True
         self.echo = args.worker_mode == "echo"
         self.step_failures = 0  # in a row
         self.stepped = False    # a step report went out: its "out" must follow, even empty
         self.formed = False     # the engine formed a batch in this loop (report_step ran)
-        self.outbox: list = []  # signed frames for the router, not sent yet
-        self.malformed = 0      # signed router messages that were no valid message (a bug, or versions apart)
         engine.on_schedule = self.report_step
         # --step-log: a JSON line per engine step run (start, seconds, shape), for `splitserve twin`
         self.step_log = open(args.step_log, "a", buffering=1) if args.step_log else None
-
-    def send(self, msg: Message) -> None:
-        """Sign `msg` into the outbox (post() sends it)."""
-        self.outbox += self.codec.encode(encode(msg), to=ROUTER)
-        if len(self.outbox) >= 2 * BUNDLE_MAX:
-            self.post()
-
-    def post(self) -> None:
-        """Send what the outbox holds, in order, as one message of (mac, head) pairs."""
-        if self.outbox:
-            self.ctl.send_multipart(self.outbox, copy=False)
-            self.outbox = []
 
     def hello(self) -> None:
         e = self.engine
         self.send(Hello(worker_id=self.args.id, pid=os.getpid(), kv_addr=self.transport.address,
                         blocks=e.blocks.num_blocks, block_size=e.blocks.block_size, free=e.blocks.num_free,
                         max_len=e.max_model_len, region=self.transport.region, boot=boot_id()))
-        self.post()
+        self.link.post()
 
     def heartbeat(self) -> None:
         e = self.engine
         self.send(Heartbeat(worker_id=self.args.id, free=e.blocks.num_free, blocks=e.blocks.num_blocks,
                             reserved=e.num_reserved, running=len(self.kinds),
-                            rejected=self.codec.rejected + self.malformed + sum(self.receiver.malformed.values()),
+                            rejected=self.codec.rejected + self.link.malformed + sum(self.receiver.malformed.values()),
                             stray=self.receiver.stray,
                             preempted=getattr(getattr(e, "scheduler", None), "num_preemptions", 0)))
 
@@ -150,7 +129,7 @@ class Worker:
             case Stop():
                 self.running = False
             case Ping():
-                pass  # the router is alive (last_router is set on any message)
+                pass  # the router is alive (the link notes when it last heard of it, any message)
 
     def drop(self, rid: str, prefill_sent: bool = True) -> None:
         """Forget `rid` everywhere in this worker (idempotent)."""
@@ -166,7 +145,7 @@ class Worker:
         if rep.told():
             self.send(step_message(rep, time.perf_counter()))
             self.stepped = True
-        self.post()
+        self.link.post()
 
     def step(self) -> None:
         """One engine step; a step that raises costs its requests, not the worker."""
@@ -228,30 +207,15 @@ class Worker:
 
     def run(self) -> None:
         poller = zmq.Poller()
-        poller.register(self.ctl, zmq.POLLIN)
+        poller.register(self.link.sock, zmq.POLLIN)
         poller.register(self.transport.inbound, zmq.POLLIN)
         self.hello()
         next_hb = time.monotonic() + HEARTBEAT_S
         while self.running:
             busy = self.engine.has_unfinished()
             ready = dict(poller.poll(0 if busy else 20))
-            if self.ctl in ready:
-                while True:
-                    try:
-                        frames = self.ctl.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    try:
-                        h, _ = self.codec.decode(frames, sender=ROUTER)
-                    except BadMessage:
-                        continue
-                    self.last_router = time.monotonic()
-                    try:
-                        msg = decode(h, TO_WORKER)
-                    except MalformedMessage as e:
-                        self.malformed += 1
-                        print(f"worker {self.args.id}: dropped a malformed message: {e.reason}", file=sys.stderr)
-                        continue
+            if self.link.sock in ready:
+                for msg in self.link.receive():
                     self.on_ctl(msg)
             if self.transport.inbound in ready:
                 for h, data in self.transport.recv_all():
@@ -266,15 +230,15 @@ class Worker:
                 self.heartbeat()
                 next_hb = now + HEARTBEAT_S
             if not (self.formed and self.engine.has_unfinished()):
-                self.post()  # else the next step's report, in a moment, takes it along
+                self.link.post()  # else the next step's report, in a moment, takes it along
                 # after one long step the router's pings are queued, not missing: read them first
-                if now - self.last_router > self.args.orphan_timeout_s and not self.ctl.poll(0):
+                if now - self.link.last_heard > self.args.orphan_timeout_s and not self.link.sock.poll(0):
                     print(f"worker {self.args.id}: no word from the router for "
                           f"{self.args.orphan_timeout_s:g} s; exiting", file=sys.stderr)
                     break
-        self.post()
+        self.link.post()
         self.transport.close()
-        self.ctl.close(linger=0)
+        self.link.close()
 
 
 def step_message(rep, at: float | None = None) -> Step:

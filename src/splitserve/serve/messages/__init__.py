@@ -4,8 +4,8 @@ One frozen dataclass per message kind (kinds.py; the sampling parameters they ca
 `encode(msg) -> dict` (the header for `Codec.encode`) and `decode(header) -> msg` (from
 `Codec.decode`'s header, checked: codec.py, by the checkers of checks.py), and the router's `Stage`
 of a request (stage.py, on its own). The modules import one way: params <- kinds <- checks <- codec.
-protocol.py signs and verifies the frames; this package says what a header may hold. Every message, its direction, fields and meaning: the message table
-of docs/architecture.md.
+protocol.py signs and verifies the frames; this package says what a header may hold. Every
+message, its direction, fields and meaning: the message table of docs/architecture.md.
 
     frames = codec.encode(encode(Cancel(rid="7.0")), to=ident)            # send
     header, data = codec.decode(frames, sender=...)                       # receive
