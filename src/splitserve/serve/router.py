@@ -42,6 +42,8 @@ from .protocol import ROUTER_NAME, Codec, boot_id, control_message_limit, new_se
 from .requests import LiveRequest, RequestTable
 from .recovery import Recovery
 from .reports import WorkerReports
+from .router_views import RouterViews
+from .router_watch import RouterWatch
 from .stats_log import StatsLog
 from .supervisor import Supervisor, WorkerInfo
 from .worker_args import worker_argv
@@ -61,7 +63,7 @@ class TooLarge(Exception):
     """No worker of this cluster could ever hold the request (HTTP 400)."""
 
 
-class Router(WorkerReports, Recovery):
+class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
     def __init__(self, cfg: ServeConfig, metrics: ServeMetrics | None = None) -> None:
         self.cfg = cfg
         self.metrics = metrics or ServeMetrics(cfg.model)
@@ -215,26 +217,6 @@ class Router(WorkerReports, Recovery):
             if req is not None and req.stage is Stage.WAITING:
                 self._dispatch(req)
 
-    # ---- instance flips ------------------------------------------------------------------------
-    def _watch(self, now: float) -> None:
-        """The cluster scheduler's watcher (TetriInfer's instance flip, policy/instance_flip.py), every
-        `watch_interval` seconds from the monitor loop. A worker flips only when the policy view
-        holds nothing of it and its own last heartbeat says it runs and reserves nothing; it needs
-        no message: a worker runs whatever it is sent (worker.py), its role is the router's."""
-        interval = self.cluster.cls.watch_interval
-        if not interval or now < self._next_watch:
-            return
-        self._next_watch = now + interval
-        for wid in self.cluster.watch(now, self._quiet):
-            w = self.workers[wid]
-            w.home = self.cluster.machines[wid].pool.name.lower()
-            self.flips.append({"at": now, "worker": wid, "to": w.home, "in_flight": len(self.reqs)})
-            self.metrics.flips.labels(w.home).inc()
-
-    def _quiet(self, m) -> bool:
-        w = self.workers[m.id]
-        return w.up and w.running == 0 and w.reserved == 0
-
     # ---- the client's side -------------------------------------------------------------------
     def _deliver(self, req: LiveRequest, toks: list[int]) -> bool:
         fresh = []
@@ -297,34 +279,3 @@ class Router(WorkerReports, Recovery):
         self._release(req)
         self.reqs.end(req)
         self.metrics.requests.labels("cancelled").inc()
-
-    # ---- views -------------------------------------------------------------------------------
-    def health(self) -> tuple[bool, dict]:
-        if self.sup is None or not self.ready:
-            return False, {"status": "starting"}
-        ok, body = self.sup.health(self.cfg.split)
-        if self.draining or self.closing:
-            ok, body["status"], body["reason"] = False, "draining", "the server is shutting down"
-        return ok, body
-
-    def cluster_snapshot(self) -> list[dict]:
-        return self.cluster.snapshot() if self.cluster is not None else []
-
-    def debug_state(self) -> dict:
-        return {
-            "workers": [{"id": w.id, "home": w.home, "up": w.up, "state": w.state.value, "pid": w.pid,
-                         "blocks": w.blocks, "free": w.free, "start_free": w.start_free, "reserved": w.reserved,
-                         "running": w.running, "preempted": w.preempted, "rejected_messages": w.rejected,
-                         "restarts": w.restarts, "failures": w.failures, "last_failure": w.last_failure,
-                         "kv_addr": w.kv_addr} for w in self.workers],
-            "machines": self.cluster_snapshot(),
-            "policy_idle": self.cluster.idle() if self.cluster is not None else True,
-            "flips": self.flips,
-            "in_flight": len(self.reqs),
-            "parked": len(self.reqs.parked),
-            "router_address": self.address,
-            "kv_encryption": self.curve is not None,
-            "rejected_messages": self.chan.rejected,
-            "rejected_by": {**self.chan.codec.rejected_by, "stranger": self.chan.strangers,
-                            "malformed": self.chan.malformed},
-        }
