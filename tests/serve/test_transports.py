@@ -507,7 +507,8 @@ def test_cuda_region_is_written_by_another_process():
     t = r((2, 2, 5, 16, 2, 16), torch.float32, torch.device("cuda"))
     assert r.handle.kind == "cuda"
     code = ("import sys, msgpack, torch\n"
-            "from splitserve.serve.shm import MappedRegion, RegionHandle\n"
+            "from splitserve.serve.shm import RegionHandle\n"
+            "from splitserve.serve.shm_map import MappedRegion\n"
             "m = MappedRegion(RegionHandle.from_wire(msgpack.unpackb(sys.stdin.buffer.read())))\n"
             "m.tensor[1, :, 3] = 7.0\n"
             "torch.cuda.current_stream(m.tensor.device).synchronize()\n"

@@ -2,9 +2,10 @@
 
 The token worker allocates its KV cache with a `SharedKVRegion` (the `kv_alloc` of `LLMEngine`);
 its `handle` (a small `RegionHandle`, sent once in the worker's `hello`) lets a prompt worker on
-the same host map that cache with `MappedRegion` and write K/V straight into the token worker's
-reserved blocks: a one-sided write, as over NVLink or RDMA in the paper. kv/transports.py's
-LocalTransport does those writes; this module only allocates, describes, maps and unmaps the memory.
+the same host map that cache with `MappedRegion` (shm_map.py) and write K/V straight into the
+token worker's reserved blocks: a one-sided write, as over NVLink or RDMA in the paper.
+kv/transports.py's LocalTransport does those writes; this module only allocates, describes and
+unlinks the memory (the owner's side); shm_map.py maps and unmaps it (the writer's side).
 
 - CPU: the cache is a named POSIX shared-memory segment (`multiprocessing.shared_memory`, mode
   0600, so only the same user can map it), viewed as a tensor with `torch.frombuffer`. Its space
@@ -56,7 +57,7 @@ from ..errors import UserError
 
 SEGMENT_PREFIX = "splitserve-kv-"
 SHM_DIR = Path("/dev/shm")
-_DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float32, torch.bfloat16, torch.float16,
+DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float32, torch.bfloat16, torch.float16,
                                                        torch.float64)}
 
 
@@ -97,7 +98,7 @@ class RegionHandle:
         n = 1
         for s in self.shape:
             n *= s
-        return n * _DTYPES[self.dtype].itemsize
+        return n * DTYPES[self.dtype].itemsize
 
     def to_wire(self) -> dict[str, Any]:
         return {"kind": self.kind, "host": self.host, "shape": list(self.shape), "dtype": self.dtype,
@@ -110,7 +111,7 @@ class RegionHandle:
                     str(d.get("name") or ""), d.get("cuda"))
         except (KeyError, TypeError, ValueError) as e:
             raise RegionUnavailable(f"malformed KV region handle: {e!r}") from None
-        if h.kind not in ("shm", "cuda") or h.dtype not in _DTYPES or len(h.shape) != 6:
+        if h.kind not in ("shm", "cuda") or h.dtype not in DTYPES or len(h.shape) != 6:
             raise RegionUnavailable(f"unsupported KV region handle ({h.kind}, {h.dtype}, shape {h.shape})")
         return h
 
@@ -182,7 +183,7 @@ class SharedKVRegion:
             raise RuntimeError("a SharedKVRegion holds one KV cache")
         device = torch.device(device)
         dname = str(dtype).removeprefix("torch.")
-        if dname not in _DTYPES:
+        if dname not in DTYPES:
             raise UserError(f"--transport local does not support KV dtype {dname}")
         shape = tuple(int(s) for s in shape)
         if device.type == "cpu":
@@ -229,83 +230,3 @@ class SharedKVRegion:
                 shm.unlink()  # also unregisters it from the resource tracker
             except FileNotFoundError:
                 pass  # swept or unlinked already
-
-
-# ---- the writer's side ---------------------------------------------------------------------
-class MappedRegion:
-    """A peer's KV cache mapped into this process; `tensor` is that cache (writes land in the
-    peer's memory). Raises RegionUnavailable when it cannot be mapped here."""
-
-    def __init__(self, handle: RegionHandle) -> None:
-        self.handle = handle
-        self._shm = None
-        if handle.host != host_id():
-            raise RegionUnavailable(f"the peer's KV cache is on another host ({handle.host.split('/')[0]}); "
-                                    f"--transport local needs every worker on one host: use --transport tcp")
-        dtype = _DTYPES[handle.dtype]
-        # a plain tensor wherever it is mapped: one first mapped inside torch.inference_mode (a
-        # layer hook of the prompt step) would be an inference tensor, which refuses the in-place
-        # writes of a later put made outside that mode (a serialized transfer after the step)
-        with torch.inference_mode(False):
-            if handle.kind == "shm":
-                self.tensor = self._map_shm(handle, dtype)
-            else:
-                self.tensor = self._map_cuda(handle, dtype)
-
-    @property
-    def key(self) -> str:
-        return self.handle.key
-
-    def _map_shm(self, h: RegionHandle, dtype: torch.dtype) -> torch.Tensor:
-        from multiprocessing.shared_memory import SharedMemory
-
-        try:
-            try:
-                shm = SharedMemory(name=h.name, track=False)  # Python 3.13+
-            except TypeError:
-                shm = SharedMemory(name=h.name)
-                if h.name.rsplit("-", 2)[-2:-1] != [str(os.getpid())]:  # <prefix><owner pid>-<hex>
-                    from multiprocessing import resource_tracker
-                    # 3.12 and older register an attachment like a creation: were this process to
-                    # die, its tracker would unlink the peer's segment
-                    resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
-        except FileNotFoundError:
-            raise RegionUnavailable(f"shared-memory segment {h.name} not found: its worker exited, or "
-                                    f"this worker does not share /dev/shm with it (another container): "
-                                    f"use --transport tcp") from None
-        if shm.size < h.nbytes:
-            shm.close()
-            raise RegionUnavailable(f"segment {h.name} holds {shm.size} bytes, its handle says {h.nbytes}")
-        self._shm = shm
-        numel = h.nbytes // dtype.itemsize
-        return torch.frombuffer(shm.buf, dtype=dtype, count=numel).view(h.shape)
-
-    @staticmethod
-    def _map_cuda(h: RegionHandle, dtype: torch.dtype) -> torch.Tensor:
-        if not torch.cuda.is_available():
-            raise RegionUnavailable("the peer's KV cache is in CUDA memory but CUDA is not available here")
-        from torch.multiprocessing.reductions import rebuild_cuda_tensor
-
-        c = h.cuda or {}
-        try:
-            t = rebuild_cuda_tensor(torch.Tensor, torch.Size(c["size"]), tuple(c["stride"]), c["offset"],
-                                    torch.storage.TypedStorage, dtype, c["device"], bytes(c["handle"]),
-                                    c["storage_size_bytes"], c["storage_offset_bytes"], False,
-                                    bytes(c["ref_counter_handle"]), c["ref_counter_offset"],
-                                    bytes(c["event_handle"]) if c.get("event_handle") is not None else None,
-                                    c["event_sync_required"])
-        except (KeyError, RuntimeError) as e:
-            raise RegionUnavailable(f"cannot open the peer's CUDA IPC handle: {e}") from None
-        if tuple(t.shape) != h.shape:
-            raise RegionUnavailable(f"CUDA region shape {tuple(t.shape)} != handle shape {h.shape}")
-        return t
-
-    def close(self) -> None:
-        """Unmap (idempotent). Nothing else may still hold a view of `tensor`."""
-        self.tensor = None
-        shm, self._shm = self._shm, None
-        if shm is not None:
-            try:
-                shm.close()
-            except BufferError:
-                self._shm = shm  # a view is still alive somewhere; unmapped when this object goes

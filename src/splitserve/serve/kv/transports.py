@@ -40,7 +40,8 @@ from ..protocol import BadMessage, Codec, limit_socket
 if TYPE_CHECKING:  # torch is imported where K/V is touched: echo workers and the router never do
     import torch
 
-    from ..shm import MappedRegion, SharedKVRegion
+    from ..shm import SharedKVRegion
+    from ..shm_map import MappedRegion
 
 SlotIds = Callable[[list[int], int], "torch.Tensor"]  # (block ids, tokens) -> slot ids: KVHost.kv_slot_ids
 
@@ -185,7 +186,7 @@ class TcpTransport(KVTransport):
 
 class LocalTransport(TcpTransport):
     """Workers on one host: `put` writes into the target's KV cache, mapped from its region handle
-    (shm.MappedRegion), and the ZeroMQ messages carry only control (`inplace`: bytes written).
+    (shm_map.MappedRegion), and the ZeroMQ messages carry only control (`inplace`: bytes written).
     This worker's own cache must have been allocated by `region` (a SharedKVRegion); `slot_ids`
     is its engine's KVHost.kv_slot_ids (block ids -> slot ids, for the peer's cache of the same
     layout)."""
@@ -208,7 +209,8 @@ class LocalTransport(TcpTransport):
         self.mapped: dict[int, MappedRegion] = {}
 
     def _mapped(self, target: Target) -> tuple[MappedRegion, list[int]]:
-        from ..shm import MappedRegion, RegionHandle, RegionUnavailable
+        from ..shm import RegionHandle, RegionUnavailable
+        from ..shm_map import MappedRegion
 
         where = target.where or {}
         if where.get("region") is None or where.get("blocks") is None:
