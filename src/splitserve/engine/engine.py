@@ -37,21 +37,23 @@ import torch
 from ..errors import UserError
 from ..policy.machine import BatchingConfig
 from .block_manager import BlockManager
+from .build import default_num_blocks, default_tokenizer, resolve_model
 from .config import ModelConfig
+from .device import keep_freed_memory, resolve_device, resolve_dtype
 from .kv_cache import KVAllocator, KVCache
 from .kv_connector import KVConnector
-from .device import CPU_KV_BYTES, keep_freed_memory, resolve_device, resolve_dtype
 from .kv_host import KVHostMixin
 from .loader import load_model
 from .model import build_model, init_random
 from .model_runner import run_batch
 from .outputs import PrefillResult, RequestOutput, StepFailed
-from .presets import get_preset
+from .request_checks import check_request
 from .sampler import Sampler, SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence, Status
 from .stopping import finish_text, stop_reason
 from .tokenizer import Tokenizer
+
 
 class LLMEngine(KVHostMixin):
     def __init__(self, model: str | Path | ModelConfig, *, device: str | torch.device = "cpu",
@@ -79,7 +81,7 @@ class LLMEngine(KVHostMixin):
         self.device = resolve_device(device)
         if self.device.type == "cpu":
             keep_freed_memory()
-        cfg, path = self._resolve_model(model)
+        cfg, path = resolve_model(model)
         self.cfg = cfg
         self.dtype = resolve_dtype(dtype, self.device, cfg)
         self.max_model_len = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
@@ -89,15 +91,12 @@ class LLMEngine(KVHostMixin):
             self.model = build_model(cfg, self.device, self.dtype, self.max_model_len)
             init_random(self.model, weight_seed)
         if tokenizer == "auto":
-            if path is not None:
-                tokenizer = Tokenizer.from_dir(path, cfg.eos_token_ids)
-            else:
-                tiny = isinstance(model, str) and model.startswith("tiny")  # tiny, tiny-<N>l
-                tokenizer = Tokenizer.tiny() if tiny else None
+            tokenizer = default_tokenizer(model, path, cfg)
         self.tokenizer: Tokenizer | None = tokenizer  # type: ignore[assignment]
         self.eos_ids = set(cfg.eos_token_ids)
 
-        num_blocks = num_blocks or self._default_num_blocks(block_size, max_num_seqs, kv_cache_bytes)
+        num_blocks = num_blocks or default_num_blocks(cfg, self.dtype, self.device, self.max_model_len, block_size,
+                                                      max_num_seqs, kv_cache_bytes)
         self.kv = KVCache(cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim,
                           self.dtype, self.device, alloc=kv_alloc)
         self.model.bind_kv_cache(self.kv.layers())
@@ -126,31 +125,6 @@ class LLMEngine(KVHostMixin):
         self._kv_saves: dict[str, torch.Tensor] = {}  # streamed prompts of the running step -> slot ids
         self.connector = connector
 
-    # ---- setup -------------------------------------------------------------------------
-    @staticmethod
-    def _resolve_model(model: str | Path | ModelConfig) -> tuple[ModelConfig, Path | None]:
-        if isinstance(model, ModelConfig):
-            return model, None
-        p = Path(model)
-        if p.is_dir():
-            return ModelConfig.from_dir(p), p
-        return get_preset(str(model)), None
-
-    def _default_num_blocks(self, block_size: int, max_num_seqs: int, kv_bytes: int | None) -> int:
-        per_block = self.cfg.kv_bytes_per_token(self.dtype.itemsize) * block_size
-        enough = max_num_seqs * -(-self.max_model_len // block_size)  # every sequence at full length
-        if kv_bytes is None:
-            if self.device.type == "cuda":
-                free, _ = torch.cuda.mem_get_info(self.device)
-                reserve = 4 << 30  # activations, logits, CUDA graph pool
-                kv_bytes = int(0.9 * (free - reserve))
-            else:
-                kv_bytes = CPU_KV_BYTES
-        n = min(enough, kv_bytes // per_block)
-        if n < 1:
-            raise UserError(f"no room for a KV cache: {kv_bytes} bytes for blocks of {per_block} bytes")
-        return n
-
     # ---- requests ----------------------------------------------------------------------
     def encode(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -163,23 +137,8 @@ class LLMEngine(KVHostMixin):
                       request_id: str | None, isolated: bool) -> Sequence:
         ids = self.encode(prompt_ids)
         params = params or SamplingParams()
-        if not ids:
-            raise UserError("the prompt is empty")
-        bad = [t for t in ids if not 0 <= t < self.cfg.vocab_size]
-        if bad:
-            raise UserError(f"token id {bad[0]} is outside the vocabulary (0..{self.cfg.vocab_size - 1})")
-        bad = [t for t, _ in params.logit_bias if t >= self.cfg.vocab_size]
-        if bad:
-            raise UserError(f"logit_bias token id {bad[0]} is outside the vocabulary "
-                            f"(0..{self.cfg.vocab_size - 1})")
-        if len(ids) >= self.max_model_len:
-            raise UserError(f"prompt has {len(ids)} tokens but the model context is {self.max_model_len} "
-                            f"tokens (the prompt must leave room for at least one generated token)")
-        cap = self.blocks.num_blocks * self.blocks.block_size
-        if len(ids) >= cap:
-            raise UserError(f"prompt has {len(ids)} tokens but the KV cache holds only {cap} tokens")
-        if params.stop and self.tokenizer is None:
-            raise UserError("stop strings need a tokenizer")
+        check_request(ids, params, self.cfg.vocab_size, self.max_model_len,
+                      self.blocks.num_blocks * self.blocks.block_size, self.tokenizer is not None)
         rid = request_id if request_id is not None else str(next(self._ids))
         if rid in self._seqs:
             raise UserError(f"request id {rid!r} is already in use")
