@@ -29,6 +29,7 @@ PROFILE = ROOT.parent / "shared" / "profiles" / "splitwise_a100_h100_perf_model.
 def main() -> None:
     from splitserve.provision import plan
     from splitserve.provision.command import run_provision
+    from splitserve.provision.request import ProvisionRequest
     from splitserve.provision.evaluate import Evaluator, LocalBackend
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,10 +43,10 @@ def main() -> None:
               max_token=70, workers=args.workers, progress=False)
     with tempfile.TemporaryDirectory() as cache:
         t0 = time.perf_counter()
-        cold = run_provision(**kw, cache_dir=cache)
+        cold = run_provision(ProvisionRequest(**kw, cache_dir=cache))
         cold_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        warm = run_provision(**kw, cache_dir=cache)
+        warm = run_provision(ProvisionRequest(**kw, cache_dir=cache))
         warm_s = time.perf_counter() - t0
     best = cold["best"]
     print(f"search: {best['prompt_machines']}P+{best['token_machines']}T ${best['cost_per_hour']:.0f}/h, "

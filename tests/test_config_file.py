@@ -1,4 +1,4 @@
-"""Run configs (`--config FILE`, config_file.py): a TOML or YAML file of long option names gives the
+"""Run configs (`--config FILE`, cli/config_file.py): a TOML or YAML file of long option names gives the
 run the same options typed on the command line would; the command line wins; the run's output
 keeps its effective config, from which the run repeats."""
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from splitserve.cli import main
-from splitserve.config_file import read_config
+from splitserve.cli.config_file import read_config
 
 ARGS = ["--design", "baseline-h100", "--machines", "2", "--rps", "3", "--duration", "20", "--seed", "7",
         "--machine-scheduler", "sarathi", "--chunk-size", "256"]

@@ -4,11 +4,11 @@ Every `import` / `from ... import` in src/splitserve (read with `ast`, so lazy i
 functions count too) is mapped to its distribution with importlib.metadata.packages_distributions()
 and must be declared where the importing code is installed from:
 
-- engine/ and cli_generate.py (the `generate` command)        -> the `engine` extra
+- engine/ (the `generate` command runs it)                      -> the `engine` extra
 - serve/, bench/ (a client of `serve`), twin/ (profiles a live server) -> the `serve` extra
   (which pulls in `engine` through `splitserve[engine]`)
 - `ray`, anywhere (provision/ and serve/ import it lazily, as an optional backend) -> the `ray` extra
-- everything else (simulator, policies, provisioning, reports, cli.py) -> `[project] dependencies`
+- everything else (simulator, policies, provisioning, reports, cli/) -> `[project] dependencies`
 
 A module may always use what the core declares. Conversely every declared dependency must be used:
 imported somewhere in src/splitserve, or, for the two that uvicorn loads by name
@@ -29,8 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "splitserve"
 
-SUBPACKAGE_EXTRA = {"engine": "engine", "cli_generate.py": "engine", "serve": "serve", "bench": "serve",
-                    "twin": "serve"}
+SUBPACKAGE_EXTRA = {"engine": "engine", "serve": "serve", "bench": "serve", "twin": "serve"}
 MODULE_EXTRA = {"ray": "ray"}
 LOADED_BY_NAME = {"httptools": "uvicorn's --http httptools", "uvloop": "uvicorn's --loop uvloop"}
 

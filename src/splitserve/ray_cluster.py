@@ -13,7 +13,7 @@ held back, and shown only if the join succeeds (its INFO lines are left out). `r
 one that was there.
 
 `check_nodes()` runs a task on every live node that reports the splitserve there: its version and
-the fingerprint of its source (provision/evaluate.py `code_fingerprint`, the cache's key). A node
+the fingerprint of its source (nodes/fingerprint.py `code_fingerprint`, provisioning's cache key). A node
 that differs from this host, or cannot import splitserve, is one `error:` line that names it.
 """
 
@@ -28,7 +28,9 @@ import sys
 import tempfile
 import threading
 
+from . import __version__
 from .errors import UserError
+from .nodes.fingerprint import code_fingerprint
 
 PROBE_TIMEOUT_S = 5.0     # a TCP connection to the cluster's address, before ray.init
 CHECK_TIMEOUT_S = 120.0   # every node's answer to the version check (a node may start a worker first)
@@ -150,9 +152,6 @@ def check_nodes(timeout: float = CHECK_TIMEOUT_S) -> list[dict]:
     ray = import_ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from . import __version__
-    from .provision.evaluate import code_fingerprint
-
     ours = (__version__, code_fingerprint())
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     def installed():
@@ -164,7 +163,7 @@ def check_nodes(timeout: float = CHECK_TIMEOUT_S) -> list[dict]:
         except ImportError as e:
             return f"{type(e).__name__}: {e}"
         try:
-            from splitserve.provision.evaluate import code_fingerprint
+            from splitserve.nodes.fingerprint import code_fingerprint
             return (splitserve.__version__, code_fingerprint())
         except Exception as e:     # another splitserve: its version is still worth naming
             return (getattr(splitserve, "__version__", "unknown"), f"unknown ({type(e).__name__})")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from splitserve.cli_generate import generate_command
+from splitserve.cli.generate import GenerateRequest, run_generate
 from splitserve.errors import UserError
 
 
@@ -14,7 +14,7 @@ def run(capsys, **kw):
     args = dict(model="tiny", prompt=None, prompt_ids=None, max_tokens=6, temperature=0.0, seed=0,
                 json_out=True, device="cpu", dtype="auto")
     args.update(kw)
-    assert generate_command(**args) == 0
+    assert run_generate(GenerateRequest(**args)) == 0
     return capsys.readouterr().out
 
 
@@ -59,7 +59,7 @@ def test_checkpoint_without_tokenizer_prints_ids(capsys, checkpoints, tmp_path):
     (dict(prompt_ids="1,x"), "comma-separated"),
     (dict(model="no-such-model", prompt="a"), "unknown model"),
     (dict(prompt_ids=",".join(["5"] * 600)), "model context is 512"),
-    (dict(prompt="a", max_tokens=0), "max_tokens"),
+    (dict(prompt="a", max_tokens=0), "--max-tokens must be at least 1"),
     (dict(prompt="a", dtype="int3"), "unknown dtype"),
 ])
 def test_errors_are_one_line_user_errors(capsys, kw, msg):

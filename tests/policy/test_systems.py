@@ -44,15 +44,16 @@ def test_an_unsplit_system_runs_the_design_machines_mixed_and_a_split_one_needs_
 
 def test_provision_runs_a_system_on_its_kind_of_designs_only():
     from splitserve.provision.command import run_provision
+    from splitserve.provision.request import ProvisionRequest
 
     kw = dict(objective="machines", rps=2.0, constraint=None, budget=None, duration=20.0, max_machines=6,
               max_prompt=4, max_token=4, use_cache=False, progress=False, workers=1)
-    res = run_provision(**kw, system="vllm")
+    res = run_provision(ProvisionRequest(**kw, system="vllm"))
     assert [r["design"] for r in res["designs"]] == ["baseline-a100", "baseline-h100"]
     assert res["scenario"]["system"] == "vllm" and res["best"] is not None
     with pytest.raises(UserError, match="--policy distserve splits the phases: baseline-h100 is unsplit"):
-        run_provision(**kw, designs=["splitwise-hh", "baseline-h100"], system="distserve")
-    res = run_provision(**kw, system="distserve")
+        ProvisionRequest(**kw, designs=("splitwise-hh", "baseline-h100"), system="distserve")
+    res = run_provision(ProvisionRequest(**kw, system="distserve"))
     assert all(r["design"].startswith("splitwise") for r in res["designs"])
 
 

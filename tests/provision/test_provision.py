@@ -8,6 +8,7 @@ import pytest
 from splitserve.cli import main
 from splitserve.provision import plan
 from splitserve.provision.command import run_provision
+from splitserve.provision.request import ProvisionRequest
 from splitserve.provision.evaluate import Cache, Evaluator, LocalBackend
 
 SC = plan.Scenario(workload="coding", duration=30.0, seed=3)
@@ -86,8 +87,8 @@ def test_cached_rerun_simulates_nothing_and_agrees(tmp_path):
     kw = dict(objective="cost", rps=RPS, constraint=None, budget=None, designs=["splitwise-hh"],
               duration=30.0, seed=3, max_prompt=6, max_token=4, workers=2,
               cache_dir=str(tmp_path / "c"), progress=False)
-    first = run_provision(**kw)
-    again = run_provision(**kw)
+    first = run_provision(ProvisionRequest(**kw))
+    again = run_provision(ProvisionRequest(**kw))
     assert first["search"]["simulated"] > 0
     assert again["search"]["simulated"] == 0
     assert again["search"]["cached"] == first["search"]["simulated"]
@@ -98,10 +99,10 @@ def test_ray_backend_matches_local(tmp_path):
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'splitserve[ray]')")
     kw = dict(objective="cost", rps=RPS, constraint=None, budget=None, designs=["splitwise-hh"],
               duration=30.0, seed=3, max_prompt=6, max_token=4, use_cache=False, progress=False)
-    local = run_provision(**kw, workers=2)
+    local = run_provision(ProvisionRequest(**kw, workers=2))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        remote = run_provision(**kw, backend="ray")
+        remote = run_provision(ProvisionRequest(**kw, backend="ray"))
     finally:
         ray.shutdown()
     assert remote["search"]["backend"] == "ray" and remote["search"]["workers"] == 2
@@ -142,10 +143,9 @@ def test_bad_input_is_one_error_line(args, needle, capsys):
 
 
 def test_machines_objective_picks_the_fewest(tmp_path):
-    res = run_provision(objective="machines", rps=RPS, constraint=None, budget=None,
-                        designs=["splitwise-ha", "baseline-a100"], duration=30.0, seed=3,
-                        max_prompt=6, max_token=4, max_machines=12, workers=1,
-                        cache_dir=str(tmp_path), progress=False)
+    res = run_provision(ProvisionRequest(objective="machines", rps=RPS, designs=("splitwise-ha", "baseline-a100"),
+                                         duration=30.0, seed=3, max_prompt=6, max_token=4, max_machines=12,
+                                         workers=1, cache_dir=str(tmp_path), progress=False))
     counts = [r["machine_count"] for r in res["designs"] if r["feasible"]]
     assert counts and res["best"]["machine_count"] == min(counts)
     assert res["best"]["objective_value"] == res["best"]["machine_count"]

@@ -2,7 +2,7 @@
 
 A `Job` names everything a simulation depends on; `run_job` runs it and keeps only what the
 searches need (an `Outcome`). The `Evaluator` answers a batch of jobs from its cache where it can
-and sends the rest to a backend: a local process pool or a Ray cluster.
+and sends the rest to a backend: a local process pool or a Ray cluster (provision/ray_backend.py).
 
 The cache is a directory of small JSON files, one per job, keyed by a hash of the job, the
 content of its profile CSV and the source of the splitserve package itself, so that a change to
@@ -18,9 +18,10 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+from ..nodes.fingerprint import code_fingerprint
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -135,18 +136,6 @@ def run_job(job: Job) -> Outcome:
     return Outcome.from_summary(s)
 
 
-@lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """Hash of every source and data file of the installed package."""
-    h = hashlib.sha256()
-    root = resources.files("splitserve")
-    for path in sorted(Path(str(root)).rglob("*")):
-        if path.suffix in (".py", ".toml", ".json") and "__pycache__" not in path.parts:
-            h.update(str(path.relative_to(str(root))).encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
 @lru_cache(maxsize=32)
 def _file_hash(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
@@ -214,103 +203,20 @@ class LocalBackend:
             self._pool = None
 
 
-class RayBackend:
-    """Spreads simulations over a Ray cluster (`address` None or "local": a new local instance).
+class Backend(Protocol):
+    """Where jobs run: LocalBackend here, provision/ray_backend.py's RayBackend on a Ray cluster."""
 
-    Before any simulation, every node must run this host's splitserve (ray_cluster.check_nodes).
-    The files a job names (its `--profile` CSV, a trace workload) are read here, once, and
-    shipped in Ray's object store; a task writes them into its node's temporary directory (one
-    copy per content) and runs the job on that copy, so no node needs this host's paths. Tasks
-    go out with the SPREAD strategy; `nodes` counts the simulations each node ran."""
+    workers: int
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None):
-        from ..ray_cluster import check_nodes, connect
+    def map(self, jobs: list[Job], done: Callable[[Job, Outcome], None]) -> list[Outcome]: ...
 
-        self._owned = connect(address, num_cpus=num_cpus, runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore"}})
-        import ray
-
-        self._ray = ray
-        try:
-            check_nodes()
-        except BaseException:
-            self.close()
-            raise
-        self.workers = int(ray.cluster_resources().get("CPU", 1))
-        self._remote = ray.remote(run_shipped).options(scheduling_strategy="SPREAD")
-        self._shipped: dict[str, object] = {}   # path here -> ObjectRef of (file name, bytes)
-        self.nodes: dict[str, int] = {}         # Ray node id -> simulations run there
-
-    def _files(self, job: Job) -> tuple[tuple[str, ...], list]:
-        """The job's fields that name files here, and their shipped contents."""
-        fields, refs = [], []
-        for name in shipped_fields(job):
-            path = str(Path(getattr(job, name)).resolve())
-            if path not in self._shipped:
-                self._shipped[path] = self._ray.put((Path(path).name, Path(path).read_bytes()))
-            fields.append(name)
-            refs.append(self._shipped[path])
-        return tuple(fields), refs
-
-    def map(self, jobs: list[Job], done: Callable[[Job, Outcome], None]) -> list[Outcome]:
-        refs = []
-        for j in jobs:
-            fields, blobs = self._files(j)
-            refs.append(self._remote.remote(j, fields, *blobs))
-        index = {r: i for i, r in enumerate(refs)}
-        outs: list[Outcome | None] = [None] * len(jobs)
-        pending = list(refs)
-        while pending:
-            ready, pending = self._ray.wait(pending, num_returns=1)
-            for r in ready:
-                i = index[r]
-                node, outs[i] = self._ray.get(r)
-                self.nodes[node] = self.nodes.get(node, 0) + 1
-                done(jobs[i], outs[i])
-        return outs  # type: ignore[return-value]
-
-    def close(self) -> None:
-        if self._owned:
-            self._ray.shutdown()
-            self._owned = False
-
-
-def shipped_fields(job: Job) -> list[str]:
-    """The fields of `job` that name a file to ship: its profile, and its workload when that is a
-    trace file rather than a synthetic workload's name."""
-    from ..workload.synthetic import SYNTHETIC
-
-    out = ["profile"] if job.profile else []
-    if job.workload not in SYNTHETIC and Path(job.workload).is_file():
-        out.append("workload")
-    return out
-
-
-def run_shipped(job: Job, fields: tuple[str, ...], *files: tuple[str, bytes]) -> tuple[str, Outcome]:
-    """A Ray task: `files` (name, bytes) written into this node's temporary directory, in a folder
-    named by their hash, the job's `fields` pointed at those copies, the job run. Returns (this
-    node's id, the outcome)."""
-    import tempfile
-    from dataclasses import replace
-
-    import ray
-
-    paths = {}
-    for name, (fname, data) in zip(fields, files):
-        folder = Path(tempfile.gettempdir()) / "splitserve-shipped" / hashlib.sha256(data).hexdigest()[:24]
-        path = folder / fname
-        if not path.is_file() or path.stat().st_size != len(data):
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".{fname}.{os.getpid()}.tmp"
-            tmp.write_bytes(data)
-            tmp.replace(path)              # atomic: a task beside it never reads half a file
-        paths[name] = str(path)
-    return ray.get_runtime_context().get_node_id(), run_job(replace(job, **paths))
+    def close(self) -> None: ...
 
 
 @dataclass
 class Evaluator:
     """Answers jobs from the cache or the backend; counts what it did."""
-    backend: LocalBackend | RayBackend
+    backend: Backend
     cache: Cache | None = None
     on_done: Callable[[Job, Outcome, bool], None] | None = None   # (job, outcome, from_cache)
     simulated: int = 0

@@ -1,4 +1,6 @@
-"""The `splitserve bench` command. Cheap to import: everything heavy loads inside the function."""
+"""`splitserve bench`: a workload replayed open-loop against a live OpenAI-compatible server, its
+options one BenchOptions (bench/run.py). The client (the `serve` extra's httpx) loads when the
+command runs."""
 
 from __future__ import annotations
 
@@ -8,7 +10,13 @@ from typing import Annotated, List, Optional
 
 import typer
 
+from ..errors import UserError
+from .lists import ListedHelp
 
+app = typer.Typer()
+
+
+@app.command(cls=ListedHelp)
 def bench(
     url: Annotated[str, typer.Option(help="The server, e.g. http://127.0.0.1:8000 (POST {url}/v1/completions or /v1/chat/completions).")],
     rps: Annotated[float, typer.Option("--rps", "--request-rate", help="Mean arrival rate, requests/s (a trace is rescaled to it).")],
@@ -30,7 +38,7 @@ def bench(
     no_server_check: Annotated[bool, typer.Option("--no-server-check", help="Send even an unknown --model, or requests longer than the server's context (max_model_len).")] = False,
     clip_to_context: Annotated[bool, typer.Option("--clip-to-context", help="Clip prompt+output to the server's context (max_model_len), as --max-context does.")] = False,
     save_outputs: Annotated[bool, typer.Option("--save-outputs", help="Write each request's prompt, output token ids and text to requests.jsonl.")] = False,
-    workload: Annotated[str, typer.Option(help="coding, conversation, or an Azure LLM trace CSV (same requests as `splitserve simulate` for the same seed).")] = "coding",
+    workload: Annotated[str, typer.Option(help="{workloads}, or an Azure LLM trace CSV (same requests as `splitserve simulate` for the same seed).")] = "coding",
     seed: Annotated[int, typer.Option(help="Seed of the workload and of the prompt token ids.")] = 0,
     arrivals: Annotated[str, typer.Option(help="poisson, trace (a CSV's own timestamps) or auto.")] = "auto",
     model: Annotated[Optional[str], typer.Option(help="Model name to send (default: the first of GET /v1/models).")] = None,
@@ -51,8 +59,7 @@ def bench(
     import math
     import sys
 
-    from .run import BenchOptions, failure_message, run_bench
-    from ..errors import UserError
+    from ..bench.run import BenchOptions, failure_message, run_bench
 
     if max_context is not None and max_context < 2:
         raise UserError(f"--max-context must be at least 2 tokens, got {max_context}")
@@ -72,7 +79,7 @@ def bench(
     if json_out:
         typer.echo(json.dumps(summary, indent=2))
     else:
-        from .table import print_bench_summary
+        from ..bench.table import print_bench_summary
 
         typer.echo(f"wrote {Path(out) / 'summary.json'}")
         print_bench_summary(summary)

@@ -1,4 +1,4 @@
-"""The `splitserve compare` command (registered in splitserve/cli.py)."""
+"""`splitserve compare`: every serving system on one workload, model and budget (compare/command.py)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,23 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..cli_catalog import CATALOG_HELP, user_catalog
-from ..config_file import CONFIG_HELP, apply_config, effective_config
-from .command import DEFAULT_MACHINES
+from ..compare.command import DEFAULT_MACHINES, run_compare
+from .catalog import catalog_option, user_catalog
+from .config_file import config_option, effective_config
+from .lists import ListedHelp
+
+app = typer.Typer()
 
 QUICK = {"machines": 4, "duration": 30.0, "tolerance": 0.1, "curve_points": 3}
 
 
+@app.command(cls=ListedHelp)
 def compare(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="Directory for report.md, results.json and the PNG plots.")] = Path("compare"),
-    workload: Annotated[str, typer.Option(help="coding, conversation, or any workload simulate takes.")] = "coding",
-    model: Annotated[str, typer.Option(help="Model (catalog/models.toml).")] = "llama2-70b",
-    hardware: Annotated[str, typer.Option(help="Kind of every machine: one with a split and an unsplit design in catalog/designs.toml (dgx-h100, dgx-a100).")] = "dgx-h100",
+    workload: Annotated[str, typer.Option(help="{workloads}, or an Azure LLM trace CSV: any workload simulate takes.")] = "coding",
+    model: Annotated[str, typer.Option(help="Model: {models} (catalog/models.toml).")] = "llama2-70b",
+    hardware: Annotated[str, typer.Option(help="Kind of every machine: one with a split and an unsplit design in catalog/designs.toml ({split_and_unsplit_hardware}).")] = "dgx-h100",
     machines: Annotated[Optional[int], typer.Option("--machines", "-n", help=f"The budget: N machines for every system (default {DEFAULT_MACHINES}; --quick: {QUICK['machines']}). A split system searches every prompt/token split of them.")] = None,
     duration: Annotated[Optional[float], typer.Option(help="Seconds of arrivals per simulation (default 120; --quick: 30).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the workload (the same for every system).")] = 0,
@@ -31,21 +35,19 @@ def compare(
     min_rps: Annotated[float, typer.Option(help="Lowest rate searched.")] = 0.5,
     max_rps: Annotated[Optional[float], typer.Option(help="Highest rate searched (default: 20 req/s per machine of the budget; a goodput at it is flagged).")] = None,
     curve_points: Annotated[Optional[int], typer.Option(help="Rates of the latency-vs-rate curves, common to all systems (0: no curves; default 6; --quick: 3).")] = None,
-    system: Annotated[Optional[list[str]], typer.Option("--system", "-s", help="Compare only these systems (repeat; default: every system of policy/systems.py).")] = None,
+    system: Annotated[Optional[list[str]], typer.Option("--system", "-s", help="Compare only these systems (repeat; default: every system of policy/systems.py: {systems}).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A CI-sized check: 4 machines, 30 s runs, a 10% rate lattice, 3 curve points (options given win).")] = False,
     workers: Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of the simulations (default ~/.cache/splitserve/provision).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Simulate everything again.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
-    catalog: Annotated[Optional[Path], typer.Option(envvar="SPLITSERVE_CATALOG", help=CATALOG_HELP + " --hardware needs a split and an unsplit design of it.")] = None,
-    config: Annotated[Optional[Path], typer.Option(is_eager=True, callback=apply_config, help=CONFIG_HELP)] = None,
+    catalog: Annotated[Optional[Path], catalog_option(" --hardware needs a split and an unsplit design of it.")] = None,
+    config: Annotated[Optional[Path], config_option()] = None,
 ) -> None:
     """Run every serving system (policy/systems.py) on the same workload, model, machines and
     budget; find each one's goodput (the highest rate meeting the SLOs, at its best prompt/token
     split for a split system); write a report with latencies and cost at goodput, plots, and each
     system's paper claim beside what the simulation finds."""
-    from .command import run_compare
-
     d = {"machines": DEFAULT_MACHINES, "duration": 120.0, "tolerance": 0.02, "curve_points": 6}
     if quick:
         d = dict(QUICK)

@@ -4,12 +4,14 @@
     splitserve serve --model /models/llama3-8b --prompt-workers 2 --token-workers 2 --device cuda
     splitserve serve --model tiny --design baseline --mixed-workers 2 --api-key secret
 
-Cheap to import (typer only): the server's modules are imported when the command runs.
+The options become one ServeConfig (serve/config.py); the server's modules (the `serve` extra:
+fastapi, uvicorn, zmq) are imported when the command runs.
 """
 
 from __future__ import annotations
 
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,11 +19,15 @@ import typer
 
 from ..errors import UserError
 from ..policy.config import PolicyConfig, policy_options
+from .lists import ListedHelp
+
+app = typer.Typer()
 
 
+@app.command(cls=ListedHelp)
 @policy_options
 def serve(
-    model: Annotated[str, typer.Option(help="A Hugging Face-format directory or a preset (tiny, small, ...).")] = "tiny",
+    model: Annotated[str, typer.Option(help="A Hugging Face-format directory or a preset: {presets}.")] = "tiny",
     prompt_workers: Annotated[int, typer.Option("--prompt-workers", help="Workers in the prompt pool.")] = 1,
     token_workers: Annotated[int, typer.Option("--token-workers", help="Workers in the token pool.")] = 1,
     mixed_workers: Annotated[int, typer.Option("--mixed-workers", help="Workers in the mixed pool.")] = 0,
@@ -64,7 +70,7 @@ def serve(
     policy: PolicyConfig = PolicyConfig(),
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API with phase-split prompt/token workers."""
-    from .config import RequestLimits, ServeConfig
+    from ..serve.config import RequestLimits, ServeConfig
 
     if api_key_file is not None:
         try:
@@ -104,28 +110,31 @@ def serve(
     cfg.validate()
     if step_log is not None:
         step_log.mkdir(parents=True, exist_ok=True)
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-        import zmq  # noqa: F401
-    except ImportError as e:
-        raise UserError(f"serving needs the serve extra ({e.name} is missing): in the splitserve checkout run "
+    _start(cfg, tokenizer_dir, http_impl, loop_impl)
+
+
+def _start(cfg, tokenizer_dir: Path | None, http_impl: str, loop_impl: str) -> None:
+    """Check what the server needs on this host (the serve extra, the device and port, CURVE, Ray
+    and its nodes) before any worker starts, then run it until it is stopped."""
+    missing = next((m for m in ("fastapi", "uvicorn", "zmq") if find_spec(m) is None), None)
+    if missing is not None:
+        raise UserError(f"serving needs the serve extra ({missing} is missing): in the splitserve checkout run "
                         "pip install torch==2.13.0 '.[serve]' (CPU PyTorch; with a GPU, install your CUDA "
-                        "build of torch first and leave out the pin)") from None
+                        "build of torch first and leave out the pin)")
     cfg.check_host()                       # device and port, before any worker starts
     from ..engine.hf_export import client_tokenizer_note
 
-    note = client_tokenizer_note(model, tokenizer_dir)   # for benchmark clients (guidellm, aiperf)
+    note = client_tokenizer_note(cfg.model, tokenizer_dir)   # for benchmark clients (guidellm, aiperf)
     if note is not None:
         print(f"splitserve serve: {note}", file=sys.stderr)
     if cfg.kv_encrypted():
-        from .curve import require_curve
+        from ..serve.curve import require_curve
 
         require_curve()                    # libzmq with CURVE, before any worker starts
     if cfg.backend == "ray":               # Ray started or joined, every node checked, before any worker
-        from .launcher import join_ray
+        from ..serve.launcher import join_ray
 
         join_ray(cfg, log=lambda msg: print(f"splitserve serve: {msg}", file=sys.stderr, flush=True))
-    from .server import run_server
+    from ..serve.server import run_server
 
     run_server(cfg, http=http_impl, loop=loop_impl)

@@ -24,13 +24,19 @@ from typing import Any
 
 import typer
 
-from .errors import UserError
+from ..errors import UserError
 
-__all__ = ["CONFIG_HELP", "apply_config", "effective_config", "option_keys", "read_config"]
+__all__ = ["CONFIG_HELP", "apply_config", "config_option", "effective_config", "option_keys", "read_config",
+           "record_run"]
 
 CONFIG_HELP = ("A run config, TOML or YAML (or a run's summary.json, provision.json, results.json): the long option "
                "names (dashes or underscores) and their values; options given on the command line win.")
 SKIP = frozenset({"config", "help"})   # options a config file cannot set
+
+
+def config_option():
+    """The `--config FILE` option (eager: its values are the command's defaults)."""
+    return typer.Option(is_eager=True, callback=apply_config, help=CONFIG_HELP)
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
@@ -129,3 +135,11 @@ def effective_config(ctx: typer.Context) -> dict[str, Any]:
             v = [str(x) if isinstance(x, Path) else x for x in v]
         out[_primary(param)] = v
     return out
+
+
+def record_run(result: dict, ctx: typer.Context, cat) -> None:
+    """What an output records of its run: the command's options by long name (`config`, what
+    --config reads back) and the user catalog used, if any (`catalog`)."""
+    result["config"] = effective_config(ctx)
+    if cat is not None:
+        result["catalog"] = cat.note()

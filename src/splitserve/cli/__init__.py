@@ -1,0 +1,67 @@
+"""The `splitserve` command. One module per command, all in one pattern: each holds a typer app
+(`app`) with its one command (or, for `reproduce` and `tokenizer`, a named group of them), whose
+function parses the options into a typed request and hands it to the package that does the work.
+Here they are put together, and `main` turns a user's mistake into one `error:` line."""
+
+from __future__ import annotations
+
+import sys
+from importlib.metadata import version as installed_version
+from typing import Annotated
+
+import typer
+
+from ..errors import UserError
+from . import bench, compare, generate, profile, provision, reproduce, serve, simulate, tokenizer, twin
+
+COMMANDS = (simulate, provision, generate, bench, compare, serve, profile, twin, reproduce, tokenizer)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
+                  help="Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters.")
+for command in COMMANDS:
+    app.add_typer(command.app)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"splitserve {installed_version('splitserve')}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the package version and exit.")] = False,
+) -> None:
+    """Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: user mistakes become one `error:` line and exit status 2, never a traceback."""
+    try:
+        result = app(args=argv, standalone_mode=False)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except typer.Exit as e:
+        return e.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except OSError as e:
+        if e.filename is None:   # not a path the user gave (a socket, a library): a bug, keep the traceback
+            raise
+        print(f"error: {e.strerror or e}: {e.filename}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        # usage errors of the command-line parser (typer bundles its own click): bad option,
+        # bad value, missing argument. They carry their own message and exit code.
+        fmt = getattr(e, "format_message", None)
+        if not callable(fmt) or not hasattr(e, "exit_code"):
+            raise
+        if e.exit_code == 0:
+            return 0
+        print(f"error: {fmt()}", file=sys.stderr)
+        return 2
+    return result if isinstance(result, int) else 0

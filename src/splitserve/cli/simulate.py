@@ -1,0 +1,107 @@
+"""`splitserve simulate`: a cluster serving a workload, simulated (sim/run.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..designs import Parallelism
+from ..errors import UserError
+from ..policy.config import PolicyConfig, policy_options
+from ..report.goodput import from_options
+from ..simulate import DEFAULT_DURATION, DEFAULT_MACHINES, DEFAULT_RPS, DEFAULT_SPLIT, run_simulation
+from .catalog import catalog_option, user_catalog
+from .config_file import config_option, record_run
+from .lists import ListedHelp
+
+app = typer.Typer()
+PARALLEL = "Parallelism"
+
+
+@app.command(cls=ListedHelp)
+@policy_options
+def simulate(
+    ctx: typer.Context,
+    design: Annotated[str, typer.Option(help="Cluster design: {designs} (catalog/designs.toml).")] = "splitwise-hh",
+    prompt_machines: Annotated[Optional[str], typer.Option("--prompt-machines", "-p", help=f"Prompt-pool machines (Splitwise designs): N, or a mix of kinds such as 2*dgx-h100+1*dgx-a100 (default {DEFAULT_SPLIT[0]} when none of -p/-t/-m is given).")] = None,
+    token_machines: Annotated[Optional[str], typer.Option("--token-machines", "-t", help=f"Token-pool machines (Splitwise designs): N, or N*KIND+M*KIND (default {DEFAULT_SPLIT[1]} when none of -p/-t/-m is given).")] = None,
+    machines: Annotated[Optional[str], typer.Option("--machines", "-m", help=f"Machines of an unsplit baseline: N, or N*KIND+M*KIND (default {DEFAULT_MACHINES} when none of -p/-t/-m is given).")] = None,
+    model: Annotated[str, typer.Option(help="Model: {models} (catalog/models.toml).")] = "llama2-70b",
+    workload: Annotated[str, typer.Option(help="{workloads}, or an Azure LLM trace CSV.")] = "coding",
+    rps: Annotated[Optional[float], typer.Option(help=f"Mean arrival rate, requests/s (default {DEFAULT_RPS:g} for a synthetic workload; a trace CSV is time-scaled to it, and without it replays at its own timestamps and rate).")] = None,
+    duration: Annotated[Optional[float], typer.Option(help=f"Seconds of arrivals to simulate (default {DEFAULT_DURATION:g}; a trace CSV without --rps: its own span, which this clips, or repeats back to back when longer).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic workload.")] = 0,
+    arrivals: Annotated[str, typer.Option(help="poisson, trace (a CSV's own timestamps) or auto.")] = "auto",
+    rate_profile: Annotated[Optional[str], typer.Option(help="Time-varying Poisson rate instead of --rps: "
+                                                            "START_S:RATE,... (e.g. 0:5,60:20,120:5) or "
+                                                            "sin:MEAN:AMPLITUDE:PERIOD_S.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Directory for summary.json.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout instead of tables.")] = False,
+    profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); roofline model otherwise.")] = None,
+    machine_profile: Annotated[Optional[Path], typer.Option(help="A `splitserve profile` directory: simulate "
+                                                                 "that machine running its model (--design "
+                                                                 "splitwise* with -p/-t, else the unsplit baseline "
+                                                                 "with -m; --model is ignored).")] = None,
+    tp: Annotated[Optional[int], typer.Option(help="Tensor-parallel GPUs of each model instance, within one machine "
+                                                   "(default: all its GPUs). -p/-t/-m then count instances.", rich_help_panel=PARALLEL)] = None,
+    pp: Annotated[Optional[int], typer.Option(help="Pipeline stages of each instance (default 1); an instance has "
+                                                   "tp x pp GPUs and pays for them.", rich_help_panel=PARALLEL)] = None,
+    ep: Annotated[Optional[int], typer.Option(help="Expert parallel degree of a mixture-of-experts model "
+                                                   "(equal to --tp: experts spread over the tensor-parallel GPUs, "
+                                                   "all-to-alls in place of the MLP all-reduce; default 1: none).", rich_help_panel=PARALLEL)] = None,
+    prompt_tp: Annotated[Optional[int], typer.Option(help="--tp of the prompt pool's instances (default --tp).", rich_help_panel=PARALLEL)] = None,
+    prompt_pp: Annotated[Optional[int], typer.Option(help="--pp of the prompt pool's instances (default --pp).", rich_help_panel=PARALLEL)] = None,
+    token_tp: Annotated[Optional[int], typer.Option(help="--tp of the token pool's instances (default --tp).", rich_help_panel=PARALLEL)] = None,
+    token_pp: Annotated[Optional[int], typer.Option(help="--pp of the token pool's instances (default --pp).", rich_help_panel=PARALLEL)] = None,
+    max_context: Annotated[Optional[int], typer.Option(help="Clip prompt+output to this many tokens (default: no clipping).")] = None,
+    memory_utilization: Annotated[float, typer.Option(help="Fraction of HBM usable for weights and KV.")] = 0.9,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
+    trace_out: Annotated[Optional[Path], typer.Option(help="Write a Chrome trace of every machine's batches and every "
+                                                          "KV transfer here (open in ui.perfetto.dev).")] = None,
+    trace_max_events: Annotated[int, typer.Option(help="Events the trace keeps at most (the first ones; the rest are "
+                                                       "counted).")] = 500_000,
+    goodput_ttft: Annotated[Optional[float], typer.Option(help="With --goodput-tpot: DistServe's SLO attainment, the "
+                                                               "share of requests with TTFT <= this (s) and TPOT <= "
+                                                               "--goodput-tpot (s) (default: not measured).")] = None,
+    goodput_tpot: Annotated[Optional[float], typer.Option(help="Time per output token SLO (s) for --goodput-ttft (default: not measured).")] = None,
+    catalog: Annotated[Optional[Path], catalog_option()] = None,
+    config: Annotated[Optional[Path], config_option()] = None,
+    policy: PolicyConfig = PolicyConfig(),
+) -> None:
+    """Simulate a cluster serving a workload; print latency, SLO and cost, write summary.json."""
+    goodput = from_options(goodput_ttft, goodput_tpot)
+    cat = user_catalog(catalog)
+    trace = None
+    if trace_out is not None:
+        from ..sim.chrome_trace import ChromeTrace
+        if trace_max_events < 1:
+            raise UserError("--trace-max-events must be at least 1")
+        trace = ChromeTrace(trace_max_events)
+
+    summary = run_simulation(
+        design=design, prompt_machines=prompt_machines, token_machines=token_machines,
+        machines=machines, model=model, workload=workload, rps=rps, duration=duration, seed=seed,
+        arrivals=arrivals, profile=str(profile) if profile else None, policy=policy, rate_profile=rate_profile,
+        parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp, ep),
+        max_context=max_context, machine_profile=str(machine_profile) if machine_profile else None,
+        memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace, goodput=goodput,
+        catalog=cat)
+    record_run(summary, ctx, cat)   # the run again: simulate --config summary.json
+    if trace is not None:
+        trace.write(trace_out)
+        if not json_out:
+            typer.echo(f"wrote {trace_out} ({len(trace.events):,} events"
+                       + (f"; {trace.dropped:,} more not kept, past --trace-max-events)" if trace.dropped else ")"))
+    if out is not None:
+        from ..report.summary import write_summary
+        path = write_summary(summary, out)
+        if not json_out:
+            typer.echo(f"wrote {path}")
+    if json_out:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        from ..report.table import print_summary
+        print_summary(summary)

@@ -1,0 +1,41 @@
+"""`splitserve twin` as a function: the live run and the simulation of one TwinSpec, compared and
+written (report.md, cdf.png, twin.json, live/, sim/)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from .machine import MachineProfile
+from .report import compare, write_report
+from .report import samples_from_requests_jsonl as live_samples
+from .run import TwinSpec, loaded, planned, run_live, run_sim, spec_dict
+from .steps import compare_steps, read_steps, steps_markdown
+
+
+def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_dir: Path, out: Path,
+             log: Callable[[str], None]) -> tuple[list, list, Path]:
+    """Serve and replay `spec` live on this machine, simulate it on the measured `machine`, and
+    write the side-by-side report; returns (latency rows, engine-step rows, the report's path).
+    `capacity`: the rate the profile predicts the cluster carries (req/s)."""
+    live = run_live(spec, machine, out / "live", log=log)
+    sim, sim_samples = run_sim(spec, machine)
+    (out / "sim").mkdir(parents=True, exist_ok=True)
+    (out / "sim" / "summary.json").write_text(json.dumps(sim, indent=1) + "\n")
+    rows = compare(live, sim)
+    step_rows = compare_steps(read_steps(out / "live" / "steps"), loaded(spec, machine, planned(spec)))
+    meta = {"design": f"{spec.design} {spec.workers()}", "model": machine.facts["model"], "machine": machine.name,
+            "workload": f"{spec.workload}, {spec.rps:.3g} req/s ({spec.rps / capacity:.0%} of the predicted "
+                        f"{capacity:.3g}), {spec.duration:g} s, seed {spec.seed}, prompts <= "
+                        f"{spec.max_prompt_tokens}, outputs <= {spec.max_tokens_cap}",
+            "profile": str(profile_dir), "transport": spec.transport}
+    report = write_report(out, rows, title=f"Twin: {spec.design} {spec.workers()} on {machine.name}", meta=meta,
+                          live_samples=live_samples(out / "live" / "requests.jsonl"), sim_samples=sim_samples,
+                          steps=steps_markdown(step_rows) if step_rows else "")
+    (out / "twin.json").write_text(json.dumps({"spec": spec_dict(spec), "capacity_rps": capacity, "meta": meta,
+                                               "rows": [dataclasses.asdict(r) for r in rows],
+                                               "live_server": live.get("server", {}),
+                                               "steps": [dataclasses.asdict(r) for r in step_rows]}, indent=1) + "\n")
+    return rows, step_rows, report
