@@ -9,18 +9,21 @@ These sit on the simulator's hot path: keep them O(1) and allocation-free.
 
 Implementations: perf.profile.ProfilePerfModel (measured table), perf.roofline.RooflinePerfModel
 (analytical); perf.power.ProfilePowerModel / AnalyticalPowerModel (watts per machine).
-`make_perf_model` picks them. docs/perf-model.md has the forms and their errors.
+`make_perf_model` picks them. docs/perf-model.md has the forms and their errors. The simulator
+asks them through perf/step.py's `StepModel`, one per machine (`PerfStep` wraps these).
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from splitserve.catalog import HardwareSpec, ModelSpec
 from splitserve.errors import UserError
-
-if TYPE_CHECKING:
-    from splitserve.catalog import HardwareSpec, ModelSpec
+from splitserve.perf.pipeline import PipelinePerf
+from splitserve.perf.power import AnalyticalPowerModel, ProfilePowerModel
+from splitserve.perf.profile import ProfilePerfModel, read_profile_rows
+from splitserve.perf.roofline import RooflinePerfModel
 
 __all__ = ["PerfModel", "PowerModel", "make_perf_model"]
 
@@ -63,16 +66,11 @@ def make_perf_model(
         tp = hw.gpus
     perf, power = _one_stage_group(model, hw, tp, profile, ep)
     if pp > 1:
-        from splitserve.perf.pipeline import PipelinePerf
         perf = PipelinePerf(perf, model, hw, tp, pp)
     return perf, power
 
 
 def _one_stage_group(model: ModelSpec, hw: HardwareSpec, tp: int, profile, ep: int = 1) -> tuple[PerfModel, PowerModel]:
-    from splitserve.perf.power import AnalyticalPowerModel, ProfilePowerModel
-    from splitserve.perf.profile import ProfilePerfModel, read_profile_rows
-    from splitserve.perf.roofline import RooflinePerfModel
-
     if profile is not None and not os.path.isfile(profile):
         raise UserError(f"profile {os.fspath(profile)!r} is not a readable file")
     if profile is not None and hw.profile_name is not None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..catalog import builtin_catalog
+
 
 @dataclass(frozen=True, slots=True)
 class Link:
@@ -40,8 +42,6 @@ def link_between(src, dst, colocated: bool = False, catalog=None) -> Link:
     DistServe's low node-affinity placement puts them, provision/placement.py) one GPU's NVLink,
     one way (`link_bytes_per_s`, half of `nvlink_gbs`). The fixed overheads are `catalog`'s
     (kv_transfer.toml; default: the built-in catalog's); a machine without one has none."""
-    from ..catalog import builtin_catalog
-
     overheads = (catalog or builtin_catalog()).kv_overhead_s
     bandwidth = (min(src.link_bytes_per_s, dst.link_bytes_per_s) if colocated
                  else min(src.ib_bytes_per_s, dst.ib_bytes_per_s))
