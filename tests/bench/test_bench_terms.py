@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 
 from splitserve.bench.arrivals import gamma_arrivals
-from splitserve.bench.client import Collector, RequestRecord
+from splitserve.bench.collector import Collector, RequestRecord
 from splitserve.bench.datasets import Conversation, random_sizes, read_sharegpt, sharegpt_order
 from splitserve.bench.metrics import (GoodputSLO, ms_aliases, parse_goodput, parse_percentiles,
                                       percentile_name, tpot)
+from splitserve.bench.options import BenchOptions, validate
 from splitserve.bench.plan import Caps, PlannedRequest, capped
-from splitserve.bench.run import BenchOptions, check_context, choose_model, failure_message, validate
+from splitserve.bench.run import failure_message
+from splitserve.bench.server_check import check_context, choose_model
 from splitserve.bench.sse import chunk_output, chunk_tokens
 from splitserve.errors import UserError
 from splitserve.report.histogram import Histogram
@@ -279,11 +281,11 @@ def test_chat_chunks():
 
 
 def test_burstiness_retimes_a_workload_keeping_its_sizes_in_order():
-    from splitserve.bench.run import _workload_plan
+    from splitserve.bench.planning import workload_plan
     from splitserve.workload import make_workload
 
     o = BenchOptions(url="u", workload="coding", rps=5.0, duration=20.0, seed=2, burstiness=0.5)
-    plan = _workload_plan(o, None)
+    plan = workload_plan(o, None)
     reqs = list(plan.requests())
     times = list(gamma_arrivals(5.0, 0.5, 2, duration=20.0))
     assert [r.arrival for r in reqs] == times and plan.total == len(times)
@@ -292,20 +294,20 @@ def test_burstiness_retimes_a_workload_keeping_its_sizes_in_order():
     assert [(r.prompt_tokens, r.max_tokens) for r in reqs] == sizes
     assert plan.arrivals == "gamma(burstiness=0.5)"
     # burstiness 1 keeps the workload's own Poisson arrivals (the simulator's)
-    same = _workload_plan(BenchOptions(url="u", workload="coding", rps=5.0, duration=20.0, seed=2), None)
+    same = workload_plan(BenchOptions(url="u", workload="coding", rps=5.0, duration=20.0, seed=2), None)
     assert [r.arrival for r in same.requests()] == [w.arrival for w in make_workload("coding", rps=5.0, duration=20.0,
                                                                                       seed=2)]
 
 
 def test_burstiness_is_refused_for_a_trace_at_its_own_timestamps(tmp_path):
-    from splitserve.bench.run import _workload_plan
+    from splitserve.bench.planning import workload_plan
 
     p = tmp_path / "t.csv"
     p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{i * 0.5},{10 + i},{5}\n" for i in range(20)))
     with pytest.raises(UserError, match="add --arrivals poisson"):
-        _workload_plan(BenchOptions(url="u", workload=str(p), rps=2.0, duration=5.0, burstiness=2.0,
+        workload_plan(BenchOptions(url="u", workload=str(p), rps=2.0, duration=5.0, burstiness=2.0,
                                     arrivals="trace"), None)
-    plan = _workload_plan(BenchOptions(url="u", workload=str(p), rps=2.0, duration=5.0, burstiness=2.0,
+    plan = workload_plan(BenchOptions(url="u", workload=str(p), rps=2.0, duration=5.0, burstiness=2.0,
                                        arrivals="poisson"), None)
     assert plan.total == len(list(gamma_arrivals(2.0, 2.0, 0, duration=5.0)))
 

@@ -12,6 +12,7 @@ Modules: `plan` (workload -> capped request sizes and token-id prompts), `arriva
 arrivals), `datasets` (random sizes, the ShareGPT reader), `prompts` (exact-length text prompts
 via the server's tokenizer), `sse` (the streaming wire format), `client` (the open-loop sender and
 the per-request measurement), `metrics` (TPOT, goodput, percentiles), `summary` (summary.json),
-`table` (the terminal table), `run` (validation, the server's limits, the whole run), `cli` (the
-typer command, cheap to import). Entry point for code: `bench.run.run_bench`.
+`table` (the terminal table), `options` (the options and their checks), `server_check` (the
+server's models and context, asked first), `planning` (each source's plan), `run` (the whole
+run). The command: splitserve/cli/bench.py. Entry point for code: `bench.run.run_bench`.
 """

@@ -23,7 +23,7 @@ report/histogram.py).
 from __future__ import annotations
 
 from ..report.summary import _clean
-from .client import Collector
+from .collector import Collector
 from .metrics import ms_aliases
 
 
