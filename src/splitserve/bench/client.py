@@ -61,6 +61,58 @@ def request_body(target: Target, prompt: list[int] | str, max_tokens: int) -> di
     return body
 
 
+@dataclass(slots=True)
+class _Reading:
+    """One response's event stream as it is read into `rec`: the tokens counted from its chunks,
+    the count its usage gives, and when the last token chunk came (times from `t_sched`)."""
+
+    rec: RequestRecord
+    t_sched: float
+    gaps: list[float]
+    save_outputs: bool
+    counted: int = 0
+    usage: int | None = None
+    last: float | None = None
+
+    def add(self, event) -> bool:
+        """Take one event (parse_line's); True at `[DONE]`, which ends the request."""
+        rec = self.rec
+        if event is DONE:
+            if rec.ttft is None:
+                rec.outcome, rec.reason = "failed", "no_tokens: [DONE] before any token"
+                return True
+            now = time.perf_counter()
+            rec.e2e = now - self.t_sched
+            rec.tokens = self.counted
+            if self.usage is not None:
+                if self.usage != self.counted:
+                    rec.reason = f"usage says {self.usage} tokens, {self.counted} chunks counted"
+                rec.tokens = self.usage
+            rec.outcome = "completed"
+            return True
+        k = chunk_tokens(event)
+        u = usage_tokens(event)
+        if u is not None:
+            self.usage = u
+        u = usage_tokens(event, "prompt_tokens")
+        if u is not None:
+            rec.usage_prompt_tokens = u
+        if self.save_outputs:
+            ids, text = chunk_output(event)
+            rec.output_ids += ids
+            rec.output_text += text
+        if k:
+            now = time.perf_counter()
+            if self.last is None:
+                rec.ttft = now - self.t_sched
+            else:
+                g = (now - self.last) / k
+                self.gaps.extend([g] * k)
+            self.last = now
+            self.counted += k
+        return False
+
+
 async def _stream_one(client, target: Target, body: dict, rec: RequestRecord, t_sched: float,
                       gaps: list[float]) -> None:
     """Send one request and fill `rec`: outcome, reason, times (relative to t_sched), tokens."""
@@ -68,12 +120,10 @@ async def _stream_one(client, target: Target, body: dict, rec: RequestRecord, t_
 
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else None
     started = False                  # got a 200 response head: a later break is a dropped stream
-    counted = 0
-    usage = None
+    reading = _Reading(rec, t_sched, gaps, target.save_outputs)
     if target.save_outputs:
         rec.prompt = body["messages"][0]["content"] if target.chat else body["prompt"]
         rec.output_ids, rec.output_text = [], ""
-    last = None
     try:
         async with asyncio.timeout(target.timeout):
             async with client.stream("POST", target.url, json=body, headers=headers) as resp:
@@ -89,41 +139,8 @@ async def _stream_one(client, target: Target, body: dict, rec: RequestRecord, t_
                 started = True
                 async for line in resp.aiter_lines():
                     event = parse_line(line)
-                    if event is None:
-                        continue
-                    if event is DONE:
-                        if rec.ttft is None:
-                            rec.outcome, rec.reason = "failed", "no_tokens: [DONE] before any token"
-                            return
-                        now = time.perf_counter()
-                        rec.e2e = now - t_sched
-                        rec.tokens = counted
-                        if usage is not None:
-                            if usage != counted:
-                                rec.reason = f"usage says {usage} tokens, {counted} chunks counted"
-                            rec.tokens = usage
-                        rec.outcome = "completed"
+                    if event is not None and reading.add(event):
                         return
-                    k = chunk_tokens(event)
-                    u = usage_tokens(event)
-                    if u is not None:
-                        usage = u
-                    u = usage_tokens(event, "prompt_tokens")
-                    if u is not None:
-                        rec.usage_prompt_tokens = u
-                    if target.save_outputs:
-                        ids, text = chunk_output(event)
-                        rec.output_ids += ids
-                        rec.output_text += text
-                    if k:
-                        now = time.perf_counter()
-                        if last is None:
-                            rec.ttft = now - t_sched
-                        else:
-                            g = (now - last) / k
-                            gaps.extend([g] * k)
-                        last = now
-                        counted += k
                 rec.outcome, rec.reason = "failed", "no_done: stream ended without data: [DONE]"
     except TimeoutError:
         rec.outcome, rec.reason = "failed", f"timeout: no [DONE] within {target.timeout:g} s"
@@ -141,7 +158,7 @@ async def _stream_one(client, target: Target, body: dict, rec: RequestRecord, t_
     finally:
         if rec.outcome == "pending":          # cancelled or an unexpected exception
             rec.outcome, rec.reason = "failed", "client_error: request did not finish"
-        rec.tokens = rec.tokens or counted
+        rec.tokens = rec.tokens or reading.counted
 
 
 async def _run_one(client, target, body, rec, t0, collector: Collector,
