@@ -15,7 +15,8 @@ from splitserve.policy.aladdin_scaling import ACTIVE, DRAINING, OFF
 from splitserve.policy.latency import LinearLatency
 from splitserve.policy.cluster import RoutingConfig, admit
 from splitserve.policy.config import PolicyConfig
-from splitserve.policy.machine import BatchingConfig, finish_iteration, form_batch
+from splitserve.policy.machine import BatchingConfig, finish_iteration
+from splitserve.policy.schedulers import form_batch
 from splitserve.policy.predictor import Prediction
 from splitserve.policy.state import Machine, Phase, Pool, Request
 from splitserve.report.summary import simulation_summary

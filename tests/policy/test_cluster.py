@@ -128,7 +128,8 @@ def test_the_authors_rule_is_the_default():
 
 def test_pull_prefills_at_once_and_the_token_machine_takes_the_kv_when_it_has_memory():
     from splitserve.policy.cluster import admit, admit_freed, pull_kv
-    from splitserve.policy.machine import BatchingConfig, finish_iteration, form_batch
+    from splitserve.policy.machine import BatchingConfig, finish_iteration
+    from splitserve.policy.schedulers import form_batch
     from splitserve.policy.state import Phase
     from splitserve.policy.transitions import decode_tokens, kv_landed
 

@@ -14,7 +14,9 @@ from collections import deque
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitserve.policy.machine import BatchingConfig, finish_iteration, form_batch
+from splitserve.policy.machine import BatchingConfig, finish_iteration
+
+from splitserve.policy.schedulers import form_batch
 from splitserve.policy.schedulers import ecoserve
 from splitserve.policy.state import Machine, Phase, Pool, Request
 from splitserve.policy.transitions import enqueue_prompt, release

@@ -10,7 +10,8 @@ from splitserve.policy.cluster import RoutingConfig, admit
 from splitserve.policy.cluster_schedulers import make_cluster_scheduler
 from splitserve.policy.config import make_policy
 from splitserve.policy.instance_flip import InstanceFlipScheduler, drained
-from splitserve.policy.machine import BatchingConfig, finish_iteration, form_batch
+from splitserve.policy.machine import BatchingConfig, finish_iteration
+from splitserve.policy.schedulers import form_batch
 from splitserve.policy.state import Machine, Phase, Pool, Request
 from splitserve.policy.transitions import decode_tokens, kv_landed, start_decodes
 from splitserve.sim.simulator import SimConfig, Simulation

@@ -1,6 +1,8 @@
 """Machine-level batching rules, checked case by case with hand-computed numbers."""
 
-from splitserve.policy.machine import BatchingConfig, finish_iteration, form_batch
+from splitserve.policy.machine import BatchingConfig, finish_iteration
+
+from splitserve.policy.schedulers import form_batch
 from splitserve.policy.state import Machine, Phase, Pool, Request
 from splitserve.policy.transitions import (admit_waiting, enqueue_prompt, join_decode, release, release_prompt_kv,
                                            reserve_decode)

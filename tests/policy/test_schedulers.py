@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from splitserve.errors import UserError
 from splitserve.policy.config import make_policy
-from splitserve.policy.machine import BatchingConfig, finish_iteration, form_batch
-from splitserve.policy.schedulers import SCHEDULERS
+from splitserve.policy.machine import BatchingConfig, finish_iteration
+from splitserve.policy.schedulers import SCHEDULERS, form_batch
 from splitserve.policy.schedulers.lightllm import peak_kv
 from splitserve.policy.state import Machine, Phase, Pool, Request
 from splitserve.policy.transitions import enqueue_prompt, join_decode, reserve_decode

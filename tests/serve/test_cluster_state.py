@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from splitserve.policy.cluster import RoutingConfig, admit_freed, arrive
 from splitserve.policy.cluster_schedulers import make_cluster_scheduler
-from splitserve.policy.machine import BatchingConfig, BatchReport, finish_iteration, form_batch
+from splitserve.policy.machine import BatchingConfig, BatchReport, finish_iteration
+from splitserve.policy.schedulers import form_batch
 from splitserve.policy.predictor import make_predictor
 from splitserve.policy.schedulers.ecoserve import Sizing
 from splitserve.policy.state import Machine, Phase, Pool, Request

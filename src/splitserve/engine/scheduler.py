@@ -30,8 +30,8 @@ from __future__ import annotations
 import itertools
 
 from ..errors import UserError
-from ..policy.machine import Batch, BatchingConfig, BatchReport, finish_iteration, form_batch
-from ..policy.schedulers.ecoserve import Sizing
+from ..policy.machine import Batch, BatchingConfig, BatchReport, finish_iteration
+from ..policy.schedulers import scheduler_of
 from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.transitions import enqueue_prompt, join_decode, release, reserve_decode
 from .block_manager import BlockManager
@@ -43,6 +43,7 @@ HERE = 0  # the engine's machine id in its own view
 class Scheduler:
     def __init__(self, blocks: BlockManager, cfg: BatchingConfig = BatchingConfig()) -> None:
         self.blocks, self.cfg = blocks, cfg
+        self.sched = scheduler_of(cfg)
         self.m = Machine(HERE, "engine", home=Pool.MIXED, kv_capacity=blocks.num_blocks * blocks.block_size,
                          kv_block=blocks.block_size)
         self.seqs: dict[int, Sequence] = {}   # policy request id -> sequence
@@ -50,8 +51,7 @@ class Scheduler:
         self.batch: Batch | None = None       # the step being run
         self.report = BatchReport()
         self.num_preemptions = 0
-        if cfg.scheduler == "ecoserve":
-            self.m.sizing = Sizing()          # form_batch records how it sized KV, for the report
+        self.sched.record(self.m)             # form_batch records what it reports beyond the batch
 
     def _shadow(self, seq: Sequence, generated: int = 0, predicted: int = 0) -> Request:
         out = min(seq.params.max_tokens, seq.max_len - len(seq.prompt_ids))
@@ -103,14 +103,12 @@ class Scheduler:
 
     def schedule(self) -> tuple[list[tuple[Sequence, int]], list[tuple[int, int]]]:
         """This step's (sequence, new tokens) and the copy-on-write block copies to do first."""
-        batch = self.batch = form_batch(self.m, self.cfg)
+        batch = self.batch = self.sched.form_batch(self.m, self.cfg)
         rep = self.report = BatchReport()
-        if self.m.sizing is not None:
-            seqs = self.seqs
-            self.m.sizing.report(rep, lambda r: seqs[r.id].request_id)
+        seqs = self.seqs
+        self.sched.report(self.m, rep, lambda r: seqs[r.id].request_id)
         if batch is None:
             return [], []
-        seqs = self.seqs
         for r in batch.preempted:
             seq = seqs[r.id]
             self.blocks.free(seq.request_id)
@@ -128,7 +126,7 @@ class Scheduler:
             scheduled.append((seq, n))
             rep.chunks.append((seq.request_id, n))
         copies: list[tuple[int, int]] = []
-        if self.cfg.scheduler == "ecoserve":
+        if self.sched.pools_kv:
             pools = self._sync_pools()
             for seq, n in scheduled:
                 copies += self.blocks.append(seq.request_id, seq.num_computed + n, pools.get(seq.request_id))
@@ -138,16 +136,17 @@ class Scheduler:
         return scheduled, copies
 
     def _sync_pools(self) -> dict[str, str]:
-        """Set each family's pool to its reserved, unwritten blocks (the ecoserve scheduler: its
-        members' kv_held less their blocks); returns the pool of each of their sequences."""
+        """Set each family's pool to its reserved, unwritten blocks (a scheduler that pools KV, as
+        ecoserve: its members' kv_held less their blocks); returns the pool of each of their sequences."""
         bs, blocks = self.blocks.block_size, self.blocks
         want: dict[str, int] = {}
         pool_of: dict[str, str] = {}
+        kv_pool = self.sched.kv_pool
         for seq in self.seqs.values():
             r = seq.shadow
             if not r.kv_held or r.phase not in (Phase.PREFILL, Phase.DECODE, Phase.WAITING):
                 continue
-            key = self.seqs[(r.host or r).id].request_id
+            key = self.seqs[kv_pool(r).id].request_id
             pool_of[seq.request_id] = key
             have = len(blocks.block_table(seq.request_id)) if blocks.has(seq.request_id) else 0
             want[key] = want.get(key, 0) + r.kv_held // bs - have
@@ -175,6 +174,6 @@ class Scheduler:
             release(r, self.m, self.m)
             self.seqs.pop(r.id, None)
         self.blocks.free(seq.request_id)
-        if self.cfg.scheduler == "ecoserve":
+        if self.sched.pools_kv:
             self.blocks.set_pool(seq.request_id, 0)   # its guests' go on in the next host's pool
         seq.status = Status.FINISHED

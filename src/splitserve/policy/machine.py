@@ -16,9 +16,10 @@ One rule set serves every machine, because a machine's queues say what it is:
   one per stage at most; a new batch takes the decodes and prompts that no batch in flight holds
   (a decode makes one token per pass through every stage).
 
-- the rules above are the "splitwise" scheduler, the default; `BatchingConfig.scheduler` names
-  another machine-level scheduler (vllm, orca, sarathi, fastertransformer, lightllm), each a small
-  module of policy/schedulers/ built from the helpers here. form_batch dispatches on the name.
+- the rules above are the "splitwise" scheduler (form_mixed), the default; `BatchingConfig.scheduler`
+  names another machine-level scheduler (vllm, orca, sarathi, fastertransformer, lightllm, ...),
+  each a small module of policy/schedulers/ built from the helpers here; policy/schedulers/
+  form_batch runs the one named.
 
 - an isolated request (a suspect: it was in an engine step that failed, serve/router.py) never
   shares an iteration: while a machine holds one, iterations alternate between the oldest
@@ -179,20 +180,6 @@ def _admit(m: Machine, cfg: BatchingConfig, head: Request, budget: int, batch: B
     batch.chunks.append(n)
     batch.prompt_tokens += n
     return n
-
-
-def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
-    """The next iteration's work on `m`, or None when it has nothing to run, by the machine-level
-    scheduler `cfg.scheduler` (policy/schedulers/; the default, "splitwise", is form_mixed)."""
-    return batch_former(cfg)(m, cfg)
-
-
-def batch_former(cfg: BatchingConfig) -> Callable[[Machine, BatchingConfig], Batch | None]:
-    """The form_batch of `cfg.scheduler`, for a caller that forms many batches (the simulator)."""
-    if cfg.scheduler == "splitwise":
-        return form_mixed
-    from .schedulers import SCHEDULERS  # a cycle at import time: schedulers/ builds on this module
-    return SCHEDULERS[cfg.scheduler]
 
 
 def free_decodes(m: Machine) -> list[Request]:

@@ -34,6 +34,7 @@ from statistics import NormalDist
 from typing import NamedTuple, Protocol
 
 from ..errors import UserError
+from .schedulers import SCHEDULERS
 from .state import Request
 
 _MASK = (1 << 64) - 1
@@ -140,7 +141,7 @@ def arrival_predictor(policy) -> LengthPredictor | None:
     when its machine scheduler does not schedule by predicted lengths. The simulator predicts at
     arrival with it (`predict`), and so does the live router, which sends the estimate to its
     worker in `gen`."""
-    if policy.batching.scheduler != "ecoserve":
+    if not SCHEDULERS[policy.batching.scheduler].predicts:
         return None
     return make_predictor(policy.routing.predictor)
 

@@ -27,7 +27,8 @@ from ..policy.cluster_schedulers import make_cluster_scheduler
 from ..policy.config import PolicyConfig
 from ..policy.kv_transfer import TransferMode, choose_mode
 from ..policy.latency import PerfLatency
-from ..policy.machine import batch_former, finish_iteration
+from ..policy.machine import finish_iteration
+from ..policy.schedulers import batch_former
 from ..policy.predictor import arrival_predictor
 from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import DoesNotFit

@@ -1,11 +1,11 @@
 """Machine-level schedulers by name: which work one machine runs in its next iteration.
 
-Each is a small module with a `form_batch(m, cfg)` built from the shared rules of
-policy/machine.py (prompt_take, _admit, _make_room, preemption_victims, close_batch); none
-changes a counter itself: the transitions of policy/transitions.py do. `BatchingConfig.scheduler`
-(`--machine-scheduler`) picks one; policy/machine.py's `form_batch` dispatches on it, and
-`finish_iteration` is the same for all. The simulator and the live engine (engine/scheduler.py)
-both run every one of them.
+Each is a small module that makes a `MachineScheduler` (base.py: its `form_batch` and what it
+declares: chunked, default chunk, predicted lengths, its own state and report) from the shared
+rules of policy/machine.py (prompt_take, _admit, _make_room, preemption_victims, close_batch);
+none changes a counter itself: the transitions of policy/transitions.py do. `SCHEDULERS` is the
+one registry; `BatchingConfig.scheduler` (`--machine-scheduler`) picks one, and `finish_iteration`
+is the same for all. The simulator and the live engine (engine/scheduler.py) both run every one.
 
     splitwise           mixed continuous batching, prompts first, whole prompts to a token cap (default)
     vllm                vLLM v0: an iteration of prefills only, or of decodes only
@@ -16,31 +16,45 @@ both run every one of them.
     tetriinfer-fcfs|sjf|ljf  TetriInfer: 512-token chunks, prompts FCFS / shortest / longest first
     ecoserve            EcoServe: prompt and generation queues, KV for the predicted output, same-length
                         groups, deadline/KV/length order, a long reservation lent to short requests
+
+Adding one: a module here that makes its `MachineScheduler`, and its line in `SCHEDULERS`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 from ..machine import Batch, BatchingConfig
 from ..state import Machine
 from . import ecoserve, fastertransformer, lightllm, orca, sarathi, splitwise, tetriinfer, vllm
+from .base import FormBatch, MachineScheduler
 
-SCHEDULERS: dict[str, Callable[[Machine, BatchingConfig], Batch | None]] = {
-    "splitwise": splitwise.form_batch,
-    "vllm": vllm.form_batch,
-    "orca": orca.form_batch,
-    "sarathi": sarathi.form_batch,
-    "fastertransformer": fastertransformer.form_batch,
-    "lightllm": lightllm.form_batch,
-    "tetriinfer-fcfs": tetriinfer.fcfs,
-    "tetriinfer-sjf": tetriinfer.sjf,
-    "tetriinfer-ljf": tetriinfer.ljf,
-    "ecoserve": ecoserve.form_batch,
-}
+SCHEDULERS: dict[str, MachineScheduler] = {s.name: s for s in (
+    splitwise.SCHEDULER,
+    vllm.SCHEDULER,
+    orca.SCHEDULER,
+    sarathi.SCHEDULER,
+    fastertransformer.SCHEDULER,
+    lightllm.SCHEDULER,
+    tetriinfer.FCFS,
+    tetriinfer.SJF,
+    tetriinfer.LJF,
+    ecoserve.SCHEDULER,
+)}
 
-# schedulers that prefill in chunks (--chunk-size); the others run whole prompts
-CHUNKED = ("splitwise", "sarathi", "tetriinfer-fcfs", "tetriinfer-sjf", "tetriinfer-ljf")
-# chunking schedulers whose chunk size 0 means this budget (splitwise's 0: whole prompts)
-DEFAULT_CHUNK = {"sarathi": sarathi.DEFAULT_CHUNK, "tetriinfer-fcfs": tetriinfer.CHUNK,
-                 "tetriinfer-sjf": tetriinfer.CHUNK, "tetriinfer-ljf": tetriinfer.CHUNK}
+
+def scheduler_of(cfg: BatchingConfig) -> MachineScheduler:
+    """The machine-level scheduler `cfg.scheduler` names."""
+    return SCHEDULERS[cfg.scheduler]
+
+
+def batch_former(cfg: BatchingConfig) -> FormBatch:
+    """The form_batch of `cfg.scheduler`, for a caller that forms many batches (the simulator)."""
+    return SCHEDULERS[cfg.scheduler].form_batch
+
+
+def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
+    """The next iteration's work on `m`, or None when it has nothing to run, by the machine-level
+    scheduler `cfg.scheduler` (the default, "splitwise", is policy/machine.py form_mixed)."""
+    return SCHEDULERS[cfg.scheduler].form_batch(m, cfg)
+
+
+__all__ = ["SCHEDULERS", "MachineScheduler", "batch_former", "form_batch", "scheduler_of"]

@@ -90,6 +90,7 @@ from ..machine import Batch, BatchingConfig, _form_isolated, close_batch
 from ..state import Machine, Phase, Request
 from ..transitions import (drop_waiting, grow_kv, note, park_decode, plan_kv, preempt, prefill_reservation,
                            resume_decode, start_chunk, start_decodes)
+from .base import MachineScheduler
 
 if TYPE_CHECKING:
     from typing import Callable
@@ -409,3 +410,24 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
     else:
         decoding = m.running
     return close_batch(m, batch, decoding)
+
+
+
+@dataclass(frozen=True, slots=True)
+class EcoServe(MachineScheduler):
+    """EcoServe's declarations: predicted lengths, KV pooled by a host and its guests, and its
+    sizing recorded (`Sizing`) and reported for a view kept elsewhere."""
+
+    def record(self, m: Machine) -> None:
+        m.sizing = Sizing()
+
+    def report(self, m: Machine, rep: "BatchReport", rid: "Callable[[Request], str]") -> None:
+        if m.sizing is not None:
+            m.sizing.report(rep, rid)
+
+    def kv_pool(self, r: Request) -> Request | None:
+        return r.host or r
+
+
+SCHEDULER = EcoServe("ecoserve", form_batch, "EcoServe: prompt and generation queues, KV for the predicted output, "
+                     "same-length groups, a long reservation lent to short requests", predicts=True, pools_kv=True)

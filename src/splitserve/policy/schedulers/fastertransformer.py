@@ -22,6 +22,7 @@ from __future__ import annotations
 from ..machine import Batch, BatchingConfig, _admit, _form_isolated, close_batch, free_decodes
 from ..state import Machine, Request
 from ..transitions import prefill_reservation, start_decode, start_decodes
+from .base import MachineScheduler
 
 
 def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
@@ -48,3 +49,7 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
             break
         budget -= n
     return close_batch(m, batch, free_decodes(m))
+
+
+SCHEDULER = MachineScheduler("fastertransformer", form_batch,
+                             "static batches: nobody joins until the whole batch has finished")

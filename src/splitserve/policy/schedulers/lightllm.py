@@ -33,6 +33,7 @@ from typing import Iterable
 from ..machine import Batch, BatchingConfig
 from ..state import Machine, Request
 from ..transitions import prefill_reservation
+from .base import MachineScheduler
 from .vllm import prefill_first
 
 
@@ -66,3 +67,6 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
         return True
 
     return prefill_first(m, cfg, fits)
+
+
+SCHEDULER = MachineScheduler("lightllm", form_batch, "LightLLM: prefill-first, admission by the estimated peak KV")

@@ -26,6 +26,7 @@ from __future__ import annotations
 from ..machine import Batch, BatchingConfig, _admit, _form_isolated, close_batch, free_decodes
 from ..state import Machine, Phase, Request
 from ..transitions import decode_reservation, prefill_reservation, start_decodes
+from .base import MachineScheduler
 
 
 def slot(m: Machine, cfg: BatchingConfig, held: int) -> int:
@@ -68,3 +69,7 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
             break
         budget -= n
     return close_batch(m, batch, running)
+
+
+SCHEDULER = MachineScheduler("orca", form_batch,
+                             "Orca: prompts and decodes together, admission reserves max_len per request")

@@ -18,6 +18,7 @@ import functools
 
 from ..machine import Batch, BatchingConfig, form_mixed
 from ..state import Machine
+from .base import MachineScheduler
 
 DEFAULT_CHUNK = 512   # Sarathi-Serve's token budget in its evaluation of Mistral-7B / Yi-34B
 
@@ -30,3 +31,7 @@ def chunked(cfg: BatchingConfig) -> BatchingConfig:
 
 def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
     return form_mixed(m, chunked(cfg))
+
+
+SCHEDULER = MachineScheduler("sarathi", form_batch, "Sarathi-Serve: stall-free chunked prefill under a token budget",
+                             chunked=True, default_chunk=DEFAULT_CHUNK)

@@ -12,6 +12,8 @@ for a request's whole output when it is admitted (policy/transitions.py, decode_
 
 from __future__ import annotations
 
-from ..machine import form_mixed as form_batch
+from ..machine import form_mixed
+from .base import MachineScheduler
 
-__all__ = ["form_batch"]
+SCHEDULER = MachineScheduler("splitwise", form_mixed, "mixed continuous batching, prompts first, whole prompts "
+                             "to a token cap (default)", chunked=True)

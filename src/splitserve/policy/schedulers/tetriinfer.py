@@ -18,6 +18,7 @@ import functools
 
 from ..machine import Batch, BatchingConfig, form_mixed
 from ..state import Machine
+from .base import MachineScheduler
 
 CHUNK = 512   # TetriInfer's ChunkSize in its evaluation (OPT-13B, §5.2)
 
@@ -50,3 +51,11 @@ def sjf(m: Machine, cfg: BatchingConfig) -> Batch | None:
 def ljf(m: Machine, cfg: BatchingConfig) -> Batch | None:
     order(m, longest_first=True)
     return form_mixed(m, chunked(cfg))
+
+
+FCFS = MachineScheduler("tetriinfer-fcfs", fcfs, "TetriInfer: 512-token chunks, prompts first come first served",
+                        chunked=True, default_chunk=CHUNK)
+SJF = MachineScheduler("tetriinfer-sjf", sjf, "TetriInfer: 512-token chunks, shortest prompt first",
+                       chunked=True, default_chunk=CHUNK)
+LJF = MachineScheduler("tetriinfer-ljf", ljf, "TetriInfer: 512-token chunks, longest prompt first",
+                       chunked=True, default_chunk=CHUNK)

@@ -27,6 +27,7 @@ from typing import Callable
 from ..machine import Batch, BatchingConfig, _admit, _form_isolated, close_batch, free_decodes
 from ..state import Machine, Request
 from ..transitions import start_decodes
+from .base import MachineScheduler
 
 
 def prefill_first(m: Machine, cfg: BatchingConfig,
@@ -51,3 +52,6 @@ def prefill_first(m: Machine, cfg: BatchingConfig,
 
 def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
     return prefill_first(m, cfg)
+
+
+SCHEDULER = MachineScheduler("vllm", form_batch, "vLLM v0: an iteration of prefills only, or of decodes only")

@@ -1,0 +1,76 @@
+"""What a machine-level scheduler is: its `form_batch` and what it declares about itself.
+
+A `MachineScheduler` is a plain record. The simulator, the live engine and the router's view ask
+it, never its name:
+- `form_batch(m, cfg)`: the next iteration's work on machine `m` (policy/machine.py states the
+  shared rules every scheduler is built from); called once per iteration, as a plain function;
+- `chunked`: whether it prefills in chunks (`--chunk-size` applies), and `default_chunk`: its
+  token budget when the chunk size is 0 (0: whole prompts);
+- `predicts`: whether it schedules by a request's predicted output length, which a request then
+  carries from its arrival (policy/predictor.py arrival_predictor);
+- its own state: what it keeps per request and per machine beyond the shared `Request` and
+  `Machine` (`Request.sched`, `Machine.sched`: objects of its own types; None for the others), and
+  its own report of a step, made by the machine that ran the step (`report`) and applied by a view
+  of that machine kept elsewhere (`apply_report`, the router's view; serve/cluster_state.py). The
+  defaults here keep nothing and report nothing; EcoServe's (schedulers/ecoserve/) keep KV sizing.
+
+Adding a scheduler is one module of policy/schedulers/ that makes a `MachineScheduler` and one
+line in the registry of policy/schedulers/__init__.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..machine import Batch, BatchingConfig, BatchReport
+from ..state import Machine, Request
+
+FormBatch = Callable[[Machine, BatchingConfig], "Batch | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class MachineScheduler:
+    name: str                   # --machine-scheduler
+    form_batch: FormBatch
+    about: str = ""             # one line for --help lists
+    chunked: bool = False       # prefills in chunks: --chunk-size applies
+    default_chunk: int = 0      # its chunk budget when --chunk-size is 0 (0: whole prompts)
+    predicts: bool = False      # schedules by predicted output lengths, predicted at arrival
+    pools_kv: bool = False      # requests decode into KV reserved by another (`kv_pool`): the live
+                                # engine keeps a block pool per reservation (engine/block_manager.py)
+
+    def record(self, m: Machine) -> None:
+        """`m` is a view kept for another (the engine's view of itself, whose steps the router's view
+        follows): from now on its form_batch records what `report` tells."""
+
+    def report(self, m: Machine, rep: BatchReport, rid: Callable[[Request], str]) -> None:
+        """Tell `rep` what form_batch did on `m` since the last report beyond the batch's chunks,
+        preemptions and joins (what `record` made it record), each request by its id `rid(r)`, and
+        forget it."""
+
+    def apply_report(self, m: Machine, rep: Any, get: Callable[[str], Request | None]) -> "Applying":
+        """A view of machine `m` kept elsewhere (the router's) applies the report `rep` (`get`:
+        request id -> the view's request, None when it has none)."""
+        return NOTHING
+
+    def kv_pool(self, r: Request) -> Request | None:
+        """The request whose reserved KV `r` decodes into (itself: its own), None: no pool."""
+        return None
+
+
+class Applying:
+    """A scheduler's report being applied to a view in the order its form_batch acted: `before`
+    the batch's preemptions, `after` them, then `planned(r)` for each prompt chunk that starts."""
+
+    def before(self) -> None:
+        pass
+
+    def after(self) -> None:
+        pass
+
+    def planned(self, r: Request) -> bool:
+        return False
+
+
+NOTHING = Applying()
