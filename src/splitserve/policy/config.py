@@ -26,7 +26,7 @@ from .cluster import RoutingConfig
 from .cluster_schedulers import CLUSTER_SCHEDULERS
 from .kv_transfer import DEFAULT_LAYERWISE_THRESHOLD
 from .machine import BatchingConfig
-from .schedulers import CHUNKED, SCHEDULERS
+from .schedulers import SCHEDULERS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,10 +185,11 @@ def make_policy(values: dict[str, Any], system: str = "") -> PolicyConfig:
     cfg = PolicyConfig(batching=BatchingConfig(**sections["batching"]), routing=RoutingConfig(**sections["routing"]),
                        system=system, **top)
     b, r = cfg.batching, cfg.routing
+    chunked = [name for name, s in SCHEDULERS.items() if s.chunked]
     for ok, msg in ((b.scheduler in SCHEDULERS,
                      f"--machine-scheduler must be one of {', '.join(SCHEDULERS)}, got {b.scheduler!r}"),
-                    (b.chunk_size == 0 or b.scheduler in CHUNKED,
-                     f"--chunk-size applies to --machine-scheduler {' or '.join(CHUNKED)} only (got {b.scheduler})"),
+                    (b.chunk_size == 0 or b.scheduler in SCHEDULERS and SCHEDULERS[b.scheduler].chunked,
+                     f"--chunk-size applies to --machine-scheduler {' or '.join(chunked)} only (got {b.scheduler})"),
                     (b.max_len >= 0, f"--orca-max-len must be >= 0, got {b.max_len}"),
                     (b.max_len == 0 or b.scheduler == "orca",
                      f"--orca-max-len applies to --machine-scheduler orca only (got {b.scheduler})"),

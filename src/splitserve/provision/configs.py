@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from ..catalog import Catalog, kv_capacity_tokens, load_hardware, load_model
 from ..designs import Design
 from ..errors import UserError
-from ..policy.schedulers import CHUNKED, DEFAULT_CHUNK, SCHEDULERS
+from ..policy.schedulers import SCHEDULERS
 from .evaluate import Evaluator, Job
 from .plan import RateRange, Scenario
 from .search import max_rate
@@ -52,7 +52,7 @@ def grid(model: str, hardware: Sequence[str], tps: Sequence[int], pps: Sequence[
          catalog: Catalog | None = None) -> tuple[list[Config], list[dict]]:
     """Every configuration to search, and those left out with the reason (the weights do not fit
     every hardware kind of the design; a tp larger than a machine). Chunk sizes apply to chunking
-    schedulers only (policy.schedulers.CHUNKED); the others run whole prompts."""
+    schedulers only (MachineScheduler.chunked); the others run whole prompts."""
     for s in schedulers:
         if s not in SCHEDULERS:
             raise UserError(f"unknown machine scheduler {s!r}; choose from {', '.join(SCHEDULERS)}")
@@ -80,10 +80,11 @@ def _chunk_sizes(scheduler: str, chunks: Sequence[int]) -> list[int]:
     """The chunk sizes to try under `scheduler`: none (0) for one that runs whole prompts; for a
     chunking one, whole prompts too where 0 means that (splitwise), each size given, and no size
     twice (sarathi's and tetriinfer's 0 is their default budget)."""
-    if scheduler not in CHUNKED:
+    s = SCHEDULERS[scheduler]
+    if not s.chunked:
         return [0]
-    if scheduler in DEFAULT_CHUNK:
-        d = DEFAULT_CHUNK[scheduler]
+    if s.default_chunk:
+        d = s.default_chunk
         return sorted({c or d for c in chunks} or {d})
     return sorted({0, *chunks})
 
