@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..compare.command import DEFAULT_MACHINES, run_compare
+from ..compare.budget import DEFAULT_MACHINES
 from .catalog import catalog_option, user_catalog
 from .config_file import config_option, effective_config
 from .lists import ListedHelp
@@ -48,6 +48,8 @@ def compare(
     budget; find each one's goodput (the highest rate meeting the SLOs, at its best prompt/token
     split for a split system); write a report with latencies and cost at goodput, plots, and each
     system's paper claim beside what the simulation finds."""
+    from ..compare.command import run_compare     # matplotlib: loaded when the command runs
+
     d = {"machines": DEFAULT_MACHINES, "duration": 120.0, "tolerance": 0.02, "curve_points": 6}
     if quick:
         d = dict(QUICK)

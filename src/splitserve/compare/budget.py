@@ -15,6 +15,8 @@ from ..designs import Design, load_designs
 from ..errors import UserError
 from ..provision.plan import Limits
 
+DEFAULT_MACHINES = 10      # the budget's N when `compare --machines` is not given
+
 
 @dataclass(frozen=True, slots=True)
 class Budget:
