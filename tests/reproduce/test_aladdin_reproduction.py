@@ -3,7 +3,8 @@ agree with results.json, and what holds by construction of the search."""
 
 import json
 
-from splitserve.reproduce.aladdin import FIG11, FIG12, TARGET, reproduce_aladdin
+from splitserve.reproduce.aladdin import reproduce_aladdin
+from splitserve.reproduce.aladdin_experiments import FIG11, FIG12, TARGET
 
 
 def test_tiny_report(tmp_path):

@@ -3,7 +3,8 @@ agree with results.json, and the direction of EcoServe against vLLM on Alpaca.""
 
 import json
 
-from splitserve.reproduce.ecoserve import TINY, reproduce_ecoserve, sustained
+from splitserve.reproduce.ecoserve import reproduce_ecoserve
+from splitserve.reproduce.ecoserve_experiments import TINY, sustained
 
 
 def test_tiny_report(tmp_path):

@@ -5,7 +5,8 @@ flip experiment's never-flip run does not flip."""
 import json
 import math
 
-from splitserve.reproduce.tetriinfer import paper, reproduce_tetriinfer, simulate, specs
+from splitserve.reproduce.tetriinfer import reproduce_tetriinfer
+from splitserve.reproduce.tetriinfer_experiments import paper, simulate, specs
 
 
 def test_tiny_report(tmp_path):

@@ -12,6 +12,16 @@ import tomllib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
+
+from ..catalog import load_hardware, load_model
+from ..designs import make_cluster
+from ..perf import make_perf_model
+from ..provision import plan
+from ..provision.evaluate import Cache, Evaluator, LocalBackend
+from ..sim.simulator import SimConfig, Simulation
+from ..simulate import run_simulation
+from ..workload import RequestSpec
 
 MODEL = "llama2-70b"
 POWER_BUDGET_MACHINES = 40            # iso-power budget: the power of 40 DGX-H100 (paper §VI-B)
@@ -45,8 +55,6 @@ FULL = Scale("full", 120.0, heat_prompt=tuple(range(6, 46, 3)), heat_token=tuple
 
 
 def _sim(kw: dict) -> dict:
-    from ..simulate import run_simulation
-
     return run_simulation(**kw)
 
 
@@ -58,13 +66,11 @@ class Runner:
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     cache_dir: str | None = None                      # provisioning searches' cache (None: off)
     simulations: int = 0
-    _ev: object = None
+    _ev: Evaluator | None = None
 
-    def evaluator(self):
+    def evaluator(self) -> Evaluator:
         """The provisioner's evaluator (process pool, cache), shared by every search."""
         if self._ev is None:
-            from ..provision.evaluate import Cache, Evaluator, LocalBackend
-            from pathlib import Path
             self._ev = Evaluator(LocalBackend(self.workers),
                                  Cache(Path(self.cache_dir)) if self.cache_dir else None)
         return self._ev
@@ -94,12 +100,6 @@ TABLE4_REQUESTS = {"coding": (1500, 13), "conversation": (1020, 129)}
 
 def isolated(runner: Runner) -> dict:
     """TTFT, TBT, E2E, cost and energy of the paper's P50 requests, alone on an A100 / H100."""
-    from ..catalog import load_hardware, load_model
-    from ..designs import make_cluster
-    from ..perf import make_perf_model
-    from ..sim.simulator import SimConfig, Simulation
-    from ..workload import RequestSpec
-
     model = load_model(MODEL)
     out: dict = {}
     for kind, (prompt, output) in TABLE4_REQUESTS.items():
@@ -155,8 +155,6 @@ def batch_job(runner: Runner, scale: Scale, clusters: dict[str, list[int]], work
     requests offered in the window / time until the last is done. The paper's "RPS/$" only fits
     its numbers with cost counted in DGX-A100 machine-hours (Table V normalises cost to DGX-A100),
     so that is the unit here too: req/s per (cluster $/h / DGX-A100 $/h)."""
-    from ..catalog import load_hardware
-
     a100 = load_hardware("dgx-a100").cost_per_hour
     designs = list(clusters)
     jobs = [dict(**counts(d, clusters[d]), workload=workload, rps=scale.stress_rps,
@@ -174,16 +172,12 @@ DESIGNS = ("splitwise-aa", "splitwise-hh", "splitwise-ha", "splitwise-hhcap", "b
            "baseline-h100")
 
 
-def _scenario(runner: Runner, scale: Scale, workload: str):
-    from ..provision.plan import Scenario
-
-    return Scenario(workload, scale.search_duration, runner.seed, MODEL, runner.profile)
+def _scenario(runner: Runner, scale: Scale, workload: str) -> plan.Scenario:
+    return plan.Scenario(workload, scale.search_duration, runner.seed, MODEL, runner.profile)
 
 
 def fig12_search(runner: Runner, scale: Scale, rps: float = 70.0) -> dict:
     """The exact cost-optimal Splitwise-HH split over 70 x 70 (the paper's 69 x 69 sweep)."""
-    from ..provision import plan
-
     ev = runner.evaluator()
     sc = plan.Scenario("coding", scale.duration, runner.seed, MODEL, runner.profile)
     return plan.cheapest(ev, plan.design("splitwise-hh"), rps, "cost", sc, plan.Limits(70, 70))
@@ -191,8 +185,6 @@ def fig12_search(runner: Runner, scale: Scale, rps: float = 70.0) -> dict:
 
 def throughput_optimised(runner: Runner, scale: Scale, workload: str, constraint: str) -> dict:
     """Each design's split with the most throughput at SLO within 40 DGX-H100's power or cost."""
-    from ..provision import plan
-
     ev = runner.evaluator()
     sc = _scenario(runner, scale, workload)
     budget = plan.budget_value(f"{scale.budget_machines}*dgx-h100", constraint)
@@ -203,8 +195,6 @@ def throughput_optimised(runner: Runner, scale: Scale, workload: str, constraint
 
 def iso_throughput(runner: Runner, scale: Scale, workload: str, rps: float, objective: str) -> dict:
     """Each design's least-power or least-cost cluster that meets the SLOs at `rps`."""
-    from ..provision import plan
-
     ev = runner.evaluator()
     sc = _scenario(runner, scale, workload)
     lim = plan.Limits(scale.max_pool, scale.max_pool, 2 * scale.max_pool)

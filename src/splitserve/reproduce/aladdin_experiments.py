@@ -1,0 +1,115 @@
+"""Aladdin's experiments (seed 002, paper 2): the systems of Figures 11 and 12, the scales, the
+SLOs by the paper's rules on our perf model, one simulation of a system with a number of workers
+at a rate, and the fewest workers meeting the target (aladdin.py says how each follows the paper
+and what is ASSUMED)."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+
+from ..catalog import load_hardware, load_model
+from ..designs import Parallelism, make_cluster
+from ..perf import make_perf_model
+from ..policy.aladdin import ATGT_FACTOR, TTFT_CONTEXT
+from ..policy.cluster import RoutingConfig
+from ..policy.config import PolicyConfig
+from ..policy.machine import BatchingConfig
+from ..report.goodput import GoodputSLO
+from ..sim.simulator import SimConfig, Simulation
+from ..workload import make_workload
+
+MODEL = "llama2-13b"
+HARDWARE = "dgx-a100"
+WORKLOAD = "sharegpt"
+TARGET = 0.99                 # ASSUMED in place of P100 (see above)
+FIG11 = ("vllm", "jsq", "aladdin", "aladdin-0.7")
+FIG12 = ("split-jsq", "split-p2", "split-aladdin")
+NAMES = {"vllm": "vLLM (4 GPUs/worker, JSQ)", "jsq": "JSQ (1 GPU/worker)", "aladdin": "Aladdin, theta 0.9",
+         "aladdin-0.7": "Aladdin, theta 0.7",
+         "split-jsq": "JSQ", "split-p2": "Power of two", "split-aladdin": "Aladdin"}
+GPUS = {"vllm": 4}            # GPUs per worker (1 otherwise)
+THETAS = {"aladdin": 0.9, "aladdin-0.7": 0.7}   # --aladdin-theta (see the module's docstring)
+
+
+def paper() -> dict:
+    return tomllib.loads(resources.files("splitserve.reproduce").joinpath("aladdin_paper.toml").read_text())
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    rates: tuple[float, ...]       # req/s
+    duration: float                # seconds of arrivals per simulation
+    max_workers: int               # search bound
+    window: float                  # --scale-window of the scaled run
+
+
+TINY = Scale("tiny", (2.0, 6.0), 20.0, 24, 10.0)
+QUICK = Scale("quick", (2.0, 6.0, 12.0, 18.0, 24.0), 60.0, 64, 20.0)
+FULL = Scale("full", (2.0, 4.0, 8.0, 12.0, 16.0, 20.0, 24.0, 28.0), 300.0, 96, 30.0)
+SCALES = {s.name: s for s in (TINY, QUICK, FULL)}
+
+
+def slos() -> tuple[float, float]:
+    """(TTFT, ATGT) SLOs, seconds: the paper's rules (§6.1) on one A100 of our perf model."""
+    perf, _ = make_perf_model(load_model(MODEL), load_hardware(HARDWARE), 1)
+    return perf.prompt_time(TTFT_CONTEXT), ATGT_FACTOR * perf.token_time(1, TTFT_CONTEXT)
+
+
+def prompt_workers(rate: float) -> int:
+    return 1 + math.ceil(rate / 8)
+
+
+def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, window: float = 0.0) -> dict:
+    """One run of `kind` with `workers` workers (token workers for the split kinds) at `rate`."""
+    ttft, atgt = slos()
+    aladdin = dict(cluster_scheduler="aladdin", predictor="tetriinfer-100", aladdin_ttft_slo=ttft,
+                   aladdin_atgt_slo=atgt, scale_window=window, aladdin_theta=THETAS.get(kind, 0.9))
+    if kind in FIG11:
+        routing = RoutingConfig(**aladdin) if kind in THETAS else RoutingConfig(cluster_scheduler="jsq")
+        cluster = make_cluster("baseline-a100", machines=workers, parallel=Parallelism(tp=GPUS.get(kind, 1)))
+        batching = BatchingConfig(scheduler="vllm")
+    else:
+        routing = {"split-jsq": RoutingConfig(mixed_pool=False),
+                   "split-p2": RoutingConfig(mixed_pool=False, decode_dispatch="tetriinfer", predictor="tetriinfer-100"),
+                   "split-aladdin": RoutingConfig(mixed_pool=False, **aladdin)}[kind]
+        cluster = make_cluster("splitwise-aa", prompt_machines=prompt_workers(rate), token_machines=workers,
+                               parallel=Parallelism(tp=1))
+        batching = BatchingConfig()
+    cfg = SimConfig(policy=PolicyConfig(batching=batching, routing=routing), goodput=GoodputSLO(ttft, atgt))
+    wl = make_workload(WORKLOAD, rps=rate, duration=scale.duration, seed=seed)
+    res = Simulation(cluster, load_model(MODEL), wl, cfg).run()
+    mt = res.metrics
+    out = {"workers": workers, "attainment": mt.attained / mt.requests if mt.requests else 1.0,
+           "requests": mt.requests}
+    if res.scaling is not None and window > 0:
+        span = res.sim_end - mt.first_arrival
+        out["mean_active"] = sum(res.scaling["machine_seconds"].values()) / span if span > 0 else 0.0
+        out["scale_downs"] = res.scaling["scale_downs"]
+    return out
+
+
+def needed(kind: str, rate: float, scale: Scale, seed: int, runs: dict) -> int | None:
+    """The fewest workers of `kind` meeting TARGET at `rate` (doubling, then bisection; attainment
+    taken as monotone in workers), None past `scale.max_workers`. Every run lands in `runs`."""
+    def ok(n: int) -> bool:
+        if n not in runs:
+            runs[n] = simulate(kind, n, rate, scale, seed)
+        return runs[n]["attainment"] >= TARGET
+
+    hi = 1
+    while not ok(hi):
+        if hi >= scale.max_workers:
+            return None
+        hi = min(2 * hi, scale.max_workers)
+    lo = hi // 2                     # fails (or 0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
