@@ -1,4 +1,4 @@
-"""DistServe's placement searches (provision/placement.py) against brute force on a small grid:
+"""DistServe's placement searches (provision/placement/) against brute force on a small grid:
 every candidate's goodput from a simulation at EVERY lattice rate (no monotone search), the best
 goodput per GPU picked by the same rule."""
 

@@ -39,7 +39,7 @@ def layerwise_done(link: Link, nbytes: float, layers: int, start: float, end: fl
 def link_between(src, dst, colocated: bool = False, catalog=None) -> Link:
     """The link a KV transfer from machine kind `src` to `dst` (HardwareSpecs) gets: the machines'
     network (`ib_gbs`), or with `colocated` (the prompt and token instances share a node, as
-    DistServe's low node-affinity placement puts them, provision/placement.py) one GPU's NVLink,
+    DistServe's low node-affinity placement puts them, provision/placement/) one GPU's NVLink,
     one way (`link_bytes_per_s`, half of `nvlink_gbs`). The fixed overheads are `catalog`'s
     (kv_transfer.toml; default: the built-in catalog's); a machine without one has none."""
     overheads = (catalog or builtin_catalog()).kv_overhead_s
