@@ -194,7 +194,8 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
     from pathlib import Path
 
     from .command import _progress
-    from .evaluate import Cache, LocalBackend, RayBackend, default_cache_dir
+    from .evaluate import Cache, LocalBackend, default_cache_dir
+    from .ray_backend import RayBackend
     from .plan import design as find_design, scenario_dict
 
     tp_l, pp_l, cap_l, chunk_l = (_ints("--tps", tps), _ints("--pps", pps), _ints("--batch-caps", batch_caps),
