@@ -11,17 +11,21 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from ..catalog import Catalog, load_model
 from ..errors import UserError
 from ..policy.systems import SYSTEMS
 from ..provision.evaluate import Cache, Evaluator, LocalBackend, default_cache_dir
 from ..provision.plan import ASSUMPTION, RateRange, Scenario, scenario_dict
 from ..provision.search import RateLattice
-from .budget import Budget
-from .claims import finding, load_claims
+from ..report.goodput import from_options
+from ..workload import make_workload
+from . import plots
+from .budget import DEFAULT_MACHINES, Budget
+from .claims import Claim, finding, load_claims
 from .goodput import system_goodput
 from .measure import Point, measure_all
+from .report import write_report
 
-DEFAULT_MACHINES = 10
 MAX_RPS_PER_MACHINE = 20.0    # the default ceiling of the rate search: 4x the most any system carried
                               # per DGX-H100 here (4.8 req/s on coding); it keeps the search from
                               # simulating clusters hundreds of times overloaded, the slowest runs
@@ -43,32 +47,15 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
                 curve_points: int = 6, systems: list[str] | None = None, workers: int | None = None,
                 cache_dir: str | None = None, use_cache: bool = True,
                 log: Callable[[str], None] = lambda m: None, config: dict | None = None,
-                catalog=None) -> dict:
+                catalog: Catalog | None = None) -> dict:
     """`catalog` (catalog.Catalog, --catalog): the machines, designs and models of the budget and of
     every simulation (None: the built-in one)."""
     # ---- the question, checked before any simulation ----
     names = list(systems) if systems else list(SYSTEMS)
-    for n in names:
-        if n not in SYSTEMS:
-            raise UserError(f"unknown --system {n!r}; choose from: {', '.join(SYSTEMS)}")
-    if not (math.isfinite(duration) and duration > 0):
-        raise UserError(f"--duration must be positive seconds, got {duration}")
-    if not (0 < tolerance < 1):
-        raise UserError(f"--tolerance must be in (0, 1), got {tolerance}")
-    if max_rps is None:
-        max_rps = MAX_RPS_PER_MACHINE * max(machines, 1)
-    if not (0 < min_rps < max_rps and math.isfinite(max_rps)):
-        raise UserError(f"need 0 < --min-rps < --max-rps, got {min_rps} and {max_rps}")
-    if workers is not None and workers < 1:
-        raise UserError(f"--workers must be at least 1, got {workers}")
+    max_rps = _check(names, duration, tolerance, min_rps, max_rps, machines, workers, curve_points)
     out.mkdir(parents=True, exist_ok=True)   # an unwritable --out fails now, not after the simulations
-    if curve_points < 0:
-        raise UserError(f"--curve-points must be >= 0, got {curve_points}")
     budget = Budget(hardware, machines, catalog)
     designs = {s: budget.design(s) for s in {SYSTEMS[n].split for n in names}}
-    from ..catalog import load_model
-    from ..report.goodput import from_options
-    from ..workload import make_workload
     load_model(model, catalog)
     make_workload(workload, rps=1.0, duration=duration, seed=seed)
     slo = from_options(goodput_ttft, goodput_tpot)
@@ -82,31 +69,86 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
     ev = Evaluator(LocalBackend(workers), Cache(Path(cache_dir) if cache_dir else default_cache_dir())
                    if use_cache else None)
     t0 = time.perf_counter()
-    rows = []
     try:
-        for n in names:
-            t1, sims = time.perf_counter(), ev.simulated + ev.cached
-            r = system_goodput(ev, SYSTEMS[n], budget, sc, rates)
-            r["next_rps"] = r["next_slo_met"] = r["next_worst"] = r["next_ratio"] = None
-            r["at_ceiling"] = False
-            if r["goodput_rps"] is not None:
-                nxt = lattice.rate(lattice.index(r["goodput_rps"]) + 1)
-                if nxt <= max_rps:                 # simulated by the search; asked again: a cache hit
-                    (o,) = ev([replace(sc, system=n).job(r["design"], tuple(r["cluster"]), nxt)])
-                    r.update(next_rps=nxt, next_slo_met=o.slo_met, next_worst=o.worst, next_ratio=o.violation)
-                else:
-                    r["at_ceiling"] = True
-                    log(f"warning: {n} meets its SLOs at the search's ceiling {max_rps:g} req/s; raise --max-rps")
-            rows.append(r)
-            log(f"{n}: goodput {format(r['goodput_rps'], '.4g') if r['goodput_rps'] is not None else 'none'} req/s"
-                f" at {r['split']} ({ev.simulated + ev.cached - sims} simulations, "
-                f"{time.perf_counter() - t1:.1f} s)")
+        rows = [_goodput(ev, n, budget, sc, rates, log) for n in names]
     finally:
         ev.close()
 
     # ---- each at its goodput, and the latency curves ----
-    top = max((r["goodput_rps"] or 0.0 for r in rows), default=0.0)
-    grid = curve_rates(top, curve_points)
+    grid = curve_rates(max((r["goodput_rps"] or 0.0 for r in rows), default=0.0), curve_points)
+    curves, measured = _measure(rows, sc, grid, claims, workers, log)
+    wall = time.perf_counter() - t0
+    if grid:
+        log(f"measured every system at its goodput and at {len(grid)} common rates")
+
+    res = {
+        "command": command,
+        "scenario": {**scenario_dict(sc), "tolerance": tolerance, "min_rps": min_rps, "max_rps": max_rps},
+        "budget": {"hardware": hardware, "machines": machines, "cost_per_hour": budget.cost_per_hour,
+                   "split_design": designs.get(True, budget.design(True)).name,
+                   "unsplit_design": designs.get(False, budget.design(False)).name},
+        "assumption": ASSUMPTION,
+        "systems": rows,
+        "curve_rates": grid,
+        "curves": curves,
+        "search": {"simulated": ev.simulated, "cached": ev.cached, "measured": measured,
+                   "wall_s": wall, "workers": ev.width},
+    }
+    if config is not None:   # the command's options (config_file.effective_config): compare --config results.json
+        res["config"] = config
+    if catalog is not None:
+        res["catalog"] = catalog.note()
+    write_outputs(res, out)
+    return res
+
+
+def _check(names: list[str], duration: float, tolerance: float, min_rps: float, max_rps: float | None,
+           machines: int, workers: int | None, curve_points: int) -> float:
+    """The options checked (UserError names the first wrong one); the rate search's ceiling."""
+    for n in names:
+        if n not in SYSTEMS:
+            raise UserError(f"unknown --system {n!r}; choose from: {', '.join(SYSTEMS)}")
+    if not (math.isfinite(duration) and duration > 0):
+        raise UserError(f"--duration must be positive seconds, got {duration}")
+    if not (0 < tolerance < 1):
+        raise UserError(f"--tolerance must be in (0, 1), got {tolerance}")
+    if max_rps is None:
+        max_rps = MAX_RPS_PER_MACHINE * max(machines, 1)
+    if not (0 < min_rps < max_rps and math.isfinite(max_rps)):
+        raise UserError(f"need 0 < --min-rps < --max-rps, got {min_rps} and {max_rps}")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    if curve_points < 0:
+        raise UserError(f"--curve-points must be >= 0, got {curve_points}")
+    return max_rps
+
+
+def _goodput(ev: Evaluator, name: str, budget: Budget, sc: Scenario, rates: RateRange,
+             log: Callable[[str], None]) -> dict:
+    """One system's goodput on the budget, and what the next lattice rate misses."""
+    lattice, max_rps = rates.lattice, rates.hi
+    t1, sims = time.perf_counter(), ev.simulated + ev.cached
+    r = system_goodput(ev, SYSTEMS[name], budget, sc, rates)
+    r["next_rps"] = r["next_slo_met"] = r["next_worst"] = r["next_ratio"] = None
+    r["at_ceiling"] = False
+    if r["goodput_rps"] is not None:
+        nxt = lattice.rate(lattice.index(r["goodput_rps"]) + 1)
+        if nxt <= max_rps:                 # simulated by the search; asked again: a cache hit
+            (o,) = ev([replace(sc, system=name).job(r["design"], tuple(r["cluster"]), nxt)])
+            r.update(next_rps=nxt, next_slo_met=o.slo_met, next_worst=o.worst, next_ratio=o.violation)
+        else:
+            r["at_ceiling"] = True
+            log(f"warning: {name} meets its SLOs at the search's ceiling {max_rps:g} req/s; raise --max-rps")
+    log(f"{name}: goodput {format(r['goodput_rps'], '.4g') if r['goodput_rps'] is not None else 'none'} req/s"
+        f" at {r['split']} ({ev.simulated + ev.cached - sims} simulations, "
+        f"{time.perf_counter() - t1:.1f} s)")
+    return r
+
+
+def _measure(rows: list[dict], sc: Scenario, grid: list[float], claims: dict[str, Claim],
+             workers: int | None, log: Callable[[str], None]) -> tuple[dict[str, list[dict]], int]:
+    """Each system simulated again at its goodput (into its row, with its claim and what this run
+    finds of it) and at the common rates of the curves; the curves and the simulations run."""
     at = [Point(r["system"], r["design"], tuple(r["cluster"]), r["goodput_rps"], sc)
           for r in rows if r["goodput_rps"] is not None]
     curve_pts = [Point(r["system"], r["design"], tuple(r["cluster"]), x, sc) for r in rows for x in grid]
@@ -126,35 +168,10 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
         c = claims.get(r["system"])
         r["claim"] = asdict(c) if c else None
         r["finding"] = finding(c, goodputs)
-    wall = time.perf_counter() - t0
-    if grid:
-        log(f"measured every system at its goodput and at {len(grid)} common rates")
-
-    res = {
-        "command": command,
-        "scenario": {**scenario_dict(sc), "tolerance": tolerance, "min_rps": min_rps, "max_rps": max_rps},
-        "budget": {"hardware": hardware, "machines": machines, "cost_per_hour": budget.cost_per_hour,
-                   "split_design": designs.get(True, budget.design(True)).name,
-                   "unsplit_design": designs.get(False, budget.design(False)).name},
-        "assumption": ASSUMPTION,
-        "systems": rows,
-        "curve_rates": grid,
-        "curves": curves,
-        "search": {"simulated": ev.simulated, "cached": ev.cached, "measured": len(measured),
-                   "wall_s": wall, "workers": ev.width},
-    }
-    if config is not None:   # the command's options (config_file.effective_config): compare --config results.json
-        res["config"] = config
-    if catalog is not None:
-        res["catalog"] = catalog.note()
-    write_outputs(res, out)
-    return res
+    return curves, len(measured)
 
 
 def write_outputs(res: dict, out: Path) -> Path:
-    from . import plots
-    from .report import write_report
-
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
     sc, b = res["scenario"], res["budget"]

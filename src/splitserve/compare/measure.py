@@ -12,7 +12,11 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+from ..designs import load_designs
+from ..policy.config import make_policy
 from ..provision.plan import Scenario
+from ..report.goodput import GoodputSLO
+from ..simulate import run_simulation
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +30,6 @@ class Point:
 
 def measure(pt: Point) -> dict:
     """One simulation of `pt`, reduced to the figures the report shows."""
-    from ..designs import load_designs
-    from ..policy.config import make_policy
-    from ..report.goodput import GoodputSLO
-    from ..simulate import run_simulation
-
     sc = pt.scenario
     counts = ({"prompt_machines": pt.cluster[0], "token_machines": pt.cluster[1]}
               if load_designs(sc.catalog)[pt.design].split else {"machines": pt.cluster[0]})
