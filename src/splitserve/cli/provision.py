@@ -96,9 +96,7 @@ def provision(
                 plot_pareto(r, out / f"pareto_{r['design']}.png")
             if not json_out:
                 typer.echo(f"wrote {out / 'provision.json'} and the Pareto plots")
-        _show(res, json_out, print_config_search)
-        if res["best"] is None:
-            raise typer.Exit(1)
+        _show(res, json_out, print_config_search, res["best"] is not None)
         return
     if objective == "goodput-per-gpu":  # DistServe's placement (provision/placement.py)
         from ..provision.placement import print_placement, run_placement
@@ -111,19 +109,22 @@ def provision(
         record_run(res, ctx, cat)
         if out is not None:
             write_result(res, out)
-        _show(res, json_out, print_placement)
-        if not res["feasible"]:
-            raise typer.Exit(1)
+        _show(res, json_out, print_placement, res["feasible"])
         return
     if placement is not None:
         raise UserError("--placement goes with --objective goodput-per-gpu")
-    req = ProvisionRequest(
+    _provision(ctx, cat, out, json_out, quiet, ProvisionRequest(
         objective=objective, rps=rps, constraint=constraint, budget=budget, designs=tuple(design or ()),
         workload=workload, duration=duration, seed=seed, model=model, profile=str(profile) if profile else None,
         max_prompt=max_prompt, max_token=max_token, max_machines=max_machines, tolerance=tolerance,
         min_rps=min_rps, max_rps=max_rps, workers=workers, backend=backend, address=address,
         cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache, progress=show,
-        goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, system=policy_system, catalog=cat)
+        goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, system=policy_system, catalog=cat))
+
+
+def _provision(ctx: typer.Context, cat, out: Path | None, json_out: bool, quiet: bool, req: ProvisionRequest) -> None:
+    """The cost, power, machines, throughput and batch objectives: run_provision, its warnings,
+    provision.json, the table or JSON; exit 1 when no design is feasible."""
     res = run_provision(req, log=None if quiet else (lambda line: typer.echo(line, err=True)))
     for w in res["warnings"]:
         typer.echo(f"warning: {w}", err=True)
@@ -132,16 +133,18 @@ def provision(
         path = write_result(res, out)
         if not json_out:
             typer.echo(f"wrote {path}")
-    _show(res, json_out, print_result)
-    if res["best"] is None:
-        if json_out:
-            typer.echo(f"error: {infeasible_message(res)}", err=True)
+    if json_out and res["best"] is None:
+        _show(res, json_out, print_result, True)
+        typer.echo(f"error: {infeasible_message(res)}", err=True)
         raise typer.Exit(1)
+    _show(res, json_out, print_result, res["best"] is not None)
 
 
-def _show(res: dict, json_out: bool, print_table) -> None:
-    """The result as JSON on stdout, or its table."""
+def _show(res: dict, json_out: bool, print_table, ok: bool) -> None:
+    """The result as JSON on stdout, or its table; exit 1 when not `ok` (nothing feasible)."""
     if json_out:
         typer.echo(json.dumps(res, indent=2))
     else:
         print_table(res)
+    if not ok:
+        raise typer.Exit(1)
