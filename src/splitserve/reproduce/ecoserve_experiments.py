@@ -70,15 +70,12 @@ def memory_utilization() -> float:
 
 
 def policy(system: str, dataset: str):
-    if system == "ecoserve":
-        return make_policy({"routing.predictor": f"ecoserve-{dataset}"}, "ecoserve")
+    """The policy of the compared `system` on `dataset` (FastGen: sarathi's)."""
     if system == "oracle":   # the system's predictor replaced by the truth (an option at its default
         return make_policy({"batching.scheduler": "ecoserve", "routing.cluster_scheduler": "jsq"})  # loses)
-    if system == "vllm":
-        return make_policy({}, "vllm")
-    if system == "vllm-np":
-        return make_policy({"batching.preemption_limit": 0}, "vllm")
-    return make_policy({}, "sarathi")
+    options = {"ecoserve": {"routing.predictor": f"ecoserve-{dataset}"},
+               "vllm-np": {"batching.preemption_limit": 0}}.get(system, {})
+    return make_policy(options, {"ecoserve": "ecoserve", "vllm": "vllm", "vllm-np": "vllm"}.get(system, "sarathi"))
 
 
 def specs(dataset: str, rps: float, n: int, seed: int) -> list:
