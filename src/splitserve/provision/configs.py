@@ -18,15 +18,24 @@ Evaluator. `brute_force_capacity` scans every lattice rate instead: the tests ho
 from __future__ import annotations
 
 import itertools
+import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
 
 from ..catalog import Catalog, kv_capacity_tokens, load_hardware, load_model
 from ..designs import Design
 from ..errors import UserError
 from ..policy.schedulers import SCHEDULERS
-from .evaluate import Evaluator, Job
-from .plan import RateRange, Scenario
+from .command import _progress
+from .evaluate import Cache, Evaluator, Job, LocalBackend, default_cache_dir
+from .plan import RateRange, Scenario, scenario_dict
+from .plan import design as find_design
+from .ray_backend import RayBackend
 from .search import max_rate
 
 
@@ -147,7 +156,7 @@ def search(ev: Evaluator, d: Design, counts: tuple[int, ...], sc: Scenario, conf
 
 def plot_pareto(result: dict, path) -> None:
     """Cost of the unit against its capacity, every configuration, the front joined."""
-    import matplotlib
+    import matplotlib   # here, not at the top: only --plot needs it, and it is slow to import
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -190,14 +199,6 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
                       progress: bool, catalog: Catalog | None = None) -> dict:
     """The search for each design, over the grid the options give; a plain dict for JSON.
     `catalog`: --catalog (None: the built-in one)."""
-    import time
-    from pathlib import Path
-
-    from .command import _progress
-    from .evaluate import Cache, LocalBackend, default_cache_dir
-    from .ray_backend import RayBackend
-    from .plan import design as find_design, scenario_dict
-
     tp_l, pp_l, cap_l, chunk_l = (_ints("--tps", tps), _ints("--pps", pps), _ints("--batch-caps", batch_caps),
                                   _ints("--chunks", chunks) if chunks else [])
     if min(tp_l) < 1 or min(pp_l) < 1:
@@ -239,11 +240,6 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
 
 
 def print_config_search(res: dict) -> None:
-    import sys
-
-    from rich.console import Console
-    from rich.table import Table
-
     con = Console(width=None if sys.stdout.isatty() else 140)
     sc = res["scenario"]
     slo = (f"90% within TTFT {sc['goodput'][0]:g} s and TPOT {sc['goodput'][1]:g} s" if sc["goodput"]
