@@ -1,4 +1,4 @@
-"""EcoServe's machine-level scheduler (policy/schedulers/ecoserve.py): hand-computed schedules for
+"""EcoServe's machine-level scheduler (policy/schedulers/ecoserve/): hand-computed schedules for
 its pipelined allocation, time-synced groups, queue order and an under-prediction; on random
 streams with wrong predictions, everyone finishes within the KV and every family's writes stay
 within what it holds.
@@ -16,10 +16,12 @@ from hypothesis import strategies as st
 
 from splitserve.policy.machine import BatchingConfig, finish_iteration
 
-from splitserve.policy.schedulers import form_batch
-from splitserve.policy.schedulers import ecoserve
+from splitserve.policy.schedulers import ecoserve, form_batch
+from splitserve.policy.schedulers.ecoserve.order import host, reserve
 from splitserve.policy.state import Machine, Phase, Pool, Request
-from splitserve.policy.transitions import enqueue_prompt, release
+from splitserve.policy.release import release
+from splitserve.policy.sized_kv import park_decode
+from splitserve.policy.transitions import enqueue_prompt
 
 NAMES = "ABCDEFGH"
 ECO = BatchingConfig(scheduler="ecoserve")
@@ -51,7 +53,7 @@ def drive(m: Machine, rs: list[Request], cfg: BatchingConfig = ECO) -> list:
             break
         it = ({NAMES[r.id]: n for r, n in zip(b.prompts, b.chunks)}, "".join(NAMES[r.id] for r in b.decoding),
               "".join(NAMES[r.id] for r in b.preempted), m.kv_used,
-              {NAMES[r.id]: NAMES[r.host.id] for r in b.decoding if r.host not in (None, r)})
+              {NAMES[r.id]: NAMES[host(r).id] for r in b.decoding if host(r) not in (None, r)})
         assert m.kv_used <= m.kv_capacity
         if out and out[-1][0] == it:
             out[-1] = (it, out[-1][1] + 1)
@@ -204,7 +206,6 @@ def test_release_of_a_waiting_request_frees_its_kv():
     enqueue_prompt(m, a)
     finish_iteration(m, form_batch(m, ECO))
     m.running.remove(a)
-    from splitserve.policy.transitions import park_decode
     park_decode(m, a)
     assert a.phase is Phase.WAITING and m.kv_used == 10
     release(a, m, m)
@@ -258,8 +259,8 @@ def test_random_streams_finish_within_kv_whatever_the_predictions(stream, stages
         assert m.pending == m.recount_pending()
         fams: dict[int, list[Request]] = {}
         for r in m.running:
-            if r.host is not None:
-                fams.setdefault(id(r.host), []).append(r)
+            if host(r) is not None:
+                fams.setdefault(id(host(r)), []).append(r)
         for fam in fams.values():   # what a family wrote fits what its members hold
             assert sum(m.kv_round(x.prompt_tokens + x.generated - 1) for x in fam) <= sum(x.kv_held for x in fam)
         if seats and stages == 1:
@@ -269,8 +270,8 @@ def test_random_streams_finish_within_kv_whatever_the_predictions(stream, stages
 
 
 def test_reserve_and_buffer_constants():
-    assert ecoserve.reserve(machine(80)) == math.ceil(0.03 * 80) == 3
-    assert ecoserve.reserve(machine(160, block=16)) == 16
+    assert reserve(machine(80)) == math.ceil(0.03 * 80) == 3
+    assert reserve(machine(160, block=16)) == 16
 
 
 def test_waiting_gts_go_on_alone_when_an_isolated_prompt_does_not_fit_beside_them():

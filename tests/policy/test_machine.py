@@ -4,8 +4,8 @@ from splitserve.policy.machine import BatchingConfig, finish_iteration
 
 from splitserve.policy.schedulers import form_batch
 from splitserve.policy.state import Machine, Phase, Pool, Request
-from splitserve.policy.transitions import (admit_waiting, enqueue_prompt, join_decode, release, release_prompt_kv,
-                                           reserve_decode)
+from splitserve.policy.release import release
+from splitserve.policy.transitions import admit_waiting, enqueue_prompt, join_decode, release_prompt_kv, reserve_decode
 
 
 def machine(cap=100_000, pool=Pool.MIXED, mid=0):

@@ -4,9 +4,9 @@ simulator's path (admit, form_batch, finish_iteration, kv_landed, admit_freed, a
 calls them) and through the router's LiveCluster (fed the reports a worker sends: the batch as
 the engine reports it, the worker's `step` message through the codec and msgpack, read as the
 router reads it), and every machine and request is compared after every event. No sockets, no
-processes. Under ecoserve (its own tests below) the report also carries how the scheduler sized
-KV (policy/schedulers/ecoserve.py Sizing), and the comparison covers the GT queue, each request's
-KV held, host and prediction."""
+processes. Under ecoserve (its own tests below) the report also carries the scheduler's own
+report, how it sized KV (policy/schedulers/ecoserve/sizing.py Sizing), and the comparison covers
+the GT queue, each request's KV held, host and prediction."""
 
 from __future__ import annotations
 
@@ -19,14 +19,13 @@ from hypothesis import strategies as st
 from splitserve.policy.cluster import RoutingConfig, admit_freed, arrive
 from splitserve.policy.cluster_schedulers import make_cluster_scheduler
 from splitserve.policy.machine import BatchingConfig, BatchReport, finish_iteration
-from splitserve.policy.schedulers import form_batch
 from splitserve.policy.predictor import make_predictor
-from splitserve.policy.schedulers.ecoserve import Sizing
+from splitserve.policy.schedulers import SCHEDULERS, form_batch
+from splitserve.policy.schedulers.ecoserve.order import host
 from splitserve.policy.state import Machine, Phase, Pool, Request
 from splitserve.policy.transitions import DoesNotFit, kv_landed
 from splitserve.serve.cluster_state import LiveCluster, NoWorkers
 from splitserve.serve.messages import TO_ROUTER, decode, encode
-from splitserve.serve.reports import step_sizing
 from splitserve.serve.worker import step_message
 
 
@@ -35,9 +34,9 @@ class SimPath:
 
     def __init__(self, homes, cap, block, split, routing, batching, predictor=None):
         self.ms = [Machine(i, "x", home=h, kv_capacity=cap, kv_block=block) for i, h in enumerate(homes)]
-        if batching.scheduler == "ecoserve":   # as the engine's view of itself: it reports its sizing
-            for m in self.ms:
-                m.sizing = Sizing()
+        self.sched = SCHEDULERS[batching.scheduler]
+        for m in self.ms:   # as the engine's view of itself: it reports what its scheduler records
+            self.sched.record(m)
         self.cls = make_cluster_scheduler(self.ms, routing, split)   # splitwise, jsq or tetriinfer (flips)
         self.batching = batching
         self.predictor = predictor
@@ -83,16 +82,16 @@ def state(ms: list[Machine], reqs: dict[int, Request], order: bool = True) -> tu
                  queue(m.prompt_queue), ids(m.running), ids(m.ready), ids(m.admit_queue), queue(m.decode_queue))
                 for m in ms]
     requests = {i: (r.phase, r.generated, r.prefilled, r.chunk, r.prompt_machine, r.token_machine,
-                    r.kv_on_token_machine, r.preemptions, r.kv_held, None if r.host is None else r.host.id,
+                    r.kv_on_token_machine, r.preemptions, r.kv_held, None if host(r) is None else host(r).id,
                     r.predicted) for i, r in reqs.items()}
     return machines, requests
 
 
-def reported(m: Machine, b) -> BatchReport:
-    """The engine's report of a batch formed on `m` (engine/scheduler.py Scheduler.schedule), by id."""
+def reported(m: Machine, b, sched) -> BatchReport:
+    """The engine's report of a batch formed on `m` by `sched` (engine/scheduler.py
+    Scheduler.schedule), by id."""
     rep = BatchReport()
-    if m.sizing is not None:
-        m.sizing.report(rep, lambda r: str(r.id))
+    rep.sched = sched.report(m, lambda r: str(r.id))
     if b is not None:
         rep.chunks = [(str(r.id), c) for r, c in zip(b.prompts, b.chunks)]
         rep.preempted = [str(r.id) for r in b.preempted]
@@ -106,7 +105,7 @@ def deliver(live: LiveCluster, i: int, rep: BatchReport, live_reqs: dict[int, Re
     msg = decode(msgpack.unpackb(msgpack.packb(encode(step_message(rep)))), TO_ROUTER)
     get = lambda rid: live_reqs.get(int(rid))  # noqa: E731
     live.step_started(i, [(get(rid), n) for rid, n in msg.chunks], [get(rid) for rid in msg.preempted],
-                      [get(rid) for rid in msg.joined], step_sizing(msg, get))
+                      [get(rid) for rid in msg.joined], msg.sched, get)
 
 
 @st.composite
@@ -157,7 +156,8 @@ def drive(split, homes, cap, block, routing, batching, events, predictor: str | 
     sim = SimPath(homes, cap, block, split, routing, batching,
                   make_predictor(predictor) if predictor is not None else None)
     live = LiveCluster(homes, [cap] * len(homes), split, routing, kv_block=block,
-                       predictor=make_predictor(predictor) if predictor is not None else None)
+                       predictor=make_predictor(predictor) if predictor is not None else None,
+                       scheduler=SCHEDULERS[batching.scheduler])
     order = batching.scheduler != "ecoserve"
     live_reqs: dict[int, Request] = {}
     in_transfer: list[int] = []
@@ -175,7 +175,7 @@ def drive(split, homes, cap, block, routing, batching, events, predictor: str | 
         if i in sim.batches:
             return
         b = sim.step(i)
-        rep = reported(sim.ms[i], b)
+        rep = reported(sim.ms[i], b, sim.sched)
         if rep.told():   # the engine reports a step that changed something (engine/engine.py step)
             deliver(live, i, rep, live_reqs)
 

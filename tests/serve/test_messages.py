@@ -46,9 +46,6 @@ from splitserve.serve.messages import (
     Step,
     StepChunk,
     StepFailed,
-    StepGrown,
-    StepRehosted,
-    StepResumed,
     Stop,
     WireParams,
     decode,
@@ -122,11 +119,7 @@ KINDS: dict[type, st.SearchStrategy] = {
     StepFailed: st.builds(StepFailed, rids=st.lists(rid, max_size=6), error=st.text(max_size=40)),
     Step: st.builds(Step, chunks=st.lists(st.builds(StepChunk, rid, nat), max_size=6),
                     preempted=st.lists(rid, max_size=6), joined=st.lists(rid, max_size=6),
-                    rehosted=st.none() | st.lists(st.builds(StepRehosted, rid, rid), max_size=4),
-                    parked=st.none() | st.lists(rid, max_size=4),
-                    grown=st.none() | st.lists(st.builds(StepGrown, rid, st.integers(1, U64)), max_size=4),
-                    resumed=st.none() | st.lists(st.builds(StepResumed, rid, st.integers(1, U64), rid), max_size=4),
-                    planned=st.none() | st.lists(rid, max_size=4)),
+                    sched=st.none() | st.lists(st.lists(rid, max_size=3), max_size=5)),
     KvStart: st.builds(KvStart, rid=rid),
     KvLayer: st.builds(KvLayer, rid=rid, layer=nat, sent_at=finite_nn, inplace_bytes=st.none() | nat),
     KvDone: st.builds(KvDone, rid=rid, first_token=nat, prefill_end=finite_nn, mode=mode, sent_at=finite_nn,
@@ -175,9 +168,6 @@ def test_decoded_values_have_the_declared_types(msg):
         assert all(type(it) is OutItem and type(it.tokens) is list for it in got.items)
     if isinstance(got, Step):
         assert all(type(c) is StepChunk for c in got.chunks)
-        assert all(type(x) is StepRehosted for x in got.rehosted or ())
-        assert all(type(x) is StepGrown for x in got.grown or ())
-        assert all(type(x) is StepResumed for x in got.resumed or ())
     if isinstance(got, (Gen, Expect)):
         assert type(got.params) is WireParams
         assert all(type(p) is tuple for p in got.params.logit_bias)
@@ -304,9 +294,8 @@ TODAY = [  # headers as router.py, worker.py and the KV transfer code built them
     {"t": "err", "rid": "1.0", "msg": "max_tokens must be at least 1"},
     {"t": "step_failed", "rids": ["1.0", "2.0"], "error": "RuntimeError('boom')"},
     {"t": "step", "chunks": [["1.0", 512], ["2.0", 7]], "preempted": ["3.0"], "joined": ["4.0"]},
-    {"t": "step", "chunks": [["1.0", 48]], "preempted": ["6.0"], "joined": [], "rehosted": [["2.0", "2.0"]],
-     "parked": ["3.0"], "grown": [["2.0", 16]], "resumed": [["3.0", 96, "3.0"], ["4.0", 32, "3.0"]],
-     "planned": ["1.0"]},  # ecoserve
+    {"t": "step", "chunks": [["1.0", 48]], "preempted": ["6.0"], "joined": [],
+     "sched": [[["2.0", "2.0"]], ["3.0"], [["2.0", 16]], [["3.0", 96, "3.0"], ["4.0", 32, "3.0"]], ["1.0"]]},  # ecoserve
     {"t": "out", "items": []},  # closes a step that produced no tokens
     {"t": "kvs", "rid": "1.0"},
     {"t": "kvl", "rid": "1.0", "layer": 0, "sent": 1.7e9},
@@ -360,9 +349,8 @@ EXAMPLES: dict[type, Message] = {
     KvIn: KvIn(rid="1.0", first_token=1, nbytes=2, mode="layerwise", seconds=0.1, exposed=0.2),
     KvFail: KvFail(rid="1.0", reason="x"), Err: Err(rid="1.0", msg="x"),
     StepFailed: StepFailed(rids=["1.0"], error="x"),
-    Step: Step(chunks=[StepChunk("1.0", 5)], preempted=["2.0"], joined=["3.0"], rehosted=[StepRehosted("4.0", "5.0")],
-               parked=["6.0"], grown=[StepGrown("5.0", 16)], resumed=[StepResumed("6.0", 32, "6.0")], planned=["1.0"],
-               at=1.5),
+    Step: Step(chunks=[StepChunk("1.0", 5)], preempted=["2.0"], joined=["3.0"],
+               sched=[[["4.0", "5.0"]], ["6.0"], [["5.0", 16]], [["6.0", 32, "6.0"]], ["1.0"]], at=1.5),
     KvStart: KvStart(rid="1.0"), KvLayer: KvLayer(rid="1.0", layer=0, sent_at=1.0, inplace_bytes=5),
     KvDone: KvDone(rid="1.0", first_token=1, prefill_end=1.0, mode="serialized", sent_at=1.0,
                    meta={"num_layers": 1, "num_tokens": 1, "num_kv_heads": 1, "head_dim": 1, "dtype": "float32"},
@@ -401,7 +389,9 @@ def valid_for(bad, t: str, name: str) -> bool:
         return type(example) is type(bad)
     if type(bad) is dict:
         return name == "region"
-    return False  # bytes, a list of lists, -1: valid nowhere
+    if type(bad) is list:
+        return name == "sched"   # a machine scheduler's own report: any list (its scheduler reads it)
+    return False  # bytes, a list of lists, -1: valid nowhere else
 
 
 @pytest.mark.parametrize("t,name", FIELDS)
@@ -491,13 +481,7 @@ MALFORMED = [  # (header changes, field named, words in the reason)
     ("step", {"chunks": [["1.0"]]}, "chunks", "item 0"),
     ("step", {"preempted": ["1.0", 2]}, "preempted", "with item 2"),
     ("step", {"joined": "1.0"}, "joined", "expected a list of strings"),
-    ("step", {"grown": [["1.0", 0]]}, "grown", "item 0"),
-    ("step", {"grown": [["1.0", 16, 1]]}, "grown", "item 0"),
-    ("step", {"resumed": [["1.0", 32]]}, "resumed", "item 0"),
-    ("step", {"resumed": [["1.0", 32, 7]]}, "resumed", "item 0"),
-    ("step", {"resumed": [["1.0", True, "1.0"]]}, "resumed", "item 0"),
-    ("step", {"rehosted": [["1.0", None]]}, "rehosted", "item 0"),
-    ("step", {"parked": [1]}, "parked", "with item 1"),
+    ("step", {"sched": {"parked": ["1.0"]}}, "sched", "expected a list"),
     ("step_failed", {"rids": [None]}, "rids", "with item None"),
     ("kv_in", {"mode": "tcp"}, "mode", "'layerwise' or 'serialized'"),
     ("kv_in", {"seconds": -0.1}, "seconds", ">= 0"),

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from splitserve.catalog import load_model
 from splitserve.designs import make_cluster
 from splitserve.policy.config import make_policy
+from splitserve.policy.schedulers.ecoserve.order import host
 from splitserve.policy.state import Phase
 from splitserve.sim.simulator import SimConfig, Simulation
 from splitserve.workload import RequestSpec
@@ -44,8 +45,8 @@ def simulate(specs, machines, util, predictor):
             assert x.pending == x.recount_pending() >= 0
             fams: dict[int, list] = {}
             for r in x.running:
-                if r.host is not None:
-                    fams.setdefault(id(r.host), []).append(r)
+                if host(r) is not None:
+                    fams.setdefault(id(host(r)), []).append(r)
             for fam in fams.values():
                 assert sum(x.kv_round(r.prompt_tokens + r.generated - 1) for r in fam) <= sum(r.kv_held for r in fam)
 

@@ -20,8 +20,9 @@ less what they have written) are set aside as one pool in the block manager, and
 new blocks come out of that pool only, so a guest writes into blocks its host reserved.
 
 `report` says what the last step did (prompt chunks that started, decodes preempted or joined;
-under ecoserve also the KV sizing its form_batch recorded in the view's `Machine.sizing`: GTs
-parked, resumed with their reservation and host, re-hosted, reservations grown, prefills planned),
+and the scheduler's own report, `MachineScheduler.report`: under ecoserve the KV sizing its
+form_batch recorded in the view's `Machine.sched`: GTs parked, resumed with their reservation and
+host, re-hosted, reservations grown, prefills planned),
 which a serving worker sends to the router so that the router's view follows the same transitions.
 """
 
@@ -33,7 +34,8 @@ from ..errors import UserError
 from ..policy.machine import Batch, BatchingConfig, BatchReport, finish_iteration
 from ..policy.schedulers import scheduler_of
 from ..policy.state import Machine, Phase, Pool, Request
-from ..policy.transitions import enqueue_prompt, join_decode, release, reserve_decode
+from ..policy.release import release
+from ..policy.transitions import enqueue_prompt, join_decode, reserve_decode
 from .block_manager import BlockManager
 from .sequence import Sequence, Status
 
@@ -106,7 +108,7 @@ class Scheduler:
         batch = self.batch = self.sched.form_batch(self.m, self.cfg)
         rep = self.report = BatchReport()
         seqs = self.seqs
-        self.sched.report(self.m, rep, lambda r: seqs[r.id].request_id)
+        rep.sched = self.sched.report(self.m, lambda r: seqs[r.id].request_id)
         if batch is None:
             return [], []
         for r in batch.preempted:

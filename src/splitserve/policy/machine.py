@@ -33,7 +33,7 @@ finish_iteration decide, and the transitions of policy/transitions.py carry the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, TypeVar
+from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from .state import Machine, Phase, Request
 from .transitions import (decode_reservation, decode_tokens, end_chunk, first_token, preempt,
@@ -68,25 +68,19 @@ class Batch:
 class BatchReport:
     """A formed batch as its machine tells a view of it kept elsewhere (a worker, the router), by
     request id: prefill chunks started (id, tokens), decodes preempted, decodes that joined, and
-    the decodes it runs; under ecoserve also how it sized KV (the fields left None under the other
-    schedulers). The view applies the same transitions (serve/cluster_state.py)."""
+    the decodes it runs; and its machine scheduler's own report (`sched`: MachineScheduler.report,
+    opaque here; ecoserve's KV sizing), None when it tells nothing. The view applies the same
+    transitions (serve/cluster_state.py)."""
 
     chunks: list[tuple[str, int]] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
     joined: list[str] = field(default_factory=list)
     decoding: list[str] = field(default_factory=list)
-    # how a scheduler that sizes KV (ecoserve) did it, by id (schedulers/ecoserve.py Sizing); None
-    # under the others: (guest, new host), parked, (host, tokens grown), (GT, KV held, host), planned
-    rehosted: list[tuple[str, str]] | None = None
-    parked: list[str] | None = None
-    grown: list[tuple[str, int]] | None = None
-    resumed: list[tuple[str, int, str]] | None = None
-    planned: list[str] | None = None
+    sched: Any = None
 
     def told(self) -> bool:
         """Whether a view kept elsewhere must hear of this batch (it changed something there)."""
-        return bool(self.chunks or self.preempted or self.joined or self.rehosted or self.parked
-                    or self.grown or self.resumed or self.planned)
+        return bool(self.chunks or self.preempted or self.joined) or self.sched is not None
 
 
 @dataclass(slots=True)

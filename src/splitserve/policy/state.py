@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 
 class Pool(IntEnum):
@@ -51,13 +52,13 @@ class Request:
     prompt_started_at: float = -1.0
     token_times: list[float] | None = None   # only when a run asks to keep every token time
     ref_tbt: float = 0.0                     # uncontended reference TBT (SLO slowdowns), seconds
-    # a scheduler that reserves by predicted length (policy/schedulers/ecoserve.py)
-    predicted: int = 0                 # predicted output tokens, the first included (0: none)
-    kv_held: int = 0                   # KV tokens it holds on its decode machine when > 0, in place
-                                       # of the prompt + output rule (transitions.decode_reservation)
-    host: "Request | None" = None      # ecoserve: the request whose reserved KV it decodes into (itself:
-                                       # it reserved its own; None: not decoding under ecoserve)
-    deadline: float = -1.0             # ecoserve: when its SLO ends, seconds (-1: not yet set)
+    predicted: int = 0                 # predicted output tokens, the first included (0: none), for the
+                                       # policies that schedule by it (policy/predictor.py predict)
+    kv_held: int = 0                   # KV tokens it holds on its decode machine when > 0, sized by its
+                                       # machine scheduler in place of the prompt + output rule
+                                       # (transitions.decode_reservation; ecoserve's)
+    sched: Any = None                  # its machine scheduler's own state of it, of that scheduler's
+                                       # type (policy/schedulers/base.py; ecoserve's Gen), or None
 
     @property
     def prefill_len(self) -> int:
@@ -100,10 +101,9 @@ class Machine:
     isolated: int = 0                   # isolated requests here (queued, prefilling, ready or decoding)
     isolated_turn: bool = False         # with isolated requests: whose turn the last iteration was
     stages: int = 1                     # pipeline stages: > 1, batches overlap (each decode in one)
-    counts: dict[str, int] | None = None  # a machine-level scheduler's event counts (transitions.note)
-    sizing: "object | None" = None      # ecoserve: where its form_batch records how it sized KV, for a
-                                        # view kept elsewhere (schedulers/ecoserve.py Sizing: the engine's
-                                        # report to the router); None: not recorded (the simulator)
+    counts: dict[str, int] | None = None  # a machine-level scheduler's event counts (sized_kv.note)
+    sched: Any = None                   # its machine scheduler's own state of it, of that scheduler's
+                                        # type (ecoserve's Sizing, in a view another follows), or None
     busy: bool = False
 
     def __post_init__(self) -> None:

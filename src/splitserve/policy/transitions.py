@@ -13,10 +13,14 @@ A request's life on its machines:
     hand-over     first_token leaves it in HANDOFF on the prompt machine; kv_landed frees the
                   prompt machine's copy and joins it on the token machine
     early end     release: undo whatever it holds (aborted, failed, or stopped before its last token)
+                  (policy/release.py)
     sized by a scheduler (ecoserve)  plan_kv before the prefill -> first_token -> park_decode (the
                   decode queue) -> resume_decode (a reservation for the predicted output, or none: it
                   decodes into another's) -> grow_kv (under-predicted) / park_decode again (regrouped)
-                  / preempt; drop_waiting (a waiting one recomputes later)
+                  / preempt; drop_waiting (a waiting one recomputes later) (policy/sized_kv.py)
+
+This module holds the shared path; policy/sized_kv.py the transitions of KV sized by a machine
+scheduler, policy/release.py the early end: together they are the only counter arithmetic.
 
 `pending` (the JSQ queue length) is the sum of five counters and moves with them. `isolated`
 counts the isolated requests a machine holds (queued, prefilling, ready or decoding), so that
@@ -24,9 +28,6 @@ batching can keep them alone (policy/machine.py).
 """
 
 from __future__ import annotations
-
-import bisect
-from typing import Any, Callable
 
 from .state import Machine, Phase, Request
 
@@ -110,7 +111,7 @@ def first_token(m: Machine, r: Request) -> bool:
             m.isolated -= 1
         return True
     if r.token_machine == m.id:
-        _run_decode(m, r)
+        run_decode(m, r)
     else:
         r.phase = Phase.HANDOFF
         if r.isolated:
@@ -193,10 +194,10 @@ def _join(m: Machine, r: Request) -> None:
     left = r.output_tokens - r.generated
     m.inbound_tokens -= left
     m.pending -= left
-    _run_decode(m, r)
+    run_decode(m, r)
 
 
-def _run_decode(m: Machine, r: Request) -> None:
+def run_decode(m: Machine, r: Request) -> None:
     r.phase = Phase.DECODE
     left = r.output_tokens - r.generated
     m.running.append(r)
@@ -223,12 +224,12 @@ def decode_tokens(m: Machine, rs: list[Request], k: int = 1) -> list[Request]:
     m.pending -= made
     if done:
         for r in done:
-            _end_decode(m, r)
+            end_decode(m, r)
         m.running = [r for r in m.running if r.phase is Phase.DECODE]
     return done
 
 
-def _end_decode(m: Machine, r: Request) -> None:
+def end_decode(m: Machine, r: Request) -> None:
     """`r` leaves `m`'s decode batch, with its KV (the caller takes it out of `m.running`)."""
     r.phase = Phase.DONE
     m.kv_used -= decode_reservation(m, r)
@@ -244,10 +245,9 @@ def preempt(m: Machine, r: Request) -> None:
     """Running decode `r` loses its KV on `m` to make room; it is recomputed later
     (requeue_preempted, once the iteration that preempted it has been formed)."""
     m.running.remove(r)
-    _end_decode(m, r)
+    end_decode(m, r)
     r.preemptions += 1
     r.kv_on_token_machine = False
-    r.host = None   # it holds no KV: it hosts and is hosted by nobody (ecoserve)
 
 
 def requeue_preempted(m: Machine, r: Request) -> None:
@@ -261,128 +261,3 @@ def requeue_preempted(m: Machine, r: Request) -> None:
     m.pending += r.prefill_len
     if r.isolated:
         m.isolated += 1
-
-
-# ---- KV sized by the scheduler (ecoserve) ---------------------------------------------------------
-def plan_kv(m: Machine, r: Request) -> None:
-    """Before `r`'s prefill starts on `m`, where it decodes too: it will hold its prefill's KV only
-    (whole blocks), not its prompt + output (start_chunk reserves it)."""
-    if r.phase is Phase.QUEUED:
-        r.kv_held = m.kv_round(r.prefill_len)
-
-
-def park_decode(m: Machine, r: Request, key: Callable[[Request], Any] | None = None) -> None:
-    """Running decode `r` leaves the batch for `m`'s decode queue (at its end, or in the order of
-    `key`, which the queue keeps), keeping the KV it holds (the caller takes it out of
-    `m.running`); its tokens still to make wait there."""
-    left = r.output_tokens - r.generated
-    r.phase = Phase.WAITING
-    if key is None:
-        m.decode_queue.append(r)
-    else:
-        bisect.insort(m.decode_queue, r, key=key)
-    m.context_tokens -= r.prompt_tokens + r.generated
-    m.decode_tokens_left -= left
-    m.queued_decode_tokens += left
-
-
-def resume_decode(m: Machine, r: Request, held: int) -> None:
-    """Waiting `r` enters `m`'s decode batch holding `held` KV tokens from now on (more: a new
-    reservation; the same: it decodes into KV reserved by another)."""
-    m.decode_queue.remove(r)
-    left = r.output_tokens - r.generated
-    m.queued_decode_tokens -= left
-    m.pending -= left
-    m.kv_used += held - r.kv_held
-    r.kv_held = held
-    _run_decode(m, r)
-
-
-def grow_kv(m: Machine, r: Request, n: int) -> None:
-    """`r` (running or waiting, its KV sized by the scheduler) holds `n` more KV tokens."""
-    m.kv_used += n
-    r.kv_held += n
-
-
-def drop_waiting(m: Machine, r: Request) -> None:
-    """Waiting `r` loses its KV to make room (offload-free preemption): it recomputes later
-    (requeue_preempted, as a preempted decode)."""
-    m.decode_queue.remove(r)
-    left = r.output_tokens - r.generated
-    m.queued_decode_tokens -= left
-    m.pending -= left
-    m.kv_used -= r.kv_held
-    r.kv_held = 0
-    r.preemptions += 1
-    r.kv_on_token_machine = False
-
-
-def note(m: Machine, what: str, n: int = 1) -> None:
-    """Count a scheduler's event on `m` (m.counts)."""
-    if m.counts is None:
-        m.counts = {}
-    m.counts[what] = m.counts.get(what, 0) + n
-
-
-# ---- an early end --------------------------------------------------------------------------------
-def release(r: Request, p: Machine | None, t: Machine | None) -> None:
-    """`r` ends before its last token (aborted, failed, or stopped early): undo whatever it holds on
-    its prompt machine `p` and its token machine `t` (either may be None: not in this view; the
-    same machine for an unsplit request, or in an engine's view of itself)."""
-    if r.phase is Phase.DONE:
-        return
-    if r.phase is Phase.DECODE:
-        m = t if t is not None else p
-        m.running.remove(r)
-        _end_decode(m, r)
-        return
-    if r.phase is Phase.WAITING:
-        drop_waiting(t if t is not None else p, r)
-        r.preemptions -= 1
-        r.phase = Phase.DONE
-        return
-    if r.phase is Phase.READY:
-        t.ready.remove(r)
-        if r.isolated:
-            t.isolated -= 1
-        _drop_reservation(t, r)
-    elif t is not None:
-        if r in t.admit_queue:
-            t.admit_queue.remove(r)
-            t.queued_decode_tokens -= r.output_tokens - r.generated
-            t.pending -= r.output_tokens - r.generated
-        elif r.kv_on_token_machine:
-            _drop_reservation(t, r)
-    if p is not None:
-        if r.phase is Phase.HANDOFF:
-            release_prompt_kv(p, r)
-        elif r.phase in (Phase.QUEUED, Phase.PREFILL):
-            _leave_prefill(p, r)
-    r.phase = Phase.DONE
-
-
-def _drop_reservation(t: Machine, r: Request) -> None:
-    t.kv_used -= decode_reservation(t, r)
-    t.inbound_tokens -= r.output_tokens - 1
-    t.pending -= r.output_tokens - 1
-    r.kv_on_token_machine = False
-
-
-def _leave_prefill(p: Machine, r: Request) -> None:
-    """`r` leaves `p`'s prompt queue or its running chunk, with the KV its prefill reserved."""
-    if r.chunk:
-        p.running_prompt_tokens -= r.chunk
-        p.pending -= r.chunk
-        r.prefilled += r.chunk
-        r.chunk = 0
-    elif r in p.prompt_queue:
-        p.prompt_queue.remove(r)
-    else:
-        return  # not on `p` (it waited for memory on its token machine)
-    rest = r.prefill_len - r.prefilled
-    p.queued_prompt_tokens -= rest
-    p.pending -= rest
-    if r.phase is Phase.PREFILL:
-        p.kv_used -= prefill_reservation(p, r)
-    if r.isolated:
-        p.isolated -= 1

@@ -8,8 +8,9 @@ the same cluster scheduler (policy/cluster.py). It does no arithmetic of its own
                                            enqueue_prompt
     a worker's step starts ("step")        start_decode (joined), preempt,  form_batch
                                            start_chunk, requeue_preempted;
-                                           ecoserve: park, grow_kv,
-                                           drop_waiting, resume, plan_kv
+                                           the scheduler's own report
+                                           (ecoserve: park, grow_kv,
+                                           drop_waiting, resume, plan_kv)
     that step ends ("out")                 end_chunk; first_token for a     finish_iteration, then
                                            completed prefill; decode_tokens; Simulation._iter_end
                                            settle; admit_freed
@@ -24,10 +25,11 @@ then, and the late report finds nothing left to do. tests/serve/test_cluster_sta
 simulator's path and this one with the same random events and compares the machines after each. `down`/`up` take a dead worker out of its pool and put
 its replacement in. Nothing here does I/O; the router carries the decisions out.
 
-Under ecoserve a worker's scheduler sizes KV itself (policy/schedulers/ecoserve.py): prompts hold
+Under ecoserve a worker's scheduler sizes KV itself (policy/schedulers/ecoserve/): prompts hold
 their prefill's KV only, generation tasks wait in the machine's decode queue holding theirs, start
 with a reservation for their predicted output or inside a host's, and grow. Its step report says
-each of these (`Sizing`), and `step_started` makes the same calls ecoserve made (`park`, `grow_kv`,
+each of these (its own report, `MachineScheduler.report`), and `step_started` applies it
+(`MachineScheduler.apply_report`) with the same calls ecoserve made (`park`, `grow_kv`,
 `drop_waiting`, `resume`, `plan_kv`), so kv_used, pending, the queues and each request's kv_held
 and host follow the worker's. The queues' order may differ from the worker's: the decode queue
 is ordered by `gt_key` with the router's arrival times (the worker keys deadlines by its admission
@@ -39,10 +41,12 @@ from __future__ import annotations
 
 from ..policy.cluster import RoutingConfig, admit_freed, arrive
 from ..policy.cluster_schedulers import make_cluster_scheduler
-from ..policy.schedulers.ecoserve import Sizing, park, resume
+from ..policy.schedulers import SCHEDULERS, MachineScheduler
 from ..policy.state import Machine, Phase, Pool, Request
-from ..policy.transitions import (DoesNotFit, decode_tokens, drop_waiting, end_chunk, first_token, grow_kv, kv_landed,
-                                  plan_kv, preempt, release, requeue_preempted, start_chunk, start_decode)
+from ..policy.release import release
+from ..policy.sized_kv import drop_waiting, plan_kv
+from ..policy.transitions import (DoesNotFit, decode_tokens, end_chunk, first_token, kv_landed, preempt,
+                                  requeue_preempted, start_chunk, start_decode)
 
 
 class NoWorkers(RuntimeError):
@@ -51,12 +55,15 @@ class NoWorkers(RuntimeError):
 
 class LiveCluster:
     def __init__(self, homes: list[Pool], kv_tokens: list[int], split: bool,
-                 routing: RoutingConfig = RoutingConfig(), kv_block: int = 1, predictor=None) -> None:
+                 routing: RoutingConfig = RoutingConfig(), kv_block: int = 1, predictor=None,
+                 scheduler: MachineScheduler = SCHEDULERS["splitwise"]) -> None:
         """kv_tokens: each worker's KV cache in tokens; kv_block: tokens per block (reservations
         are whole blocks, as the workers' paged caches allocate them); predictor: the output-length
         predictor a request's estimate comes from at arrival, as in the simulator (the ecoserve
-        scheduler's, policy/predictor.py arrival_predictor; the router sends it in `gen`)."""
+        scheduler's, policy/predictor.py arrival_predictor; the router sends it in `gen`);
+        scheduler: the workers' machine scheduler, whose own step reports this view applies."""
         self.predictor = predictor
+        self.sched = scheduler
         self.split = split
         self.homes = list(homes)
         self.kv_tokens = list(kv_tokens)
@@ -80,42 +87,31 @@ class LiveCluster:
 
     # ---- a worker's step ------------------------------------------------------------------------
     def step_started(self, wid: int, chunks: list[tuple[Request, int]], preempted: list[Request],
-                     joined: list[Request], sizing: Sizing | None = None) -> None:
-        """Worker `wid` formed a step: what form_batch did for it. `sizing`: how its ecoserve
-        scheduler sized KV (None under the others), applied with the calls ecoserve made, in its
-        order: re-hosted guests, GTs parked, reservations grown, then the preempted (guests, and
-        waiting GTs "unstuck"), GTs resumed, prompts planned as they start. (A report may name
-        a request this view has released already, on its own: it is skipped.)"""
+                     joined: list[Request], report=None, get=None) -> None:
+        """Worker `wid` formed a step: what form_batch did for it. `report`: its scheduler's own
+        report of the step (the `step` message's `sched`; `get`: request id -> this view's request,
+        None when it has none), applied by the scheduler in its order (ecoserve: re-hosted guests,
+        GTs parked, reservations grown, then the preempted (guests, and waiting GTs "unstuck"), GTs
+        resumed, prompts planned as they start). (A report may name a request this view has
+        released already, on its own: it is skipped.)"""
         m = self.machines[wid]
         for r in joined:
             if r.phase is Phase.READY and r in m.ready:
                 start_decode(m, r)
-        if sizing is not None:
-            for r, h in sizing.rehosted:
-                if r.phase is Phase.DECODE and r in m.running:
-                    r.host = h
-            for r in sizing.parked:
-                if r.phase is Phase.DECODE and r in m.running:
-                    park(m, r)
-            for r, n in sizing.grown:
-                if r.phase is Phase.DECODE and r in m.running:
-                    grow_kv(m, r, n)
+        sized = self.sched.apply_report(m, report, get)
+        sized.before()
         victims = [r for r in preempted if r.phase is Phase.DECODE and r in m.running
                    or r.phase is Phase.WAITING and r in m.decode_queue]
         for r in victims:
             if r.phase is Phase.DECODE:
                 preempt(m, r)
+                sized.preempted(r)
             else:
                 drop_waiting(m, r)
-        planned: set[Request] = set()
-        if sizing is not None:
-            for r, held, h in sizing.resumed:
-                if r.phase is Phase.WAITING and r in m.decode_queue:
-                    resume(m, r, held, h)
-            planned.update(sizing.planned)
+        sized.after()
         for r, n in chunks:
             if self.awaiting_first(r) and r.chunk == 0 and r.prompt_machine == wid:
-                if r in planned:
+                if sized.planned(r):
                     plan_kv(m, r)
                 start_chunk(m, r, n)
                 self.in_step[wid].append(r)

@@ -12,37 +12,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
 
-from ..policy.schedulers.ecoserve import Sizing
-from ..policy.state import Request
 from .messages import Cancel, Err, Hello, KvFail, KvIn, Message, Out, Reserved, Stage, Step, StepFailed
 from .requests import LiveRequest
 from .supervisor import WorkerInfo
 
 QUARANTINE_STRIKES = 2  # failed engine steps a request may be part of; the next retry is refused
-
-
-def step_sizing(msg: Step, get: Callable[[str], Request | None]) -> Sizing | None:
-    """A step's ecoserve KV sizing with the router's requests (`get`: wire id -> its policy request,
-    None when the router no longer has it), or None (other schedulers). Requests the router no
-    longer has are left out; a host it no longer has (it ended here first) is None, until the
-    worker re-hosts its guests too and reports it."""
-    if msg.parked is None and msg.resumed is None and msg.grown is None and msg.planned is None \
-            and msg.rehosted is None:
-        return None
-    live = lambda rids: [r for r in map(get, rids or ()) if r is not None]  # noqa: E731
-    sz = Sizing(parked=live(msg.parked), planned=live(msg.planned))
-    for rid, h in msg.rehosted or ():
-        if (r := get(rid)) is not None:
-            sz.rehosted.append((r, get(h)))
-    for rid, n in msg.grown or ():
-        if (r := get(rid)) is not None:
-            sz.grown.append((r, n))
-    for rid, held, h in msg.resumed or ():
-        if (r := get(rid)) is not None:
-            sz.resumed.append((r, held, get(h)))
-    return sz
 
 
 class WorkerReports:
@@ -68,8 +43,8 @@ class WorkerReports:
                     q.scheduled_at = at if at is not None else now
             chunks = [(q.pr, n) for q, n in chunks]
             self.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
-            self.cluster.step_started(w.id, chunks, live(msg.preempted), live(msg.joined),
-                                      step_sizing(msg, lambda rid: q.pr if (q := get(rid)) is not None else None))
+            self.cluster.step_started(w.id, chunks, live(msg.preempted), live(msg.joined), msg.sched,
+                                      lambda rid: q.pr if (q := get(rid)) is not None else None)
         elif type(msg) is Reserved:
             req = get(msg.rid)
             if req is not None and req.stage is Stage.RESERVING:

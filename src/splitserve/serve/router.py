@@ -30,6 +30,7 @@ import time
 
 from ..policy.cluster import moves_kv
 from ..policy.predictor import arrival_predictor
+from ..policy.schedulers import scheduler_of
 from ..policy.state import Pool, Request
 from .channel import RouterChannel
 from .cluster_state import LiveCluster, NoWorkers
@@ -113,7 +114,8 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
             await asyncio.sleep(0.05)
         homes = [POOLS[w.home] if cfg.split else Pool.MIXED for w in self.workers]
         self.cluster = LiveCluster(homes, [w.kv_tokens for w in self.workers], cfg.split, cfg.policy.routing,
-                                   kv_block=self.workers[0].block_size, predictor=arrival_predictor(cfg.policy))
+                                   kv_block=self.workers[0].block_size, predictor=arrival_predictor(cfg.policy),
+                                   scheduler=scheduler_of(cfg.policy.batching))
         self.max_request_tokens()
         self._tasks.append(asyncio.create_task(self._monitor_loop()))
         if cfg.log_stats_interval_s > 0:

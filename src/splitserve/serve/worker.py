@@ -42,8 +42,7 @@ from ..errors import UserError
 from .curve import CurveKeys, encryption_on
 from .kv import BothSides, KVReceiver, KVSender, make_transport
 from .messages import (Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail, KvIn, Message, Out, OutItem,
-                       PeerDown, Ping, Reserved, Step, StepChunk, StepFailed, StepGrown, StepRehosted, StepResumed,
-                       Stop)
+                       PeerDown, Ping, Reserved, Step, StepChunk, StepFailed, Stop)
 from .protocol import Codec, boot_id, control_message_limit, secret_from_env, worker_identity
 from .worker_args import parse_args
 from .worker_engine import build_engine, sampling_params
@@ -243,15 +242,9 @@ class Worker:
 
 def step_message(rep, at: float | None = None) -> Step:
     """The `step` message of an engine's step report (policy/machine.py BatchReport), formed at
-    `at` (time.perf_counter()). ecoserve's KV sizing parts are left out when empty, as they are
-    under the other schedulers (None there)."""
-    chunks, preempted, joined = [StepChunk(*c) for c in rep.chunks], list(rep.preempted), list(rep.joined)
-    if rep.parked is None:
-        return Step(chunks=chunks, preempted=preempted, joined=joined, at=at)
-    return Step(chunks=chunks, preempted=preempted, joined=joined, at=at,
-                rehosted=[StepRehosted(*x) for x in rep.rehosted] or None, parked=rep.parked or None,
-                grown=[StepGrown(*x) for x in rep.grown] or None,
-                resumed=[StepResumed(*x) for x in rep.resumed] or None, planned=rep.planned or None)
+    `at` (time.perf_counter()), with its scheduler's own report (`sched`, None: left out)."""
+    return Step(chunks=[StepChunk(*c) for c in rep.chunks], preempted=list(rep.preempted), joined=list(rep.joined),
+                at=at, sched=rep.sched)
 
 
 def _unlink_on_sigterm(region) -> None:

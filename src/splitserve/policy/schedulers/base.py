@@ -9,10 +9,11 @@ it, never its name:
 - `predicts`: whether it schedules by a request's predicted output length, which a request then
   carries from its arrival (policy/predictor.py arrival_predictor);
 - its own state: what it keeps per request and per machine beyond the shared `Request` and
-  `Machine` (`Request.sched`, `Machine.sched`: objects of its own types; None for the others), and
-  its own report of a step, made by the machine that ran the step (`report`) and applied by a view
-  of that machine kept elsewhere (`apply_report`, the router's view; serve/cluster_state.py). The
-  defaults here keep nothing and report nothing; EcoServe's (schedulers/ecoserve/) keep KV sizing.
+  `Machine` (`Request.sched`, `Machine.sched`: objects of its own types; None under the others),
+  and its own report of a step, made by the machine that ran the step (`report`) and applied by a
+  view of that machine kept elsewhere (`apply_report`, the router's view; serve/cluster_state.py),
+  opaque to everyone else (BatchReport.sched, the `step` message's `sched`). The defaults here keep
+  nothing and report nothing; EcoServe's (schedulers/ecoserve/) keep and report its KV sizing.
 
 Adding a scheduler is one module of policy/schedulers/ that makes a `MachineScheduler` and one
 line in the registry of policy/schedulers/__init__.py.
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..machine import Batch, BatchingConfig, BatchReport
+from ..machine import Batch, BatchingConfig
 from ..state import Machine, Request
 
 FormBatch = Callable[[Machine, BatchingConfig], "Batch | None"]
@@ -44,14 +45,17 @@ class MachineScheduler:
         """`m` is a view kept for another (the engine's view of itself, whose steps the router's view
         follows): from now on its form_batch records what `report` tells."""
 
-    def report(self, m: Machine, rep: BatchReport, rid: Callable[[Request], str]) -> None:
-        """Tell `rep` what form_batch did on `m` since the last report beyond the batch's chunks,
-        preemptions and joins (what `record` made it record), each request by its id `rid(r)`, and
-        forget it."""
+    def report(self, m: Machine, rid: Callable[[Request], str]) -> Any:
+        """What form_batch did on `m` since the last report beyond the batch's chunks, preemptions
+        and joins (what `record` made it record), each request by its id `rid(r)`, in plain lists (a
+        message field: BatchReport.sched, the `step` message's `sched`), and forget it; None:
+        nothing to tell."""
+        return None
 
     def apply_report(self, m: Machine, rep: Any, get: Callable[[str], Request | None]) -> "Applying":
-        """A view of machine `m` kept elsewhere (the router's) applies the report `rep` (`get`:
-        request id -> the view's request, None when it has none)."""
+        """A view of machine `m` kept elsewhere (the router's) applies a step's report `rep` (from
+        `report`, None when it told nothing; `get`: request id -> the view's request, None when it
+        has none), step by step (`Applying`)."""
         return NOTHING
 
     def kv_pool(self, r: Request) -> Request | None:
@@ -60,10 +64,17 @@ class MachineScheduler:
 
 
 class Applying:
-    """A scheduler's report being applied to a view in the order its form_batch acted: `before`
-    the batch's preemptions, `after` them, then `planned(r)` for each prompt chunk that starts."""
+    """A scheduler's report of a step being applied to a view in the order its form_batch acted:
+    `before` the batch's preemptions, `preempted(r)` for each decode preempted, `after` them, then
+    `planned(r)` for each prompt chunk that starts (True: its KV was sized, policy/transitions.py
+    plan_kv). The defaults do nothing."""
+
+    __slots__ = ()
 
     def before(self) -> None:
+        pass
+
+    def preempted(self, r: Request) -> None:
         pass
 
     def after(self) -> None:

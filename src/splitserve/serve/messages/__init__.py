@@ -36,8 +36,9 @@ API
   by direction, for decode's `kinds`; `WIRE_NAMES` (attribute -> wire name, where they differ).
 * `WireParams.to_wire()` / `params_from_wire(map)` (checked; MalformedMessage of kind "p"):
   the "p" map alone (schema.prepare builds it, the worker turns it into SamplingParams).
-* `OutItem(rid, tokens, finished, reason)`, `StepChunk(rid, n_tokens)`, and step's ecoserve records
-  `StepRehosted(rid, host)`, `StepGrown(rid, n_tokens)`, `StepResumed(rid, held, host)`: NamedTuples.
+* `OutItem(rid, tokens, finished, reason)`, `StepChunk(rid, n_tokens)`: NamedTuples. Step's `sched`
+  (a machine scheduler's own report, policy/schedulers/base.py) is a list the codec leaves to the
+  scheduler that reads it.
 * `Stage`: a StrEnum (str(Stage.DECODE) == "decode"), each member's meaning in its __doc__.
 
 Design choices
@@ -50,8 +51,7 @@ Design choices
   optional field or an explicit nil (as senders wrote `"region": None` before) as its default.
 * Lists and tuples: msgpack gives lists. Variable-length sequences (prompt_ids, blocks, tokens,
   rids, preempted, joined, items, chunks, stop_token_ids, logit_bias) are stored as lists, as
-  msgpack made them (no copy); fixed-shape records are tuples: OutItem and StepChunk, step's rehosted, grown and
-  resumed records (NamedTuples, which msgpack packs
+  msgpack made them (no copy); fixed-shape records are tuples: OutItem and StepChunk (NamedTuples, which msgpack packs
   as arrays, so `out` and `step` encode without touching their items) and logit-bias pairs
   (int, float). A list-valued field with a default (step's joined, p's logit_bias) defaults to
   a new empty list. decode accepts tuples where it takes lists (a tuple sequence becomes a
@@ -72,7 +72,7 @@ from __future__ import annotations
 from .codec import decode, encode, params_from_wire
 from .kinds import (KV, MESSAGES, TO_ROUTER, TO_WORKER, WIRE_NAMES, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello,
                     KvDone, KvDrop, KvFail, KvIn, KvLayer, KvStart, MalformedMessage, Message, Out, OutItem, PeerDown,
-                    Ping, Reserved, Step, StepChunk, StepFailed, StepGrown, StepRehosted, StepResumed, Stop)
+                    Ping, Reserved, Step, StepChunk, StepFailed, Stop)
 from .params import WireParams
 from .stage import Stage
 
@@ -80,6 +80,6 @@ __all__ = [
     "KV", "MESSAGES", "TO_ROUTER", "TO_WORKER", "WIRE_NAMES",
     "Abort", "Cancel", "Err", "Expect", "Gen", "Heartbeat", "Hello", "KvDone", "KvDrop", "KvFail", "KvIn",
     "KvLayer", "KvStart", "MalformedMessage", "Message", "Out", "OutItem", "PeerDown", "Ping", "Reserved",
-    "Stage", "Step", "StepChunk", "StepFailed", "StepGrown", "StepRehosted", "StepResumed", "Stop", "WireParams",
+    "Stage", "Step", "StepChunk", "StepFailed", "Stop", "WireParams",
     "decode", "encode", "params_from_wire",
 ]

@@ -10,7 +10,7 @@ from array import array
 from operator import countOf
 from typing import Any, Callable
 
-from .kinds import OutItem, StepChunk, StepGrown, StepRehosted, StepResumed
+from .kinds import OutItem, StepChunk
 
 # ---- checkers: value -> value as stored, or _Bad(what was expected) ----------------------------
 class _Bad(Exception):
@@ -203,30 +203,9 @@ def _chunks(v: Any) -> list[StepChunk]:
     return out
 
 
-def _records(cls: type, what: str, *checks: Callable[[Any], Any]) -> Callable[[Any], list]:
-    """A checker of a list of fixed-shape records [field, ...] (each checked by `checks`), stored as
-    `cls` tuples."""
-    n = len(checks)
-
-    def check(v: Any) -> list:
-        if type(v) is not list:
-            v = _seq(v, f"a list of {what}")
-        out = []
-        for i, c in enumerate(v):
-            if (type(c) is list or isinstance(c, tuple)) and len(c) == n:
-                try:
-                    out.append(_new(cls, tuple(f(x) for f, x in zip(checks, c))))
-                    continue
-                except _Bad:
-                    pass
-            raise _Bad(f"item {i}: expected {what}, got {c!r:.80}")
-        return out
-    return check
-
-
-_rehosted = _records(StepRehosted, "[rid: str, host: str]", _str, _str)
-_grown = _records(StepGrown, "[rid: str, n: positive int]", _str, _pos)
-_resumed = _records(StepResumed, "[rid: str, held: positive int, host: str]", _str, _pos, _str)
+def _list(v: Any) -> list:
+    """A list, read by whoever made it (a machine scheduler's own report: its scheduler checks it)."""
+    return v if type(v) is list else _seq(v, "a list")
 
 
 def _bias(v: Any) -> list[tuple[int, float]]:

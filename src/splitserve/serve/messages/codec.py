@@ -8,8 +8,8 @@ import math
 from dataclasses import MISSING, fields
 from typing import Any, Callable, Container
 
-from .checks import (_Bad, _bool, _chunks, _enum, _float, _float_nn, _got, _grown, _ids, _int, _int_at_least, _items,
-                     _map, _meta, _nat, _pos, _rehosted, _resumed, _str, _strs, _bias)
+from .checks import (_Bad, _bool, _chunks, _enum, _float, _float_nn, _got, _ids, _int, _int_at_least, _items, _list,
+                     _map, _meta, _nat, _pos, _str, _strs, _bias)
 from .kinds import (_CLASSES, MESSAGES, WIRE_NAMES, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvDone, KvDrop,
                     KvFail, KvIn, KvLayer, KvStart, MalformedMessage, Message, Out, PeerDown, Ping, Reserved,
                     Step, StepFailed, Stop)
@@ -126,8 +126,7 @@ _CHECKS: dict[type, dict[str, Callable[[Any], Any]]] = {
     KvFail: {"rid": _str, "reason": _str},
     Err: {"rid": _str, "msg": _str},
     StepFailed: {"rids": _strs, "error": _str},
-    Step: {"chunks": _chunks, "preempted": _strs, "joined": _strs, "rehosted": _rehosted, "parked": _strs,
-           "grown": _grown, "resumed": _resumed, "planned": _strs, "at": _float_nn},
+    Step: {"chunks": _chunks, "preempted": _strs, "joined": _strs, "sched": _list, "at": _float_nn},
     KvStart: {"rid": _str},
     KvLayer: {"rid": _str, "layer": _nat, "sent_at": _float_nn, "inplace_bytes": _nat},
     KvDone: {"rid": _str, "first_token": _nat, "prefill_end": _float_nn, "mode": _enum("layerwise", "serialized"),

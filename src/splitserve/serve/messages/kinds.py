@@ -44,29 +44,6 @@ class StepChunk(NamedTuple):
     n_tokens: int
 
 
-class StepRehosted(NamedTuple):
-    """ecoserve: a guest whose host ended decodes in the reservation of `host` now."""
-
-    rid: str
-    host: str
-
-
-class StepGrown(NamedTuple):
-    """ecoserve: a host's reservation took `n_tokens` more KV tokens (under-predicted)."""
-
-    rid: str
-    n_tokens: int
-
-
-class StepResumed(NamedTuple):
-    """ecoserve: a waiting generation task decodes from this step, holding `held` KV tokens, in the
-    reservation of `host` (itself: its own)."""
-
-    rid: str
-    held: int
-    host: str
-
-
 class Message:
     """Base of every message class. `T`: the wire name (the header's "t")."""
 
@@ -212,12 +189,8 @@ class Step(Message):
     chunks: list[StepChunk]
     preempted: list[str]
     joined: list[str] = field(default_factory=list)
-    # ecoserve's KV sizing (policy/schedulers/ecoserve.py Sizing), left out under other schedulers
-    rehosted: list[StepRehosted] | None = None
-    parked: list[str] | None = None
-    grown: list[StepGrown] | None = None
-    resumed: list[StepResumed] | None = None
-    planned: list[str] | None = None
+    sched: list | None = None     # the machine scheduler's own report of the step, left out when None
+                                  # (policy/schedulers/base.py MachineScheduler.report; ecoserve's KV sizing)
     at: float | None = None       # the worker's time.perf_counter() when the step was formed
 
 

@@ -1,0 +1,55 @@
+"""The router's view of a worker applying EcoServe's report of a step (sizing.py `Sizing.encode`)
+with the calls the worker's form_batch made, in its order (serve/cluster_state.py step_started):
+re-hosted guests, GTs parked, reservations grown (`before` the batch's preemptions), a preempted
+decode hosted by nobody, then GTs resumed (`after`), and prompts planned as they start. A report
+may name a request the view has released already, on its own: it is skipped."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ...state import Machine, Phase, Request
+from ...sized_kv import grow_kv
+from ..base import Applying
+from .order import set_host
+from .sizing import park, resume
+
+
+class SizingView(Applying):
+    __slots__ = ("m", "rehosted", "parked", "grown", "resumed", "planned_")
+
+    def __init__(self, m: Machine, rep: Any, get: Callable[[str], Request | None]) -> None:
+        """`rep`: [rehosted, parked, grown, resumed, planned] by request id, or None (nothing
+        sized); `get`: id -> the view's request (None: it has none now; a host it no longer has is
+        None until the worker re-hosts its guests too and reports it)."""
+        self.m = m
+        rehosted, parked, grown, resumed, planned = rep if rep is not None else ((), (), (), (), ())
+        self.rehosted = [(r, get(h)) for rid, h in rehosted if (r := get(rid)) is not None]
+        self.parked = [r for r in map(get, parked) if r is not None]
+        self.grown = [(r, n) for rid, n in grown if (r := get(rid)) is not None]
+        self.resumed = [(r, held, get(h)) for rid, held, h in resumed if (r := get(rid)) is not None]
+        self.planned_ = {r for r in map(get, planned) if r is not None}
+
+    def before(self) -> None:
+        m = self.m
+        for r, h in self.rehosted:
+            if r.phase is Phase.DECODE and r in m.running:
+                set_host(r, h)
+        for r in self.parked:
+            if r.phase is Phase.DECODE and r in m.running:
+                park(m, r)
+        for r, n in self.grown:
+            if r.phase is Phase.DECODE and r in m.running:
+                grow_kv(m, r, n)
+
+    def preempted(self, r: Request) -> None:
+        set_host(r, None)
+
+    def after(self) -> None:
+        m = self.m
+        for r, held, h in self.resumed:
+            if r.phase is Phase.WAITING and r in m.decode_queue:
+                resume(m, r, held, h)
+
+    def planned(self, r: Request) -> bool:
+        return r in self.planned_
