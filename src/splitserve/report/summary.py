@@ -94,7 +94,7 @@ def simulation_summary(result, workload, slo: SLO = SLO(), goodput=None) -> dict
 
 
 def scaling_summary(result, mt) -> dict:
-    """What a scaling scheduler kept on (policy/aladdin.py `activity`): machine-seconds, GPU-hours and
+    """What a scaling scheduler kept on (policy/aladdin_scaling.py `activity`): machine-seconds, GPU-hours and
     cost while on, beside the whole cluster's for the same span."""
     from ..catalog import load_hardware
 

@@ -257,5 +257,5 @@ class LiveCluster:
 
     def accepting(self, m: Machine) -> bool:
         """Whether new requests may be routed to `m`: a scaling scheduler's scaled-down workers
-        (policy/aladdin.py) stay up as warm standby, finish what they hold and take nothing new."""
+        (policy/aladdin_scaling.py) stay up as warm standby, finish what they hold and take nothing new."""
         return self.cls.accepting(m)
