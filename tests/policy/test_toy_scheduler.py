@@ -3,11 +3,14 @@ one, shortest prompt first, defined here as a module of policy/schedulers/ would
 registered the way policy/schedulers/__init__.py registers every scheduler, runs in the simulator
 and in the live engine (engine/scheduler.py) with nothing else added.
 
-    # policy/schedulers/shortest.py
+    # policy/schedulers/shortest.py (the new file)
     def form_batch(m, cfg): ...                  # order the waiting prompts, then the shared rules
     SCHEDULER = MachineScheduler("shortest", form_batch, "shortest prompt first")
-    # policy/schedulers/__init__.py, in SCHEDULERS
+    # policy/schedulers/__init__.py: the registry line (and the module's name in its `from . import`)
     shortest.SCHEDULER,
+
+Here the registry line is the `registered` fixture's monkeypatch.setitem, so the toy leaves the
+registry when its test ends.
 """
 
 from __future__ import annotations
