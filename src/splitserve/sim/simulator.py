@@ -66,7 +66,7 @@ class Simulation(KVHandoff, PipelineStages):
         self.workload = workload
         self.cfg = cfg
         self.batching = cfg.policy.batching
-        self.form_batch = batch_former(self.batching)   # policy/machine.py form_batch, looked up once
+        self.form_batch = batch_former(self.batching)   # the machine scheduler's form_batch, looked up once
         self.metrics = Metrics()
         self.hosts: Hosts = cfg.machine if cfg.machine is not None else CatalogHosts(
             model, cfg.profile, cfg.memory_utilization, cfg.colocated, cfg.catalog)
@@ -94,7 +94,7 @@ class Simulation(KVHandoff, PipelineStages):
                 self.metrics.machines.append(MachineStats(name, pool.name.lower(), kv_capacity=cap))
         self.links: dict[tuple[str, str], Link] = {}
         self.cls = make_cluster_scheduler(self.machines, cfg.policy.routing, cluster.design.split)
-        self.predictor = arrival_predictor(cfg.policy)   # a request's predicted length (ecoserve), or None
+        self.predictor = arrival_predictor(cfg.policy)   # a request's predicted length (a scheduler that predicts), or None
         self.cls.bind_latency(PerfLatency([s.perf for s in self.steps]))  # a scheduler placing by batch latency
         self.ref = self.hosts.reference          # SLO slowdowns against the request alone on it
         self.trace = cfg.trace
