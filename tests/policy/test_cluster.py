@@ -2,7 +2,8 @@
 
 import pytest
 
-from splitserve.policy.cluster import RoutingConfig
+from splitserve.policy.cluster import ClusterScheduler, RoutingConfig
+from splitserve.policy.cluster_schedulers import CLUSTER_SCHEDULERS
 from splitserve.policy.pools import JSQScheduler, SplitwiseScheduler
 from splitserve.policy.transitions import enqueue_prompt
 from splitserve.policy.state import Machine, Pool, Request
@@ -151,3 +152,19 @@ def test_pull_prefills_at_once_and_the_token_machine_takes_the_kv_when_it_has_me
     decode_tokens(t, run.decoding, k=2)                             # a finishes: 203 tokens freed
     assert admit_freed(s, t) == [b] and b.phase is Phase.HANDOFF    # pulled, not queued for a prefill
     assert p.queued_prompt_tokens == 0 and t.kv_used == 203
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTER_SCHEDULERS))
+def test_every_cluster_scheduler_has_every_hook(name):
+    """Each registered scheduler is a ClusterScheduler: the simulator and the router call every
+    hook without probing; the defaults watch nothing, accept every machine, report no scaling."""
+    ms = cluster(2, 2)
+    cls = CLUSTER_SCHEDULERS[name](ms, RoutingConfig(cluster_scheduler=name), True)
+    assert isinstance(cls, ClusterScheduler)
+    for hook in ("route", "pick_prompt", "settle", "add", "remove", "watch", "accepting", "bind_latency",
+                 "activity"):
+        assert callable(getattr(cls, hook))
+    assert cls.borrowed == 0 and list(cls.flips) == []
+    assert all(cls.accepting(m) for m in ms)
+    if name in ("splitwise", "jsq"):
+        assert cls.watch_interval == 0 and cls.watch(1.0) == [] and cls.activity(1.0) is None
