@@ -24,7 +24,7 @@ CASE = dict(workload="conversation", rps=40.0, duration=600.0, prompt_machines=8
 
 def run_system(name: str) -> dict:
     from splitserve.policy.config import make_policy
-    from splitserve.simulate import run_simulation
+    from splitserve.sim.run import run_simulation
 
     s = run_simulation(design="splitwise-hh", model="llama2-70b", seed=0, policy=make_policy({}, name), **CASE)
     return {"system": name, "requests": s["requests"], "completed": s["completed"], "events": s["sim"]["events"],

@@ -34,7 +34,7 @@ CASES = {
 
 
 def run_case(name: str) -> dict:
-    from splitserve.simulate import run_simulation
+    from splitserve.sim.run import run_simulation
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     kw = CASES[name]

@@ -11,7 +11,7 @@ import pytest
 import typer.main
 
 from splitserve.cli import app, main
-from splitserve.simulate import arrival_defaults
+from splitserve.sim.run import arrival_defaults
 
 
 def run(capsys, *args):

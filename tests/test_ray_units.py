@@ -1,4 +1,4 @@
-"""The pure parts of Ray across hosts (ray_cluster.py, serve/launcher.py, serve/worker_args.py):
+"""The pure parts of Ray across hosts (nodes/ray_cluster.py, serve/launcher.py, serve/worker_args.py):
 addresses, Ray's reason out of ray.init's exception, the resources an actor asks for, the host a
 remote worker binds. No Ray needed (tests/test_ray_two_nodes.py runs them on a cluster)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from splitserve.errors import UserError
-from splitserve.ray_cluster import host_port, is_local, local_ip, ray_reason
+from splitserve.nodes.ray_cluster import host_port, is_local, local_ip, ray_reason
 
 
 def test_addresses():

@@ -149,7 +149,7 @@ def test_tokens_are_counted_from_chunks_without_usage():
 
 
 def test_summary_has_the_simulators_names(tmp_path):
-    from splitserve.simulate import run_simulation
+    from splitserve.sim.run import run_simulation
 
     sim = run_simulation(duration=5, rps=2)
     with running(FakeServer()) as fake:

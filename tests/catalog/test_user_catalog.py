@@ -18,7 +18,7 @@ from splitserve.catalog import (
 from splitserve.catalog.checks import Where, hardware_entry
 from splitserve.cli import main
 from splitserve.errors import UserError
-from splitserve.simulate import run_simulation
+from splitserve.sim.run import run_simulation
 
 BUILTIN = {f: tomllib.loads(resources.files("splitserve.catalog").joinpath(f).read_text())
            for f in ("hardware.toml", "models.toml")}

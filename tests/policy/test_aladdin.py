@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from splitserve.catalog import load_model
-from splitserve.designs import Parallelism, make_cluster
+from splitserve.cluster.designs import Parallelism, make_cluster
 from splitserve.policy.aladdin import AladdinScheduler, kv_peak
 from splitserve.policy.aladdin_scaling import ACTIVE, DRAINING, OFF
 from splitserve.policy.latency import LinearLatency

@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from splitserve.catalog import load_model
-from splitserve.designs import make_cluster
+from splitserve.cluster.designs import make_cluster
 from splitserve.policy.cluster import RoutingConfig, admit
 from splitserve.policy.cluster_schedulers import make_cluster_scheduler
 from splitserve.policy.config import make_policy

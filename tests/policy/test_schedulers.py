@@ -279,7 +279,7 @@ def test_every_scheduler_finishes_everyone_within_kv(stream, name, stages, limit
 @pytest.mark.parametrize("design", ["splitwise-hh", "baseline-h100"])
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
 def test_simulate_runs_every_scheduler(design, name):
-    from splitserve.simulate import run_simulation
+    from splitserve.sim.run import run_simulation
 
     policy = make_policy({"batching.scheduler": name})
     _, res = run_simulation(design=design, duration=4, rps=3, seed=1, policy=policy, return_result=True)

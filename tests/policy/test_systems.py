@@ -8,7 +8,7 @@ import pytest
 from splitserve.errors import UserError
 from splitserve.policy.config import OPTIONS, PolicyConfig, make_policy
 from splitserve.policy.systems import SYSTEMS
-from splitserve.simulate import run_simulation
+from splitserve.sim.run import run_simulation
 
 PATHS = {o.path for o in OPTIONS}
 

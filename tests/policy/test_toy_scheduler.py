@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from splitserve.catalog import load_model
-from splitserve.designs import make_cluster
+from splitserve.cluster.designs import make_cluster
 from splitserve.engine.engine import LLMEngine
 from splitserve.engine.sampler import SamplingParams
 from splitserve.errors import UserError

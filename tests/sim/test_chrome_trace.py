@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from splitserve.catalog import load_model
-from splitserve.designs import make_cluster
+from splitserve.cluster.designs import make_cluster
 from splitserve.sim.chrome_trace import MACHINES, TRANSFERS, ChromeTrace
 from splitserve.sim.simulator import SimConfig, Simulation
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from splitserve.catalog import load_model
-from splitserve.designs import make_cluster
+from splitserve.cluster.designs import make_cluster
 from splitserve.policy.config import make_policy
 from splitserve.policy.schedulers.ecoserve.order import host
 from splitserve.policy.state import Phase

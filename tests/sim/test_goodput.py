@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from splitserve.catalog import load_model
-from splitserve.designs import make_cluster
+from splitserve.cluster.designs import make_cluster
 from splitserve.report.goodput import GoodputSLO, attainment_summary
 from splitserve.report.summary import simulation_summary
 from splitserve.sim.simulator import SimConfig, Simulation

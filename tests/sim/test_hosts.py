@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from splitserve.catalog import load_model
-from splitserve.designs import make_cluster
+from splitserve.cluster.designs import make_cluster
 from splitserve.sim.kv_transfer import Link
 from splitserve.sim.simulator import SimConfig, Simulation
 from splitserve.workload import RequestSpec

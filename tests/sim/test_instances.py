@@ -4,9 +4,9 @@ cost."""
 import pytest
 
 from splitserve.catalog import load_hardware
-from splitserve.designs import Parallelism, make_cluster
+from splitserve.cluster.designs import Parallelism, make_cluster
 from splitserve.errors import UserError
-from splitserve.simulate import run_simulation
+from splitserve.sim.run import run_simulation
 
 
 def test_a_pool_may_mix_machine_kinds():

@@ -4,7 +4,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from splitserve.catalog import load_model
-from splitserve.designs import make_cluster
+from splitserve.cluster.designs import make_cluster
 from splitserve.policy.state import Phase
 from splitserve.report.summary import simulation_summary
 from splitserve.sim.simulator import SimConfig, Simulation
@@ -128,7 +128,7 @@ def test_pull_and_pipelines_lose_nothing_and_stay_within_memory(sc, pull, pp):
     """DistServe's pull (KV held on the prompt machine until the token machine has room) and
     pipelined instances (several batches in flight): every request completes with all its tokens,
     memory never over-committed."""
-    from splitserve.designs import Parallelism
+    from splitserve.cluster.designs import Parallelism
     from splitserve.policy.cluster import RoutingConfig
     from splitserve.policy.config import PolicyConfig
     from splitserve.policy.machine import BatchingConfig

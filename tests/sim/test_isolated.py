@@ -4,7 +4,7 @@
 import pytest
 
 from splitserve.catalog import load_hardware, load_model
-from splitserve.designs import make_cluster
+from splitserve.cluster.designs import make_cluster
 from splitserve.perf import make_perf_model
 from splitserve.sim.simulator import SimConfig, Simulation
 from splitserve.workload import RequestSpec

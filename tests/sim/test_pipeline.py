@@ -4,7 +4,7 @@ flight, and a short batch waits behind a long one in a later stage (the bubble).
 import pytest
 
 from splitserve.catalog import kv_capacity_tokens, load_hardware, load_model
-from splitserve.designs import Parallelism, make_cluster
+from splitserve.cluster.designs import Parallelism, make_cluster
 from splitserve.perf import make_perf_model
 from splitserve.perf.pipeline import HOP_LATENCY_S
 from splitserve.policy.config import PolicyConfig

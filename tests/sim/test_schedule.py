@@ -4,7 +4,7 @@ derived step by step from the performance model and the KV transfer model."""
 import pytest
 
 from splitserve.catalog import load_hardware, load_model
-from splitserve.designs import make_cluster
+from splitserve.cluster.designs import make_cluster
 from splitserve.perf import make_perf_model
 from splitserve.sim.kv_transfer import layerwise_done, link_between, serialized_done
 from splitserve.sim.simulator import SimConfig, Simulation

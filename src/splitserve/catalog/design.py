@@ -8,7 +8,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class Design:
     """A cluster design of designs.toml: a Splitwise design names the machine kind of its prompt
-    and of its token pool, a baseline one machine kind for every machine (designs.py builds the
+    and of its token pool, a baseline one machine kind for every machine (cluster/designs.py builds the
     cluster)."""
 
     name: str

@@ -85,7 +85,7 @@ def serve(
     if max_body_mb <= 0:
         raise UserError("--max-body-mb must be > 0")
     if worker_host is None:   # the router's socket: where every worker can reach it
-        from ..ray_cluster import local_ip
+        from ..nodes.ray_cluster import local_ip
         worker_host = local_ip(ray_address) if backend == "ray" else "127.0.0.1"
     cfg = ServeConfig(model=model, prompt_workers=prompt_workers, token_workers=token_workers,
                       mixed_workers=mixed_workers, design=design, host=host, port=port, api_key=api_key,

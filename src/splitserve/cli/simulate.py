@@ -1,4 +1,5 @@
-"""`splitserve simulate`: a cluster serving a workload, simulated (sim/run.py)."""
+"""`splitserve simulate`: a cluster serving a workload, simulated: the options become one SimRequest
+(sim/run.py); `--machine-profile` loads the measured machine (twin/machine.py) it runs on."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..designs import Parallelism
+from ..cluster.designs import Parallelism
 from ..errors import UserError
 from ..policy.config import PolicyConfig, policy_options
 from ..report.goodput import from_options
-from ..simulate import DEFAULT_DURATION, DEFAULT_MACHINES, DEFAULT_RPS, DEFAULT_SPLIT, run_simulation
+from ..report.summary import write_summary
+from ..report.table import print_summary
+from ..sim.chrome_trace import ChromeTrace
+from ..sim.run import DEFAULT_DURATION, DEFAULT_MACHINES, DEFAULT_RPS, DEFAULT_SPLIT, SimRequest
+from ..sim.run import simulate as simulate_run
+from ..twin.machine import load_machine_profile
 from .catalog import catalog_option, user_catalog
 from .config_file import config_option, record_run
 from .lists import ListedHelp
@@ -76,32 +82,33 @@ def simulate(
     cat = user_catalog(catalog)
     trace = None
     if trace_out is not None:
-        from ..sim.chrome_trace import ChromeTrace
         if trace_max_events < 1:
             raise UserError("--trace-max-events must be at least 1")
         trace = ChromeTrace(trace_max_events)
-
-    summary = run_simulation(
-        design=design, prompt_machines=prompt_machines, token_machines=token_machines,
-        machines=machines, model=model, workload=workload, rps=rps, duration=duration, seed=seed,
-        arrivals=arrivals, profile=str(profile) if profile else None, policy=policy, rate_profile=rate_profile,
-        parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp, ep),
-        max_context=max_context, machine_profile=str(machine_profile) if machine_profile else None,
-        memory_utilization=memory_utilization, progress=not (quiet or json_out), trace=trace, goodput=goodput,
-        catalog=cat)
+    req = SimRequest(
+        design=design, prompt_machines=prompt_machines, token_machines=token_machines, machines=machines,
+        model=model, workload=workload, rps=rps, duration=duration, seed=seed, arrivals=arrivals,
+        rate_profile=rate_profile, profile=str(profile) if profile else None,
+        parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp, ep), policy=policy,
+        max_context=max_context, memory_utilization=memory_utilization,
+        machine=load_machine_profile(machine_profile) if machine_profile else None, goodput=goodput, catalog=cat)
+    summary, _ = simulate_run(req, progress=not (quiet or json_out), trace=trace)
     record_run(summary, ctx, cat)   # the run again: simulate --config summary.json
+    _show(summary, trace, trace_out, out, json_out)
+
+
+def _show(summary: dict, trace: ChromeTrace | None, trace_out: Path | None, out: Path | None, json_out: bool) -> None:
+    """The trace and summary.json written where asked; summary.json on stdout, or its tables."""
     if trace is not None:
         trace.write(trace_out)
         if not json_out:
             typer.echo(f"wrote {trace_out} ({len(trace.events):,} events"
                        + (f"; {trace.dropped:,} more not kept, past --trace-max-events)" if trace.dropped else ")"))
     if out is not None:
-        from ..report.summary import write_summary
         path = write_summary(summary, out)
         if not json_out:
             typer.echo(f"wrote {path}")
     if json_out:
         typer.echo(json.dumps(summary, indent=2))
     else:
-        from ..report.table import print_summary
         print_summary(summary)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..catalog import Catalog, load_hardware
-from ..designs import Design, load_designs
+from ..cluster.designs import Design, load_designs
 from ..errors import UserError
 from ..provision.plan import Limits
 

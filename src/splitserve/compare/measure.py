@@ -12,11 +12,11 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from ..designs import load_designs
+from ..cluster.designs import load_designs
 from ..policy.config import make_policy
 from ..provision.plan import Scenario
 from ..report.goodput import GoodputSLO
-from ..simulate import run_simulation
+from ..sim.run import run_simulation
 
 
 @dataclass(frozen=True, slots=True)

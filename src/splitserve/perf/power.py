@@ -6,7 +6,7 @@ Every figure is a fraction of GPU TDP per busy GPU, turned into machine watts as
 
     watts = min(frac, cap) * TDP * tp + min(idle, cap) * TDP * (gpus - tp)
 
-or, with `others_idle` False (the simulator's instances, instance.py: the other GPUs belong to
+or, with `others_idle` False (the simulator's instances, cluster/instance.py: the other GPUs belong to
 other instances, which count their own), the first term only: the watts of the instance's GPUs.
 
 with cap = hw.power_cap_frac, so no answer ever exceeds cap * TDP * gpus (`hw.power_cap_w`).

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..catalog import Catalog, kv_capacity_tokens, load_hardware, load_model
-from ..designs import Design
+from ..cluster.designs import Design
 from ..errors import UserError
 from ..policy.schedulers import SCHEDULERS
 from .command import _progress

@@ -123,9 +123,9 @@ def job_policy(job: Job):
 
 
 def run_job(job: Job) -> Outcome:
-    from ..designs import Parallelism
+    from ..cluster.designs import Parallelism
     from ..report.goodput import GoodputSLO
-    from ..simulate import run_simulation
+    from ..sim.run import run_simulation
 
     s = run_simulation(design=job.design, **job.counts(), model=job.model, workload=job.workload,
                        rps=job.rps, duration=job.duration, seed=job.seed, profile=job.profile,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from ..catalog import Catalog, load_hardware
-from ..designs import Design, load_designs
+from ..cluster.designs import Design, load_designs
 from ..errors import UserError
 from .evaluate import Evaluator, Job, Outcome
 from .search import Oracle, RateLattice, first_true, max_rate, min_split

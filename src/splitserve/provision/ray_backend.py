@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from ..ray_cluster import check_nodes, connect
+from ..nodes.ray_cluster import check_nodes, connect
 from ..workload.synthetic import SYNTHETIC
 from .evaluate import Job, Outcome, run_job
 

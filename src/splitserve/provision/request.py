@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..catalog import load_model
-from ..designs import load_designs
+from ..cluster.designs import load_designs
 from ..errors import UserError
 from ..policy.systems import system as named_system
 from ..report.goodput import GoodputSLO, from_options

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..catalog import load_hardware, load_model
-from ..designs import Parallelism, make_cluster
+from ..cluster.designs import Parallelism, make_cluster
 from ..perf import make_perf_model
 from ..policy.aladdin import ATGT_FACTOR, TTFT_CONTEXT
 from ..policy.cluster import RoutingConfig

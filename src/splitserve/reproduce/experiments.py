@@ -15,12 +15,12 @@ from importlib import resources
 from pathlib import Path
 
 from ..catalog import load_hardware, load_model
-from ..designs import make_cluster
+from ..cluster.designs import make_cluster
 from ..perf import make_perf_model
 from ..provision import plan
 from ..provision.evaluate import Cache, Evaluator, LocalBackend
 from ..sim.simulator import SimConfig, Simulation
-from ..simulate import run_simulation
+from ..sim.run import run_simulation
 from ..workload import RequestSpec
 
 MODEL = "llama2-70b"

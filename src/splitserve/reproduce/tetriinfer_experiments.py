@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..catalog import kv_capacity_tokens, load_hardware, load_model
-from ..designs import Parallelism, make_cluster
+from ..cluster.designs import Parallelism, make_cluster
 from ..policy.config import make_policy
 from ..sim.simulator import SimConfig, Simulation
 from ..workload import RequestSpec, make_workload

@@ -16,7 +16,6 @@
     launcher.py       local processes or Ray actors
     echo.py           benchmark-only engine stand-in (--worker-mode echo)
     server.py         uvicorn with a drain on shutdown
-    cli.py            the `serve` command
 
-Importing this package imports nothing heavy; fastapi / torch come with the modules that need them.
+The `serve` command is cli/serve.py. Importing this package imports nothing heavy; fastapi / torch come with the modules that need them.
 """

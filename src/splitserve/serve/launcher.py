@@ -12,7 +12,7 @@ cuda`, or `auto` on a cluster that has GPUs; the engine has no tensor parallelis
 worker) and for one CPU otherwise; actors are placed with Ray's SPREAD strategy (over the nodes
 that have the resources, one after another). Joined to a cluster (`--ray-address`), each worker
 binds its KV endpoint on the IP Ray knows its node by, so workers on other nodes can reach it; the
-router binds `--worker-host`, by default this host's IP as the cluster sees it (serve/cli.py). On
+router binds `--worker-host`, by default this host's IP as the cluster sees it (cli/serve.py). On
 a local Ray instance every worker binds `--worker-host` (127.0.0.1 by default). The launcher logs
 the node each worker runs on, and at shutdown stops every actor and Ray.
 """
@@ -74,7 +74,7 @@ def actor_resources(device: str, cluster_gpus: float) -> dict:
 def join_ray(cfg, log=None) -> None:
     """Before the server starts: start or join Ray, every node's splitserve checked, and the GPUs
     the workers ask for there (each failure one error line)."""
-    from ..ray_cluster import check_nodes, connect, import_ray
+    from ..nodes.ray_cluster import check_nodes, connect, import_ray
 
     ray = import_ray()
     connect(cfg.ray_address, log_to_driver=True)
@@ -93,7 +93,7 @@ def join_ray(cfg, log=None) -> None:
 
 class RayLauncher:
     def __init__(self, secret: bytes, address: str | None) -> None:
-        from ..ray_cluster import connect, import_ray, is_local
+        from ..nodes.ray_cluster import connect, import_ray, is_local
 
         ray = self.ray = import_ray()
         connect(address, log_to_driver=True)   # joined already by join_ray (the serve command)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..catalog import Catalog, ModelSpec, kv_capacity_tokens, load_hardware
-from ..instance import Instance, instance_spec
+from ..cluster.instance import Instance, instance_spec
 from ..perf import PerfModel, make_perf_model
 from ..perf.step import PerfStep, StepModel
 from .kv_transfer import Link, link_between

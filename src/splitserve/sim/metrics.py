@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..designs import ClusterSpec
+from ..cluster.designs import ClusterSpec
 from ..policy.state import Request
 from ..report.histogram import _K, _LOW, Histogram
 

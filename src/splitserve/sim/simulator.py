@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..catalog import Catalog, ModelSpec
-from ..designs import ClusterSpec
+from ..cluster.designs import ClusterSpec
 from ..errors import UserError
 from ..perf.step import StepModel
 from ..policy.cluster import arrive

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..catalog import ModelSpec
-from ..designs import ClusterSpec, Design
-from ..instance import Instance
+from ..cluster.designs import ClusterSpec, Design
+from ..cluster.instance import Instance
 from ..errors import UserError
 from ..perf.profile import ProfilePerfModel, read_profile_rows
 from ..policy.machine import Batch

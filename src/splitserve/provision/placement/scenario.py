@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...catalog import Catalog, HardwareSpec, ModelSpec, kv_capacity_tokens, load_hardware, load_model
-from ...designs import load_designs
+from ...cluster.designs import load_designs
 from ...errors import UserError
 from ..search import RateLattice
 

@@ -28,9 +28,9 @@ import sys
 import tempfile
 import threading
 
-from . import __version__
-from .errors import UserError
-from .nodes.fingerprint import code_fingerprint
+from .. import __version__
+from ..errors import UserError
+from .fingerprint import code_fingerprint
 
 PROBE_TIMEOUT_S = 5.0     # a TCP connection to the cluster's address, before ray.init
 CHECK_TIMEOUT_S = 120.0   # every node's answer to the version check (a node may start a worker first)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .catalog import Catalog, HardwareSpec, load_hardware
-from .errors import UserError
+from ..catalog import Catalog, HardwareSpec, load_hardware
+from ..errors import UserError
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .catalog import Catalog, Design, builtin_catalog
-from .errors import UserError
+from ..catalog import Catalog, Design, builtin_catalog
+from ..errors import UserError
 from .instance import Instance, make_instance
-from .policy.state import Pool
+from ..policy.state import Pool
 
 
 @dataclass(frozen=True, slots=True)
