@@ -12,6 +12,8 @@ import pytest
 
 from splitserve.catalog import builtin_catalog
 from splitserve.cli import main
+from splitserve.policy.cluster_schedulers import CLUSTER_SCHEDULERS
+from splitserve.policy.predictor import PRESETS as PREDICTORS
 from splitserve.policy.schedulers import SCHEDULERS
 from splitserve.policy.systems import SYSTEMS
 from splitserve.workload.synthetic import SYNTHETIC
@@ -55,7 +57,16 @@ def test_catalog_before_help_lists_its_models(capsys, monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("command, names", [("provision", SCHEDULERS), ("provision", SYSTEMS),
-                                            ("compare", SYSTEMS), ("bench", SYNTHETIC)])
+                                            ("compare", SYSTEMS), ("bench", SYNTHETIC), ("simulate", SYSTEMS),
+                                            ("serve", SYSTEMS), ("simulate", CLUSTER_SCHEDULERS),
+                                            ("simulate", PREDICTORS)])
 def test_registries_are_listed(capsys, monkeypatch, command, names):
     text = help_text(capsys, monkeypatch, command)
     assert ", ".join(names) in text
+
+
+def test_every_machine_scheduler_is_in_the_policy_options_help(capsys, monkeypatch):
+    """--machine-scheduler names each scheduler of the registry with its own line (`about`)."""
+    text = help_text(capsys, monkeypatch, "serve")
+    for name, s in SCHEDULERS.items():
+        assert (f"{name} ({s.about})" if s.about else name) in text, name

@@ -26,7 +26,9 @@ from .cluster import RoutingConfig
 from .cluster_schedulers import CLUSTER_SCHEDULERS
 from .kv_transfer import DEFAULT_LAYERWISE_THRESHOLD
 from .machine import BatchingConfig
+from .predictor import PRESETS as PREDICTORS
 from .schedulers import SCHEDULERS
+from .systems import SYSTEMS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,10 +82,8 @@ OPTIONS = (
     Option("preemption-limit", "batching.preemption_limit",
            "Times one request may be preempted (its KV dropped, recomputed later) for a prompt."),
     Option("machine-scheduler", "batching.scheduler",
-           "Machine-level scheduler (policy/schedulers/): splitwise (mixed batching, prompts first), vllm "
-           "(prefill-first), orca (max-length reservation), sarathi (stall-free chunked prefill), "
-           "fastertransformer (static batches), lightllm (peak-KV admission), tetriinfer-fcfs|sjf|ljf or "
-           "ecoserve (KV for the predicted output, same-length groups, KV-cache pipelining)."),
+           "Machine-level scheduler (policy/schedulers/, each described there): "
+           + ", ".join(f"{n} ({s.about})" if s.about else n for n, s in SCHEDULERS.items()) + "."),
     Option("orca-max-len", "batching.max_len",
            "--machine-scheduler orca: KV tokens reserved per request at admission (0: its prompt + output)."),
     Option("prompt-queue-threshold", "routing.prompt_queue_threshold",
@@ -103,12 +103,12 @@ OPTIONS = (
            "How a split request's token machine is chosen: jsq (fewest pending tokens) or tetriinfer "
            "(power of two among those with memory for the predicted output, the lower share of heavy decodes)."),
     Option("predictor", "routing.predictor",
-           "Output-length predictor of predictive policies: oracle, tetriinfer-100|200|400, "
-           "ecoserve-alpaca|sharegpt|bookcorpus (policy/predictor.py: the papers' accuracies)."),
+           f"Output-length predictor of predictive policies: {', '.join(PREDICTORS)} (policy/predictor.py: "
+           "the papers' accuracies)."),
     Option("cluster-scheduler", "routing.cluster_scheduler",
-           "Cluster-level scheduler: auto (splitwise for a design with prompt and token pools, else jsq), "
-           "splitwise, jsq or tetriinfer (no mixed pool, TetriInfer's decode dispatch, idle instances flip "
-           "role: policy/instance_flip.py) (policy/cluster_schedulers.py CLUSTER_SCHEDULERS)."),
+           "Cluster-level scheduler: auto (splitwise for a design with prompt and token pools, else jsq) or "
+           f"{', '.join(CLUSTER_SCHEDULERS)} (policy/cluster_schedulers.py CLUSTER_SCHEDULERS; tetriinfer: no "
+           "mixed pool, TetriInfer's decode dispatch, idle instances flip role: policy/instance_flip.py)."),
     Option("flip-idle-s", "routing.flip_idle_s",
            "--cluster-scheduler tetriinfer: seconds an instance must be idle (no pending tokens) before it "
            "flips to the other role, whose instances all have load (TetriInfer: a minute)."),
@@ -129,9 +129,8 @@ OPTIONS = (
 )
 
 
-SYSTEM_HELP = ("A serving system by name, its policy settings at once (policy/systems.py): vllm, sarathi, "
-               "splitwise, distserve, tetriinfer, aladdin, ecoserve. Options given beside it win; unsplit systems run the "
-               "design's machines as one mixed pool.")
+SYSTEM_HELP = (f"A serving system by name, its policy settings at once (policy/systems.py): {', '.join(SYSTEMS)}. "
+               "Options given beside it win; unsplit systems run the design's machines as one mixed pool.")
 
 
 def _param(o: Option) -> inspect.Parameter:
