@@ -10,6 +10,7 @@ from splitserve.cli import main
 from splitserve.compare.budget import Budget
 from splitserve.compare.claims import load_claims
 from splitserve.compare.command import curve_rates, run_compare
+from splitserve.compare.request import CompareRequest
 from splitserve.compare.goodput import system_goodput
 from splitserve.policy.systems import SYSTEMS
 from splitserve.provision.evaluate import Evaluator, LocalBackend, run_job
@@ -23,7 +24,7 @@ TINY = dict(machines=3, duration=20.0, tolerance=0.1, curve_points=2, workers=2,
 def tiny(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare")
     lines = []
-    res = run_compare(out=out, command="splitserve compare (test)", log=lines.append, **TINY)
+    res = run_compare(CompareRequest(out=out, command="splitserve compare (test)", **TINY), log=lines.append)
     return out, res, lines
 
 
@@ -135,8 +136,8 @@ def test_an_unwritable_out_fails_before_any_simulation(capsys, tmp_path):
 
 def test_a_goodput_at_the_ceiling_is_flagged(tmp_path):
     lines = []
-    res = run_compare(out=tmp_path, command="c", systems=["vllm"], max_rps=1.0, log=lines.append,
-                      **{**TINY, "curve_points": 0})
+    res = run_compare(CompareRequest(out=tmp_path, command="c", systems=("vllm",), max_rps=1.0,
+                                     **{**TINY, "curve_points": 0}), log=lines.append)
     (r,) = res["systems"]
     lattice = RateLattice(TINY["tolerance"])
     assert r["goodput_rps"] == lattice.rate(lattice.index(1.0)) and r["at_ceiling"] and r["next_rps"] is None
@@ -146,8 +147,8 @@ def test_a_goodput_at_the_ceiling_is_flagged(tmp_path):
 
 
 def test_with_distserve_slos_goodput_is_the_last_rate_with_90_percent_attainment(tmp_path):
-    res = run_compare(out=tmp_path, command="c", systems=["vllm", "distserve"], goodput_ttft=2.0,
-                      goodput_tpot=0.1, **{**TINY, "curve_points": 0})
+    res = run_compare(CompareRequest(out=tmp_path, command="c", systems=("vllm", "distserve"), goodput_ttft=2.0,
+                                     goodput_tpot=0.1, **{**TINY, "curve_points": 0}))
     lattice = RateLattice(TINY["tolerance"])
     for r in res["systems"]:
         m = r["at_goodput"]

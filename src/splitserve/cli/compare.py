@@ -1,4 +1,5 @@
-"""`splitserve compare`: every serving system on one workload, model and budget (compare/command.py)."""
+"""`splitserve compare`: every serving system on one workload, model and budget; the options become one
+CompareRequest (compare/request.py) for compare/command.py's `run_compare`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..compare.budget import DEFAULT_MACHINES
+from ..compare.request import CompareRequest
 from .catalog import catalog_option, user_catalog
 from .config_file import config_option, effective_config
 from .lists import ListedHelp
@@ -57,8 +59,10 @@ def compare(
     d.update({k: v for k, v in given.items() if v is not None})
     command = "splitserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     log = (lambda m: None) if quiet else (lambda m: typer.echo(f"compare: {m}", err=True))
-    run_compare(out=out, command=command, workload=workload, model=model, hardware=hardware, seed=seed,
-                goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, min_rps=min_rps, max_rps=max_rps,
-                systems=system, workers=workers, cache_dir=str(cache_dir) if cache_dir else None,
-                use_cache=not no_cache, log=log, config=effective_config(ctx), catalog=user_catalog(catalog), **d)
+    req = CompareRequest(out=out, command=command, workload=workload, model=model, hardware=hardware, seed=seed,
+                         goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, min_rps=min_rps, max_rps=max_rps,
+                         systems=tuple(system or ()), workers=workers,
+                         cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
+                         config=effective_config(ctx), catalog=user_catalog(catalog), **d)
+    run_compare(req, log=log)
     typer.echo(f"wrote {out / 'report.md'}")

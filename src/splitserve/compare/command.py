@@ -1,18 +1,16 @@
-"""`splitserve compare` as a function: check the question, find every system's goodput on the
-same workload, model, machines and budget, measure each at its goodput, write report.md,
-results.json and the plots."""
+"""`splitserve compare` as a function: for a CompareRequest (compare/request.py, checked when made),
+find every system's goodput on the same workload, model, machines and budget, measure each at its
+goodput, write report.md, results.json and the plots."""
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from ..catalog import Catalog, load_model
-from ..errors import UserError
+from ..catalog import load_model
 from ..policy.systems import SYSTEMS
 from ..provision.evaluate import Cache, Evaluator, LocalBackend, default_cache_dir
 from ..provision.plan import ASSUMPTION, RateRange, Scenario, scenario_dict
@@ -20,15 +18,12 @@ from ..provision.search import RateLattice
 from ..report.goodput import from_options
 from ..workload import make_workload
 from . import plots
-from .budget import DEFAULT_MACHINES, Budget
+from .budget import Budget
 from .claims import Claim, finding, load_claims
 from .goodput import system_goodput
 from .measure import Point, measure_all
 from .report import write_report
-
-MAX_RPS_PER_MACHINE = 20.0    # the default ceiling of the rate search: 4x the most any system carried
-                              # per DGX-H100 here (4.8 req/s on coding); it keeps the search from
-                              # simulating clusters hundreds of times overloaded, the slowest runs
+from .request import CompareRequest
 
 
 def curve_rates(top: float, points: int) -> list[float]:
@@ -40,34 +35,25 @@ def curve_rates(top: float, points: int) -> list[float]:
     return [float(f"{top * (0.25 + 1.25 * i / (points - 1)):.4g}") for i in range(points)]
 
 
-def run_compare(*, out: Path, command: str, workload: str = "coding", model: str = "llama2-70b",
-                hardware: str = "dgx-h100", machines: int = DEFAULT_MACHINES, duration: float = 120.0,
-                seed: int = 0, goodput_ttft: float | None = None, goodput_tpot: float | None = None,
-                tolerance: float = 0.02, min_rps: float = 0.5, max_rps: float | None = None,
-                curve_points: int = 6, systems: list[str] | None = None, workers: int | None = None,
-                cache_dir: str | None = None, use_cache: bool = True,
-                log: Callable[[str], None] = lambda m: None, config: dict | None = None,
-                catalog: Catalog | None = None) -> dict:
-    """`catalog` (catalog.Catalog, --catalog): the machines, designs and models of the budget and of
-    every simulation (None: the built-in one)."""
-    # ---- the question, checked before any simulation ----
-    names = list(systems) if systems else list(SYSTEMS)
-    max_rps = _check(names, duration, tolerance, min_rps, max_rps, machines, workers, curve_points)
-    out.mkdir(parents=True, exist_ok=True)   # an unwritable --out fails now, not after the simulations
-    budget = Budget(hardware, machines, catalog)
+def run_compare(req: CompareRequest, log: Callable[[str], None] = lambda m: None) -> dict:
+    """Each system's goodput on the budget, each measured there and on the common curve rates;
+    results.json, report.md and the plots written into `req.out`."""
+    names, catalog = req.names, req.catalog
+    req.out.mkdir(parents=True, exist_ok=True)   # an unwritable --out fails now, not after the simulations
+    budget = Budget(req.hardware, req.machines, catalog)
     designs = {s: budget.design(s) for s in {SYSTEMS[n].split for n in names}}
-    load_model(model, catalog)
-    make_workload(workload, rps=1.0, duration=duration, seed=seed)
-    slo = from_options(goodput_ttft, goodput_tpot)
-    sc = Scenario(workload, duration, seed, model, None, (slo.ttft_s, slo.tpot_s) if slo else None,
-                  catalog=catalog)
-    lattice = RateLattice(tolerance)          # provision's: 1.0 x (1 + tolerance)^k
-    rates = RateRange(min_rps, max_rps, lattice)
+    load_model(req.model, catalog)
+    make_workload(req.workload, rps=1.0, duration=req.duration, seed=req.seed)
+    slo = from_options(req.goodput_ttft, req.goodput_tpot)
+    sc = Scenario(req.workload, req.duration, req.seed, req.model, None,
+                  (slo.ttft_s, slo.tpot_s) if slo else None, catalog=catalog)
+    lattice = RateLattice(req.tolerance)      # provision's: 1.0 x (1 + tolerance)^k
+    rates = RateRange(req.min_rps, req.max_rps, lattice)
     claims = load_claims()
 
     # ---- each system's goodput ----
-    ev = Evaluator(LocalBackend(workers), Cache(Path(cache_dir) if cache_dir else default_cache_dir())
-                   if use_cache else None)
+    ev = Evaluator(LocalBackend(req.workers), Cache(Path(req.cache_dir) if req.cache_dir else default_cache_dir())
+                   if req.use_cache else None)
     t0 = time.perf_counter()
     try:
         rows = [_goodput(ev, n, budget, sc, rates, log) for n in names]
@@ -75,16 +61,16 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
         ev.close()
 
     # ---- each at its goodput, and the latency curves ----
-    grid = curve_rates(max((r["goodput_rps"] or 0.0 for r in rows), default=0.0), curve_points)
-    curves, measured = _measure(rows, sc, grid, claims, workers, log)
+    grid = curve_rates(max((r["goodput_rps"] or 0.0 for r in rows), default=0.0), req.curve_points)
+    curves, measured = _measure(rows, sc, grid, claims, req.workers, log)
     wall = time.perf_counter() - t0
     if grid:
         log(f"measured every system at its goodput and at {len(grid)} common rates")
 
     res = {
-        "command": command,
-        "scenario": {**scenario_dict(sc), "tolerance": tolerance, "min_rps": min_rps, "max_rps": max_rps},
-        "budget": {"hardware": hardware, "machines": machines, "cost_per_hour": budget.cost_per_hour,
+        "command": req.command,
+        "scenario": {**scenario_dict(sc), "tolerance": req.tolerance, "min_rps": req.min_rps, "max_rps": req.max_rps},
+        "budget": {"hardware": req.hardware, "machines": req.machines, "cost_per_hour": budget.cost_per_hour,
                    "split_design": designs.get(True, budget.design(True)).name,
                    "unsplit_design": designs.get(False, budget.design(False)).name},
         "assumption": ASSUMPTION,
@@ -94,33 +80,12 @@ def run_compare(*, out: Path, command: str, workload: str = "coding", model: str
         "search": {"simulated": ev.simulated, "cached": ev.cached, "measured": measured,
                    "wall_s": wall, "workers": ev.width},
     }
-    if config is not None:   # the command's options (config_file.effective_config): compare --config results.json
-        res["config"] = config
+    if req.config is not None:   # the command's options (cli/config_file.py effective_config): compare --config results.json
+        res["config"] = req.config
     if catalog is not None:
         res["catalog"] = catalog.note()
-    write_outputs(res, out)
+    write_outputs(res, req.out)
     return res
-
-
-def _check(names: list[str], duration: float, tolerance: float, min_rps: float, max_rps: float | None,
-           machines: int, workers: int | None, curve_points: int) -> float:
-    """The options checked (UserError names the first wrong one); the rate search's ceiling."""
-    for n in names:
-        if n not in SYSTEMS:
-            raise UserError(f"unknown --system {n!r}; choose from: {', '.join(SYSTEMS)}")
-    if not (math.isfinite(duration) and duration > 0):
-        raise UserError(f"--duration must be positive seconds, got {duration}")
-    if not (0 < tolerance < 1):
-        raise UserError(f"--tolerance must be in (0, 1), got {tolerance}")
-    if max_rps is None:
-        max_rps = MAX_RPS_PER_MACHINE * max(machines, 1)
-    if not (0 < min_rps < max_rps and math.isfinite(max_rps)):
-        raise UserError(f"need 0 < --min-rps < --max-rps, got {min_rps} and {max_rps}")
-    if workers is not None and workers < 1:
-        raise UserError(f"--workers must be at least 1, got {workers}")
-    if curve_points < 0:
-        raise UserError(f"--curve-points must be >= 0, got {curve_points}")
-    return max_rps
 
 
 def _goodput(ev: Evaluator, name: str, budget: Budget, sc: Scenario, rates: RateRange,
