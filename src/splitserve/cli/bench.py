@@ -5,6 +5,8 @@ command runs."""
 from __future__ import annotations
 
 import json
+import math
+import sys
 from pathlib import Path
 from typing import Annotated, List, Optional
 
@@ -56,9 +58,6 @@ def bench(
 ) -> None:
     """Replay a workload open-loop against a live OpenAI-compatible server; measure TTFT, TBT, TPOT
     and E2E at the client; write summary.json with the simulator's metric names (and vLLM's)."""
-    import math
-    import sys
-
     from ..bench.run import BenchOptions, failure_message, run_bench
 
     if max_context is not None and max_context < 2:

@@ -12,6 +12,9 @@ import typer
 
 from ..errors import UserError
 from ..provision.command import run_provision
+from ..provision.configs import plot_pareto, print_config_search, run_config_search
+from ..provision.placement import print_placement, run_placement
+from ..provision.plan import RateLattice, RateRange
 from ..provision.report import infeasible_message, print_result, write_result
 from ..provision.request import ProvisionRequest
 from ..report.goodput import from_options
@@ -78,9 +81,6 @@ def provision(
     cat = user_catalog(catalog)
     show = not (quiet or json_out)
     if objective == "capacity-per-dollar":
-        from ..provision.configs import plot_pareto, print_config_search, run_config_search
-        from ..provision.plan import RateLattice, RateRange
-
         slo = from_options(goodput_ttft, goodput_tpot)
         res = run_config_search(
             designs=design or ["baseline-a100"], model=model, workload=workload, duration=duration, seed=seed,
@@ -99,8 +99,6 @@ def provision(
         _show(res, json_out, print_config_search, res["best"] is not None)
         return
     if objective == "goodput-per-gpu":  # DistServe's placement (provision/placement.py)
-        from ..provision.placement import print_placement, run_placement
-
         res = run_placement(placement=placement or "low-affinity", rps=rps, model=model, workload=workload,
                             goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, nodes=nodes, max_pp=max_pp,
                             requests=probe_requests, seed=seed, profile=str(profile) if profile else None,

@@ -17,8 +17,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..engine.hf_export import client_tokenizer_note
 from ..errors import UserError
+from ..nodes.ray_cluster import local_ip
 from ..policy.config import PolicyConfig, policy_options
+from ..serve.config import RequestLimits, ServeConfig
 from .lists import ListedHelp
 
 app = typer.Typer()
@@ -70,8 +73,6 @@ def serve(
     policy: PolicyConfig = PolicyConfig(),
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API with phase-split prompt/token workers."""
-    from ..serve.config import RequestLimits, ServeConfig
-
     if api_key_file is not None:
         try:
             api_key = open(api_key_file, encoding="utf-8").readline().strip()
@@ -85,7 +86,6 @@ def serve(
     if max_body_mb <= 0:
         raise UserError("--max-body-mb must be > 0")
     if worker_host is None:   # the router's socket: where every worker can reach it
-        from ..nodes.ray_cluster import local_ip
         worker_host = local_ip(ray_address) if backend == "ray" else "127.0.0.1"
     cfg = ServeConfig(model=model, prompt_workers=prompt_workers, token_workers=token_workers,
                       mixed_workers=mixed_workers, design=design, host=host, port=port, api_key=api_key,
@@ -122,8 +122,6 @@ def _start(cfg, tokenizer_dir: Path | None, http_impl: str, loop_impl: str) -> N
                         "pip install torch==2.13.0 '.[serve]' (CPU PyTorch; with a GPU, install your CUDA "
                         "build of torch first and leave out the pin)")
     cfg.check_host()                       # device and port, before any worker starts
-    from ..engine.hf_export import client_tokenizer_note
-
     note = client_tokenizer_note(cfg.model, tokenizer_dir)   # for benchmark clients (guidellm, aiperf)
     if note is not None:
         print(f"splitserve serve: {note}", file=sys.stderr)

@@ -21,7 +21,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ..cluster.designs import Parallelism
 from ..nodes.fingerprint import code_fingerprint
+from ..policy.config import PolicyConfig, make_policy
+from ..report.goodput import GoodputSLO
+from ..sim.run import run_simulation
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -103,30 +107,17 @@ class Outcome:
 def job_policy(job: Job):
     """The PolicyConfig a job runs under: the default or its serving system's, without the mixed
     pool and with a named machine scheduler when the job says so."""
-    from dataclasses import replace
-
-    from ..errors import UserError
-    from ..policy.config import PolicyConfig, make_policy
-
     pol = make_policy({}, job.system) if job.system else PolicyConfig()
     if not job.mixed_pool:
         pol = replace(pol, routing=replace(pol.routing, mixed_pool=False))
     if job.scheduler is not None:
-        try:
-            pol = replace(pol, batching=replace(pol.batching, scheduler=job.scheduler))
-        except TypeError:
-            raise UserError(f"machine scheduler {job.scheduler!r}: this build's policy has no named "
-                            "machine schedulers") from None
+        pol = replace(pol, batching=replace(pol.batching, scheduler=job.scheduler))
     if job.batch_cap or job.chunk_size:
         pol = replace(pol, batching=replace(pol.batching, max_seqs=job.batch_cap, chunk_size=job.chunk_size))
     return pol
 
 
 def run_job(job: Job) -> Outcome:
-    from ..cluster.designs import Parallelism
-    from ..report.goodput import GoodputSLO
-    from ..sim.run import run_simulation
-
     s = run_simulation(design=job.design, **job.counts(), model=job.model, workload=job.workload,
                        rps=job.rps, duration=job.duration, seed=job.seed, profile=job.profile,
                        goodput=GoodputSLO(*job.goodput) if job.goodput else None,
