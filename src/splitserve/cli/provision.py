@@ -1,6 +1,6 @@
 """`splitserve provision`: the cluster to buy. The cost, power, machines, throughput and batch
 objectives are one ProvisionRequest (provision/request.py) for `run_provision`; capacity-per-dollar
-is provision/configs.py's search, goodput-per-gpu provision/placement.py's."""
+is provision/configs.py's search, goodput-per-gpu provision/placement/'s."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def provision(
                 typer.echo(f"wrote {out / 'provision.json'} and the Pareto plots")
         _show(res, json_out, print_config_search, res["best"] is not None)
         return
-    if objective == "goodput-per-gpu":  # DistServe's placement (provision/placement.py)
+    if objective == "goodput-per-gpu":  # DistServe's placement (provision/placement/)
         res = run_placement(placement=placement or "low-affinity", rps=rps, model=model, workload=workload,
                             goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, nodes=nodes, max_pp=max_pp,
                             requests=probe_requests, seed=seed, profile=str(profile) if profile else None,

@@ -39,7 +39,7 @@ def serve(
     port: Annotated[int, typer.Option(help="HTTP port (0: any free port).")] = 8000,
     api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="SPLITSERVE_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/* and /debug/*. Prefer the environment variable or --api-key-file: a command line is visible to every local user.")] = None,
     api_key_file: Annotated[Optional[str], typer.Option("--api-key-file", help="Read the API key from this file (its first line).")] = None,
-    backend: Annotated[str, typer.Option(help="local (worker processes here) or ray (one Ray actor per worker, spread over the nodes of a local Ray instance or of the cluster at --ray-address; README: Ray across hosts).")] = "local",
+    backend: Annotated[str, typer.Option(help="local (worker processes here) or ray (one Ray actor per worker, spread over the nodes of a local Ray instance or of the cluster at --ray-address; docs/ray.md).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address, HOST:PORT of its head (default: start a local Ray instance).")] = None,
     worker_host: Annotated[Optional[str], typer.Option("--worker-host", help="Address the router's internal socket (and local workers' KV sockets) bind to; every worker must reach it (default: 127.0.0.1; with --backend ray --ray-address, this host's IP as the Ray cluster sees it, and each Ray worker binds its own node's IP).")] = None,
     device: Annotated[str, typer.Option(help="Worker device: cpu, cuda or auto.")] = "cpu",

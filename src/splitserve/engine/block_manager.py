@@ -8,7 +8,7 @@ again, so sharing them is safe.
 
 Pools: blocks reserved but not yet written. `set_pool(key, n)` holds `n` blocks aside under `key`
 (out of the free list, in no table), and `append(..., pool=key)` takes a sequence's new blocks
-from that pool only. EcoServe's KV pipelining (policy/schedulers/ecoserve.py) so runs for real: a
+from that pool only. EcoServe's KV pipelining (policy/schedulers/ecoserve/) so runs for real: a
 host's reservation is its pool, and the guests it hosts write into blocks from it.
 """
 

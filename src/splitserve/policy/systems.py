@@ -20,7 +20,7 @@ system's. `compare` (compare/) runs them side by side.
     aladdin      unsplit; Aladdin's best-fit placement by predicted KV and batch latency against
                  TTFT and ATGT SLOs, re-prediction of outlived lengths, workers scaled to the
                  arrival rate of the last 30 s (policy/aladdin.py), the 100-token bucket predictor
-    ecoserve     unsplit, JSQ; EcoServe's machine scheduler (policy/schedulers/ecoserve.py): prompt
+    ecoserve     unsplit, JSQ; EcoServe's machine scheduler (policy/schedulers/ecoserve/): prompt
                  and generation queues, KV for the predicted output (its ShareGPT estimate, 73.2% at
                  15% padding), same-length groups, KV-cache pipelining
 """

@@ -19,7 +19,7 @@ from .search import first_true
 # Seconds of simulator time per simulated request, for the estimate printed before a search.
 # Measured with `splitserve simulate --json` (sim.wall_s / requests) on this project's 2-core dev
 # VM: 67-117 us for coding at 5-80 req/s on 3P+3T to 30P+30T DGX-H100, 256 us for conversation at
-# 40 req/s on 20P+20T; the README's 70 x 70 cost search (23 simulations of 8,400 requests in
+# 40 req/s on 20P+20T; docs/provision.md's 70 x 70 cost search (23 simulations of 8,400 requests in
 # 21.6 s on 2 workers) comes to about 220 us. ASSUMED: 200 us, whatever the cluster and machine.
 SECONDS_PER_REQUEST = 200e-6
 
@@ -52,7 +52,7 @@ def simulation_bound(objective: str, d, lim: plan.Limits, rates: plan.RateRange,
     - throughput: each of the C largest splits within the budget takes one probe and, when it
       passes, a whole rate search (W over the lattice's rates), then the answer: C * (1 + W) + 1.
     - batch: one simulation per candidate, C.
-    A bound, not a forecast: the staircase search usually stops far below it (the README's 70 x 70
+    A bound, not a forecast: the staircase search usually stops far below it (docs/provision.md's 70 x 70
     cost search took 23 of at most 577 with 2 workers)."""
     if objective in plan.OBJECTIVES:
         if d.split:

@@ -44,7 +44,7 @@ class Job:
     model: str = "llama2-70b"
     profile: str | None = None
     goodput: tuple[float, float] | None = None   # (TTFT, TPOT) SLOs, s: DistServe's attainment is the SLO
-    # DistServe's simulations (provision/placement.py); the defaults are the Splitwise searches'
+    # DistServe's simulations (provision/placement/); the defaults are the Splitwise searches'
     parallel: tuple | None = None   # designs.Parallelism fields: (tp, pp, prompt_tp, prompt_pp, token_tp, token_pp)
     scheduler: str | None = None    # machine-level scheduler by name (policy BatchingConfig.scheduler)
     mixed_pool: bool = True         # False: DistServe's pools, no overflow into a mixed pool

@@ -11,7 +11,7 @@ The setup, as the paper gives it and where it does not (ASSUMED):
   scripts/neighbour_workloads.py), clipped to OPT's 2,048-token context; Poisson arrivals at rates
   around this instance's capacity (the paper's 36, 28 and 1.2 req/s are beyond it: ASSUMED grid),
   for a fixed time per dataset (so that an overload shows as growing latency), at most a cap.
-- Systems: `ecoserve` (policy/schedulers/ecoserve.py) with the dataset's predictor (77.5/73.2/69.8%
+- Systems: `ecoserve` (policy/schedulers/ecoserve/) with the dataset's predictor (77.5/73.2/69.8%
   at 10/15/20% padding), its Oracle (the true lengths), `vllm` as `--policy vllm` (prefill-first;
   a waiting prompt preempts the youngest decodes, recomputed later), the same without preemption
   (`vllm-np`: KV reserved whole never needs to grow, so vLLM v0 would not preempt), and FastGen as

@@ -12,7 +12,7 @@ from ..policy.config import PolicyConfig
 
 @dataclass(frozen=True, slots=True)
 class RequestLimits:
-    """What one request may ask of the front end (schema.py, api.py); README "Reliability"."""
+    """What one request may ask of the front end (schema.py, api.py); docs/reliability.md."""
 
     max_body_bytes: int = 8 << 20     # HTTP 413 past this (before the body is read, if announced)
     max_stop_strings: int = 16        # OpenAI allows 4; vLLM has no limit
