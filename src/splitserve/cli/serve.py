@@ -17,7 +17,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..engine.hf_export import client_tokenizer_note
 from ..errors import UserError
 from ..nodes.ray_cluster import local_ip
 from ..policy.config import PolicyConfig, policy_options
@@ -116,12 +115,14 @@ def serve(
 def _start(cfg, tokenizer_dir: Path | None, http_impl: str, loop_impl: str) -> None:
     """Check what the server needs on this host (the serve extra, the device and port, CURVE, Ray
     and its nodes) before any worker starts, then run it until it is stopped."""
-    missing = next((m for m in ("fastapi", "uvicorn", "zmq") if find_spec(m) is None), None)
+    missing = next((m for m in ("fastapi", "uvicorn", "zmq", "tokenizers") if find_spec(m) is None), None)
     if missing is not None:
         raise UserError(f"serving needs the serve extra ({missing} is missing): in the splitserve checkout run "
                         "pip install torch==2.13.0 '.[serve]' (CPU PyTorch; with a GPU, install your CUDA "
                         "build of torch first and leave out the pin)")
     cfg.check_host()                       # device and port, before any worker starts
+    from ..engine.hf_export import client_tokenizer_note   # the engine extra: imported when serving
+
     note = client_tokenizer_note(cfg.model, tokenizer_dir)   # for benchmark clients (guidellm, aiperf)
     if note is not None:
         print(f"splitserve serve: {note}", file=sys.stderr)
