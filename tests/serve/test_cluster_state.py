@@ -92,6 +92,7 @@ def reported(m: Machine, b, sched) -> BatchReport:
     Scheduler.schedule), by id."""
     rep = BatchReport()
     rep.sched = sched.report(m, lambda r: str(r.id))
+    assert sched.check_report(rep.sched) is None   # what it reports passes its own wire check
     if b is not None:
         rep.chunks = [(str(r.id), c) for r, c in zip(b.prompts, b.chunks)]
         rep.preempted = [str(r.id) for r in b.preempted]

@@ -31,6 +31,11 @@ class WorkerReports:
         if type(msg) is Out:
             self._on_step_end(w, msg.items)
         elif type(msg) is Step:
+            bad = self.cluster.sched.check_report(msg.sched)   # the machine scheduler's own report
+            if bad is not None:
+                self.chan.malformed += 1
+                print(f"router: worker {w.id} sent a malformed message: step: {bad}", file=sys.stderr)
+                return
             live = lambda rids: [q.pr for q in map(get, rids) if q is not None]  # noqa: E731
             chunks = [(q, n) for q, n in ((get(rid), n) for rid, n in msg.chunks) if q is not None]
             now = time.perf_counter()

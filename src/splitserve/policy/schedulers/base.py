@@ -52,6 +52,12 @@ class MachineScheduler:
         nothing to tell."""
         return None
 
+    def check_report(self, rep: Any) -> str | None:
+        """Why `rep`, a step's report as it came off the wire, is not one `report` makes (None: it
+        is); the router drops a step whose report is malformed, as it drops any malformed message.
+        The default reports nothing, so anything but None is malformed."""
+        return None if rep is None else "this machine scheduler reports nothing"
+
     def apply_report(self, m: Machine, rep: Any, get: Callable[[str], Request | None]) -> "Applying":
         """A view of machine `m` kept elsewhere (the router's) applies a step's report `rep` (from
         `report`, None when it told nothing; `get`: request id -> the view's request, None when it

@@ -103,7 +103,7 @@ from .families import families, settle
 from .order import host, set_host
 from .sizing import Sizing, park
 from .start import prompt_room, start_gts, start_prompts, unstick
-from .view import SizingView
+from .view import SizingView, check_sizing
 
 
 def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
@@ -152,6 +152,9 @@ class EcoServe(MachineScheduler):
 
     def report(self, m: Machine, rid: Callable[[Request], str]) -> Any:
         return None if m.sched is None else m.sched.encode(rid)
+
+    def check_report(self, rep: Any) -> str | None:
+        return check_sizing(rep)
 
     def apply_report(self, m: Machine, rep: Any, get: Callable[[str], Request | None]) -> Applying:
         return SizingView(m, rep, get)

@@ -53,3 +53,31 @@ class SizingView(Applying):
 
     def planned(self, r: Request) -> bool:
         return r in self.planned_
+
+
+_ID = (str,)
+_N = (int,)
+# each part of a report (Sizing.encode): what its records hold, in order
+_PARTS = (("rehosted", (_ID, _ID)), ("parked", None), ("grown", (_ID, _N)), ("resumed", (_ID, _N, _ID)),
+          ("planned", None))
+
+
+def check_sizing(rep: Any) -> str | None:
+    """Why `rep` is not a report `Sizing.encode` makes (None: it is, or it is None): five lists, of
+    request ids (parked, planned) or of records [id, host id] (rehosted), [id, tokens >= 0] (grown),
+    [id, tokens >= 0, host id] (resumed)."""
+    if rep is None:
+        return None
+    if not isinstance(rep, list) or len(rep) != len(_PARTS):
+        return f"sched: expected a list of {len(_PARTS)} lists"
+    for (name, fields), part in zip(_PARTS, rep):
+        if not isinstance(part, list):
+            return f"sched.{name}: expected a list"
+        for i, item in enumerate(part):
+            if fields is None:
+                if not isinstance(item, str):
+                    return f"sched.{name}: item {i} is not a request id"
+            elif (not isinstance(item, list) or len(item) != len(fields)
+                  or any(type(v) not in t or (t is _N and v < 0) for v, t in zip(item, fields))):
+                return f"sched.{name}: item {i} is not a record of {len(fields)} fields as it should be"
+    return None
