@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from splitserve.policy.schedulers import SCHEDULERS
 from splitserve.serve.messages import Hello, Step, StepChunk, WireParams
 from splitserve.serve.protocol import boot_id
 from splitserve.serve.reports import WorkerReports
@@ -24,7 +25,8 @@ class Reports(WorkerReports):
     def __init__(self, boot: str | None) -> None:
         self.boot, self.reqs = boot, RequestTable()
         self.metrics = SimpleNamespace(step=lambda *a: None)
-        self.cluster = SimpleNamespace(step_started=lambda *a: None, up=lambda *a: None)
+        self.cluster = SimpleNamespace(step_started=lambda *a: None, up=lambda *a: None,
+                                       sched=SCHEDULERS["splitwise"])
         self.sup = SimpleNamespace(hello=lambda *a: True)
 
     def request(self, wire: str, first_at: float = 0.0):
