@@ -32,10 +32,11 @@ def test_ecoserve_accepts_what_sizing_encodes():
     ([{}, [], [], [], []], "sched.rehosted: expected a list"),
     ([[["a"]], [], [], [], []], "sched.rehosted: item 0 is not a record of 2 fields as it should be"),
     ([[], [3], [], [], []], "sched.parked: item 0 is not a request id"),
-    ([[], [], [["b", -1]], [], []], "sched.grown: item 0 is not a record of 2 fields as it should be"),
+    ([[], [], [["b", 0]], [], []], "sched.grown: item 0 is not a record of 2 fields as it should be"),
     ([[], [], [["b", True]], [], []], "sched.grown: item 0 is not a record of 2 fields as it should be"),
     ([[], [], [["b", 1.5]], [], []], "sched.grown: item 0 is not a record of 2 fields as it should be"),
     ([[], [], [], [["d", 32, 7]], []], "sched.resumed: item 0 is not a record of 3 fields as it should be"),
+    ([[], [], [], [["d", 0, "b"]], []], "sched.resumed: item 0 is not a record of 3 fields as it should be"),
     ([[], [], [], [], [None]], "sched.planned: item 0 is not a request id"),
 ])
 def test_ecoserve_names_what_is_malformed(rep, why):

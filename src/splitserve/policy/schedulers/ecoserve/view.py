@@ -64,8 +64,8 @@ _PARTS = (("rehosted", (_ID, _ID)), ("parked", None), ("grown", (_ID, _N)), ("re
 
 def check_sizing(rep: Any) -> str | None:
     """Why `rep` is not a report `Sizing.encode` makes (None: it is, or it is None): five lists, of
-    request ids (parked, planned) or of records [id, host id] (rehosted), [id, tokens >= 0] (grown),
-    [id, tokens >= 0, host id] (resumed)."""
+    request ids (parked, planned) or of records [id, host id] (rehosted), [id, tokens >= 1] (grown),
+    [id, tokens >= 1, host id] (resumed)."""
     if rep is None:
         return None
     if not isinstance(rep, list) or len(rep) != len(_PARTS):
@@ -78,6 +78,6 @@ def check_sizing(rep: Any) -> str | None:
                 if not isinstance(item, str):
                     return f"sched.{name}: item {i} is not a request id"
             elif (not isinstance(item, list) or len(item) != len(fields)
-                  or any(type(v) not in t or (t is _N and v < 0) for v, t in zip(item, fields))):
+                  or any(type(v) not in t or (t is _N and v < 1) for v, t in zip(item, fields))):
                 return f"sched.{name}: item {i} is not a record of {len(fields)} fields as it should be"
     return None
