@@ -10,11 +10,12 @@ from splitserve.catalog import load_model
 from splitserve.cluster.designs import make_cluster
 from splitserve.sim.kv_transfer import Link
 from splitserve.sim.simulator import SimConfig, Simulation
+from splitserve.twin.machine import NoPower
 from splitserve.workload import RequestSpec
 
 
-class Flat:
-    """A perf and power model where everything takes one second and draws nothing."""
+class Flat(NoPower):
+    """A perf and power model where everything takes one second and draws nothing (NoPower)."""
 
     source = "flat"
     attention = 0.0
@@ -24,15 +25,6 @@ class Flat:
 
     def token_time(self, batch: int, context: int) -> float:
         return 1.0
-
-    def prompt_power_w(self, tokens: int) -> float:
-        return 0.0
-
-    def token_power_w(self, batch: int) -> float:
-        return 0.0
-
-    def idle_power_w(self) -> float:
-        return 0.0
 
 
 class OneSecondStep:
