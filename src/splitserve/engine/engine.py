@@ -18,6 +18,11 @@ and raises StepFailed naming them; every other request carries on, and the engin
 A request added with `isolated=True` never shares a step with another one (scheduler.py), so a
 suspect request cannot take others down with it.
 
+With `tp` > 1 the engine is rank 0 of a tensor-parallel group (parallel.py, sharding.py): it
+starts the other ranks, sends each step to them, and samples from its own logits; the KV its
+connector sees is whole. A step that fails there, or a rank that died, raises GroupFailed: the
+group cannot go on (`close()` stops it).
+
 KV transfer to and from other processes goes through `connector` (kv_connector.py: the
 KVConnector contract; None, the default: no transfer). The engine calls it from its step (a step
 with prompts starts, each layer's K/V of the prompts it streams, the step's end), when a
@@ -37,25 +42,26 @@ import torch
 from ..errors import UserError
 from ..policy.machine import BatchingConfig
 from .block_manager import BlockManager
-from .build import default_num_blocks, default_tokenizer, resolve_model
+from .build import build_weights, default_num_blocks, default_tokenizer, resolve_model
 from .config import ModelConfig
+from .conveniences import Conveniences
 from .device import keep_freed_memory, resolve_device, resolve_dtype
-from .kv_cache import KVAllocator, KVCache
+from .kv_cache import KVAllocator, KVCache, KVExport
 from .kv_connector import KVConnector
 from .kv_host import KVHostMixin
-from .loader import load_model
-from .model import build_model, init_random
-from .model_runner import run_batch
-from .outputs import PrefillResult, RequestOutput, StepFailed
+from .model_runner import execute, prepare
+from .outputs import RequestOutput, StepFailed
+from .parallel import GroupFailed, KVShards, RankSpec, start_group
 from .request_checks import check_request
 from .sampler import Sampler, SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence, Status
+from .sharding import Shard
 from .stopping import finish_text, stop_reason
 from .tokenizer import Tokenizer
 
 
-class LLMEngine(KVHostMixin):
+class LLMEngine(KVHostMixin, Conveniences):
     def __init__(self, model: str | Path | ModelConfig, *, device: str | torch.device = "cpu",
                  dtype: str | torch.dtype = "auto", seed: int = 0, weight_seed: int = 0,
                  block_size: int = 16,
@@ -63,7 +69,7 @@ class LLMEngine(KVHostMixin):
                  max_model_len: int | None = None, max_num_seqs: int = 256,
                  batching: BatchingConfig = BatchingConfig(),
                  cuda_graphs: bool = False, tokenizer: Tokenizer | None | str = "auto",
-                 kv_alloc: KVAllocator | None = None, connector: KVConnector | None = None) -> None:
+                 kv_alloc: KVAllocator | None = None, connector: KVConnector | None = None, tp: int = 1) -> None:
         """model: a Hugging Face checkpoint directory, a preset name (random weights from
         `weight_seed`; see presets.py) or a ModelConfig. device: cpu, cuda[:N] or auto. dtype:
         float32, bfloat16, float16 or auto (float32 on CPU; the checkpoint's dtype, else
@@ -77,28 +83,35 @@ class LLMEngine(KVHostMixin):
         steps from CUDA graphs (CUDA only). tokenizer: a Tokenizer, None, or "auto" (the
         checkpoint's tokenizer.json; the byte-level one for `tiny`). kv_alloc: where the KV cache tensor is
         allocated (default torch.zeros; serve/shm.py puts it in memory a peer can map).
-        connector: KV transfer (kv_connector.py), also settable later (`engine.connector = c`)."""
+        connector: KV transfer (kv_connector.py), also settable later (`engine.connector = c`).
+        tp: tensor parallel size (rank r on cuda:(N + r) for device cuda:N; all on the CPU else)."""
         self.device = resolve_device(device)
+        if cuda_graphs and self.device.type != "cuda":
+            raise UserError("cuda_graphs needs a CUDA device")
         if self.device.type == "cpu":
             keep_freed_memory()
         cfg, path = resolve_model(model)
-        self.cfg = cfg
+        self.cfg, shard = cfg, Shard.of(cfg, 0, tp)
         self.dtype = resolve_dtype(dtype, self.device, cfg)
         self.max_model_len = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
-        if path is not None:
-            self.model = load_model(path, self.device, self.dtype, self.max_model_len, cfg)
-        else:
-            self.model = build_model(cfg, self.device, self.dtype, self.max_model_len)
-            init_random(self.model, weight_seed)
+        self.model = build_weights(cfg, path, self.device, self.dtype, self.max_model_len, shard, weight_seed)
         if tokenizer == "auto":
             tokenizer = default_tokenizer(model, path, cfg)
         self.tokenizer: Tokenizer | None = tokenizer  # type: ignore[assignment]
         self.eos_ids = set(cfg.eos_token_ids)
 
         num_blocks = num_blocks or default_num_blocks(cfg, self.dtype, self.device, self.max_model_len, block_size,
-                                                      max_num_seqs, kv_cache_bytes)
-        self.kv = KVCache(cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim,
+                                                      max_num_seqs, kv_cache_bytes, shard.kv_heads)
+        self.kv = KVCache(cfg.num_layers, num_blocks, block_size, shard.kv_heads, cfg.head_dim,
                           self.dtype, self.device, alloc=kv_alloc)
+        self.ranks = self.group = None
+        if tp > 1:
+            self.ranks = start_group(RankSpec(model, self.device.type, self.device.index or 0, self.dtype, weight_seed,
+                                              self.max_model_len, num_blocks, block_size, torch.get_num_threads(),
+                                              cuda_graphs, max_num_seqs), tp)
+            self.group = self.ranks.group
+            self.model.set_reduce(self.group.all_reduce)
+        self.shards = KVShards(self.kv, self.group, shard, cfg.num_kv_heads)
         self.model.bind_kv_cache(self.kv.layers())
         self.blocks = BlockManager(num_blocks, block_size)
         self.max_seq_len = min(self.max_model_len, num_blocks * block_size)
@@ -108,8 +121,6 @@ class LLMEngine(KVHostMixin):
         self.sampler = Sampler(self.device, seed)
         self.graphs = None
         if cuda_graphs:
-            if self.device.type != "cuda":
-                raise UserError("cuda_graphs needs a CUDA device")
             from .cuda_graph import DecodeGraphs
             self.graphs = DecodeGraphs(self.model, self.kv, max_num_seqs, self.blocks.blocks_for(self.max_seq_len))
         self._seqs: dict[str, Sequence] = {}
@@ -123,6 +134,7 @@ class LLMEngine(KVHostMixin):
         self._connector: KVConnector | None = None
         self._kv_hooked = False
         self._kv_saves: dict[str, torch.Tensor] = {}  # streamed prompts of the running step -> slot ids
+        self._exports: dict[str, KVExport] = {}  # prompts of the running step whose KV goes whole
         self.connector = connector
 
     # ---- requests ----------------------------------------------------------------------
@@ -191,12 +203,14 @@ class LLMEngine(KVHostMixin):
                 started = self._kv_start(batch)
                 new = self._step(batch, copies)
             except Exception as e:
+                if self.group is not None:  # the ranks may be in different places now
+                    raise GroupFailed(f"a tensor-parallel step failed: {e!r}") from e
                 self.scheduler.batch = None
                 for seq, _ in batch:
                     self.abort(seq.request_id)  # the connector hears of each (request_dropped)
                 raise StepFailed([seq.request_id for seq, _ in batch], e) from e
             finally:
-                self._kv_saves = {}
+                self._kv_saves, self._exports = {}, {}
                 if started:
                     self._connector.end_step()
         outputs, self._stashed = self._stashed + new, []
@@ -204,12 +218,23 @@ class LLMEngine(KVHostMixin):
 
     def _step(self, batch: list[tuple[Sequence, int]], copies: list[tuple[int, int]]) -> list[RequestOutput]:
         """Run a scheduled batch: the model, then a token for each sequence at its last position."""
-        self.kv.copy_blocks(copies)
         batch.sort(key=lambda sn: sn[1] > 1)  # decodes (one token) first
         self.current_batch = batch
         self.last_shape = [(seq.num_computed, n) for seq, n in batch]
+        inp, samplers = prepare(self.kv, self.blocks, batch)
+        inp.copies = copies
+        exports = [(seq.request_id, self.kv.slots(self.blocks.block_table(seq.request_id), 0, len(seq.prompt_ids)))
+                   for seq, n in batch if seq.prefill_only and seq.export_kv
+                   and seq.num_computed + n >= len(seq.prompt_ids)]
         try:
-            logits, samplers = run_batch(self.model, self.kv, self.blocks, self.graphs, self.device, batch)
+            if self.group is not None:
+                self.ranks.check()
+                inp.saves = [s.tolist() for s in self._kv_saves.values()]
+                inp.exports = [slots for _, slots in exports]
+                self.group.send(("step", inp))
+            logits = execute(self.model, self.kv, self.graphs, self.device, inp)
+            for rid, slots in exports:  # every rank gathers its heads of each, in this order
+                self._exports[rid] = KVExport(self.shards.gather(None, self.shards._slots(slots)))
         finally:
             self.current_batch = []
         for seq, n in batch:
@@ -230,8 +255,7 @@ class LLMEngine(KVHostMixin):
         reason = stop_reason(seq, tok, self.eos_ids, self.tokenizer)
         kv = None
         if seq.prefill_only:
-            if seq.export_kv:
-                kv = self.kv.export_request(self.blocks.block_table(seq.request_id), len(seq.prompt_ids))
+            kv = self._exports.pop(seq.request_id, None)
             reason = reason or "prefill"
         if reason is not None:
             seq.finish_reason = reason
@@ -247,44 +271,8 @@ class LLMEngine(KVHostMixin):
                              reason is not None, reason, seq.text, kv,
                              list(seq.logits) if seq.params.return_logits else None)
 
-    # ---- conveniences ------------------------------------------------------------------
-    def generate(self, prompts: list[list[int]] | list[str],
-                 params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
-        """Run the prompts to completion together; final outputs in prompt order."""
-        plist = params if isinstance(params, list) else [params] * len(prompts)
-        ids: list[str] = []
-        try:
-            for p, sp in zip(prompts, plist, strict=True):
-                ids.append(self.add_request(p, sp))
-        except Exception:
-            for rid in ids:  # all or nothing
-                self.abort(rid)
-            raise
-        final: dict[str, RequestOutput] = {}
-        while len(final) < len(ids):
-            for out in self.step():
-                if out.finished:
-                    final[out.request_id] = out
-        return [final[i] for i in ids]
-
-    def prefill_only(self, prompt_ids: list[int] | str, params: SamplingParams | None = None,
-                     request_id: str | None = None) -> PrefillResult:
-        """Prefill one prompt now (prompt worker): its first token and the prompt's KV.
-
-        Other requests in this engine advance too; their outputs come with the next `step()`. If a
-        step fails (StepFailed), this request is dropped too and the error propagates."""
-        rid = self.add_request(prompt_ids, params, request_id, prefill_only=True)
-        mine: list[RequestOutput] = []  # its one output: it finishes at its first token
-        others: list[RequestOutput] = []
-        try:
-            while not mine:
-                for out in self.step():
-                    (mine if out.request_id == rid else others).append(out)
-        except StepFailed:
-            self.abort(rid)
-            raise
-        finally:
-            self._stashed = others + self._stashed
-        out = mine[0]
-        return PrefillResult(rid, out.token_ids[0], out.kv, out.finish_reason != "prefill", out.finish_reason,
-                             out.logits)
+    def close(self) -> None:
+        """Stop the other ranks of a tensor-parallel group (nothing to do at tp 1)."""
+        if self.ranks is not None:
+            self.ranks.close()
+            self.ranks = self.group = None

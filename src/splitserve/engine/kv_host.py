@@ -23,8 +23,9 @@ from .stopping import stop_reason
 
 
 class KVHostMixin:
-    """LLMEngine's KV-transfer methods (the engine provides cfg, kv, blocks, model, scheduler,
-    _seqs, _reserved, _connector, _kv_hooked, _kv_saves and _new_sequence)."""
+    """LLMEngine's KV-transfer methods (the engine provides cfg, kv, shards, blocks, model,
+    scheduler, _seqs, _reserved, _connector, _kv_hooked, _kv_saves and _new_sequence). K/V comes
+    and goes with every KV head (`shards`: the group's heads at tensor parallel > 1)."""
 
     @property
     def connector(self) -> KVConnector | None:
@@ -96,9 +97,8 @@ class KVHostMixin:
     def _kv_layer_hook(self, i: int):
         def hook(module, args, output):
             saves = self._kv_saves
-            if saves:
-                flat = self.kv.data[i].view(2, -1, self.cfg.num_kv_heads, self.cfg.head_dim)
-                self._connector.save_layer(i, {rid: flat[:, slots] for rid, slots in saves.items()})
+            if saves:  # whole heads: every rank of a tensor-parallel group gathers its own to rank 0
+                self._connector.save_layer(i, {rid: self.shards.gather(i, slots) for rid, slots in saves.items()})
         return hook
 
     # ---- the token side ----------------------------------------------------------------------
@@ -109,13 +109,12 @@ class KVHostMixin:
         import the prompt's KV, then decode from `first_token` on. isolated: as in `add_request`."""
         if kv.num_tokens != len(prompt_ids):
             raise UserError(f"KV covers {kv.num_tokens} tokens but the prompt has {len(prompt_ids)}")
+        expect = (self.cfg.num_layers, 2, self.cfg.num_kv_heads, self.cfg.head_dim)
+        got = (kv.num_layers, kv.data.shape[1], *kv.data.shape[3:])
+        if got != expect:
+            raise UserError(f"KV shape (layers, 2, kv_heads, head_dim) {got} does not match this model's {expect}")
         rid = self._reserve(prompt_ids, params, request_id, isolated)
-        try:
-            self.blocks.free(rid)  # import_request allocates the blocks it fills
-            self.kv.import_request(kv, self.blocks, rid, reserve=1)
-        except ValueError as e:
-            self.release_kv(rid)
-            raise UserError(str(e)) from None
+        self.shards.write(None, self.kv.slots(self.blocks.block_table(rid), 0, kv.num_tokens), kv.data)
         self.start_reserved(rid, first_token)
         return rid
 
@@ -152,10 +151,7 @@ class KVHostMixin:
                 or start < 0 or start + n > len(self._seqs[request_id].prompt_ids) + 1):
             raise UserError(f"KV of layer {layer}, shape {tuple(data.shape)} from position {start} does not fit "
                             f"request {request_id!r}")
-        table = self.blocks.block_table(request_id)
-        slots = torch.tensor(self.kv.slots(table, start, start + n), dtype=torch.long, device=self.device)
-        flat = self.kv.data[layer].view(2, -1, self.cfg.num_kv_heads, self.cfg.head_dim)
-        flat[:, slots] = data.to(device=self.device, dtype=self.kv.data.dtype)
+        self.shards.write(layer, self.kv.slots(self.blocks.block_table(request_id), start, start + n), data)
 
     def release_kv(self, request_id: str) -> bool:
         """Drop a reservation whose transfer failed; True if there was one."""
@@ -191,4 +187,4 @@ class KVHostMixin:
         seq = self._seqs.get(request_id)
         if seq is None or not self.blocks.has(request_id):
             raise UserError(f"request {request_id!r} holds no KV in this engine")
-        return self.kv.export_request(self.blocks.block_table(request_id), seq.num_computed)
+        return KVExport(self.shards.read(None, self.kv.slots(self.blocks.block_table(request_id), 0, seq.num_computed)))

@@ -4,6 +4,10 @@ RMSNorm, SwiGLU MLP), final RMSNorm, LM head (tied or not).
 It works on a flattened batch: `forward(input_ids (T,), positions (T,), meta)` returns the final
 hidden states (T, hidden); `compute_logits` applies the LM head to the rows that need sampling.
 q/k/v and gate/up are fused into one matmul each; the loader splits Hugging Face weights into them.
+
+Built for one rank of a tensor-parallel group (`shard`, sharding.py), a layer holds that rank's
+heads and intermediate columns; its output and down projections are row-parallel (`RowLinear`):
+the rank's partial product goes through `reduce` (the group's all-reduce) before the bias.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from torch import nn
 
 from .attention import AttentionMetadata, paged_attention
 from .config import ModelConfig, rope_inv_freq
+from .sharding import Shard
 
 
 FEW_ROWS = 8  # logits rows up to which compute_logits multiplies the other way round on CPU
@@ -58,12 +63,27 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(dtype)
 
 
+def _no_reduce(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+class RowLinear(nn.Linear):
+    """A row-parallel linear layer: this rank's input columns, the group's sum, then the bias
+    (whole on every rank, added once). `reduce` is set by the group (identity alone)."""
+
+    reduce = staticmethod(_no_reduce)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.reduce(F.linear(x, self.weight))
+        return y if self.bias is None else y + self.bias
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int, shard: Shard) -> None:
         super().__init__()
-        self.nh, self.kvh, self.hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.nh, self.kvh, self.hd = shard.heads, shard.kv_heads, cfg.head_dim
         self.qkv_proj = nn.Linear(cfg.hidden_size, (self.nh + 2 * self.kvh) * self.hd, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=cfg.o_bias)
+        self.o_proj = RowLinear(self.nh * self.hd, cfg.hidden_size, bias=cfg.o_bias)
         self.scale = self.hd ** -0.5
         self.window = cfg.window_for_layer(layer)
         self.k_cache: torch.Tensor | None = None  # (blocks, block_size, kv_heads, hd), bound later
@@ -80,10 +100,10 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, shard: Shard) -> None:
         super().__init__()
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * shard.inter, bias=cfg.mlp_bias)
+        self.down_proj = RowLinear(shard.inter, cfg.hidden_size, bias=cfg.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -91,12 +111,12 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int, shard: Shard) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg, layer)
+        self.self_attn = Attention(cfg, layer, shard)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg, shard)
 
     def forward(self, x, cos, sin, meta):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta)
@@ -104,17 +124,24 @@ class DecoderLayer(nn.Module):
 
 
 class CausalLM(nn.Module):
-    def __init__(self, cfg: ModelConfig, max_len: int | None = None) -> None:
+    def __init__(self, cfg: ModelConfig, max_len: int | None = None, shard: Shard | None = None) -> None:
         super().__init__()
         self.cfg = cfg
+        self.shard = shard or Shard.of(cfg)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, self.shard) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.rotary = Rotary(cfg, max_len or cfg.max_position_embeddings)
 
     def lm_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def set_reduce(self, reduce) -> None:
+        """The group's all-reduce, for every row-parallel layer (tensor parallel only)."""
+        for m in self.modules():
+            if isinstance(m, RowLinear):
+                m.reduce = reduce
 
     def bind_kv_cache(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         for layer, (k, v) in zip(self.layers, layers, strict=True):
@@ -137,10 +164,11 @@ class CausalLM(nn.Module):
 
 
 def build_model(cfg: ModelConfig, device: str | torch.device, dtype: torch.dtype,
-                max_len: int | None = None) -> CausalLM:
-    """An uninitialised model of `cfg` on `device` in `dtype` (the loader or `init_random` fills it)."""
+                max_len: int | None = None, shard: Shard | None = None) -> CausalLM:
+    """An uninitialised model of `cfg` (a rank's `shard` of it) on `device` in `dtype` (the loader
+    or `init_random` fills it)."""
     with torch.device("meta"):
-        model = CausalLM(cfg, max_len).to(dtype)  # no memory yet: cast before materialising
+        model = CausalLM(cfg, max_len, shard).to(dtype)  # no memory yet: cast before materialising
     model = model.to_empty(device=device)
     model.rotary.build(device)
     return model.eval().requires_grad_(False)
@@ -155,14 +183,18 @@ def init_random(model: CausalLM, seed: int) -> None:
     kind of device. Not across kinds: CUDA's generator draws other numbers than the CPU's, so a
     preset on cuda is another model than on cpu (compare a GPU run with a GPU reference). Drawing
     on the CPU and copying would make them one, at the price of drawing 8 B numbers on the CPU
-    for llama3-8b at every start."""
+    for llama3-8b at every start. A rank of a tensor-parallel group draws every whole matrix, in
+    the same order, and keeps its part: the same model at every tp."""
     device = model.embed_tokens.weight.device
     gen = torch.Generator(device=device).manual_seed(seed)
-    std = model.cfg.init_std
+    cfg, shard = model.cfg, model.shard
+    with torch.device("meta"):
+        shapes = {n: p.shape for n, p in CausalLM(cfg, 1).named_parameters()}  # the whole model's
     for name, p in model.named_parameters():
         if name.endswith("norm.weight"):
             p.fill_(1.0)
         elif name.endswith("bias"):
             p.zero_()
         else:
-            p.copy_(torch.empty(p.shape, dtype=torch.float32, device=device).normal_(0.0, std, generator=gen))
+            whole = torch.empty(shapes[name], dtype=torch.float32, device=device)
+            p.copy_(shard.take(cfg, name, whole.normal_(0.0, cfg.init_std, generator=gen)))
