@@ -3,6 +3,8 @@
     splitserve serve --model tiny --prompt-workers 1 --token-workers 1
     splitserve serve --model /models/llama3-8b --prompt-workers 2 --token-workers 2 --device cuda
     splitserve serve --model tiny --design baseline --mixed-workers 2 --api-key secret
+    splitserve serve --model llama3-8b --device cuda --prompt-tp 2 --token-tp 1
+    splitserve serve --plan out/provision.json --device cuda --scale-to-fit
 
 The options become one ServeConfig (serve/config.py); the server's modules (the `serve` extra:
 fastapi, uvicorn, zmq) are imported when the command runs.
@@ -19,21 +21,29 @@ import typer
 
 from ..errors import UserError
 from ..nodes.ray_cluster import local_ip
-from ..policy.config import PolicyConfig, policy_options
+from ..policy.config import OPTIONS, PolicyConfig, policy_options
 from ..serve.config import RequestLimits, ServeConfig
 from .lists import ListedHelp
 
 app = typer.Typer()
+PARALLEL = "Parallelism and plans"
+PLAN_SETS = ("prompt_workers", "token_workers", "mixed_workers", "design", "tp", "prompt_tp", "token_tp")
 
 
 @app.command(cls=ListedHelp)
 @policy_options
 def serve(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option(help="A Hugging Face-format directory or a preset: {presets}.")] = "tiny",
     prompt_workers: Annotated[int, typer.Option("--prompt-workers", help="Workers in the prompt pool.")] = 1,
     token_workers: Annotated[int, typer.Option("--token-workers", help="Workers in the token pool.")] = 1,
     mixed_workers: Annotated[int, typer.Option("--mixed-workers", help="Workers in the mixed pool.")] = 0,
     design: Annotated[str, typer.Option(help="splitwise (phase split) or baseline (every request whole on one mixed worker).")] = "splitwise",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel processes of each worker, one per GPU (gloo on CPU), every pool's unless --prompt-tp/--token-tp say otherwise (the mixed pool runs at --tp). Locally, CUDA workers get tp GPUs each (CUDA_VISIBLE_DEVICES); on Ray, a worker's actor asks for tp GPUs of one node.", rich_help_panel=PARALLEL)] = 1,
+    prompt_tp: Annotated[Optional[int], typer.Option(help="--tp of the prompt pool's workers (default --tp).", rich_help_panel=PARALLEL)] = None,
+    token_tp: Annotated[Optional[int], typer.Option(help="--tp of the token pool's workers (default --tp).", rich_help_panel=PARALLEL)] = None,
+    plan: Annotated[Optional[Path], typer.Option(help="Serve what `splitserve provision` (its provision.json) or `simulate` (its summary.json) chose: the pools' workers and tp, the model (where the engine has a preset of that name) and the policy; checked against this host's GPUs (CPU cores with --device cpu) first.", rich_help_panel=PARALLEL)] = None,
+    scale_to_fit: Annotated[bool, typer.Option("--scale-to-fit", help="--plan: shrink the plan to this host (its GPUs; with --device cpu, its CPU cores), the prompt:token ratio kept as near as it can be; prints each change.", rich_help_panel=PARALLEL)] = False,
     host: Annotated[str, typer.Option(help="Address the HTTP server binds to.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="HTTP port (0: any free port).")] = 8000,
     api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="SPLITSERVE_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/* and /debug/*. Prefer the environment variable or --api-key-file: a command line is visible to every local user.")] = None,
@@ -87,7 +97,7 @@ def serve(
     if worker_host is None:   # the router's socket: where every worker can reach it
         worker_host = local_ip(ray_address) if backend == "ray" else "127.0.0.1"
     cfg = ServeConfig(model=model, prompt_workers=prompt_workers, token_workers=token_workers,
-                      mixed_workers=mixed_workers, design=design, host=host, port=port, api_key=api_key,
+                      mixed_workers=mixed_workers, design=design, tp=tp, prompt_tp=prompt_tp, token_tp=token_tp, host=host, port=port, api_key=api_key,
                       backend=backend, ray_address=ray_address, worker_host=worker_host, device=device,
                       dtype=dtype, cuda_graphs=cuda_graphs, policy=policy, transfer_timeout_s=transfer_timeout, heartbeat_timeout_s=heartbeat_timeout,
                       transport=transport, kv_encryption=kv_encryption, max_queue=max_queue, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
@@ -98,28 +108,63 @@ def serve(
                       drain_timeout_s=drain_timeout, log_stats_interval_s=log_stats_interval, step_log_dir=str(step_log.resolve()) if step_log else None,
                       limits=RequestLimits(max_body_bytes=int(max_body_mb * 2 ** 20), max_stop_strings=max_stop_strings,
                                            max_stop_chars=max_stop_chars))
-    if policy.split is False and design == "splitwise":
-        design = cfg.design = "baseline"   # an unsplit system: the prompt and token workers all mixed
-    if policy.split and design == "baseline":
-        raise UserError(f"--policy {policy.system} splits the phases: give --design splitwise")
-    if design == "baseline":
-        # baseline: every worker is mixed; --mixed-workers K of them, else prompt + token workers
-        cfg.mixed_workers = mixed_workers or prompt_workers + token_workers
-        cfg.prompt_workers = cfg.token_workers = 0
+    if plan is not None:
+        _use_plan(ctx, cfg, plan, scale_to_fit)
+    else:
+        if scale_to_fit:
+            raise UserError("--scale-to-fit shrinks a --plan: give --plan FILE")
+        if policy.split is False and design == "splitwise":
+            design = cfg.design = "baseline"   # an unsplit system: the prompt and token workers all mixed
+        if policy.split and design == "baseline":
+            raise UserError(f"--policy {policy.system} splits the phases: give --design splitwise")
+        if design == "baseline":
+            # baseline: every worker is mixed; --mixed-workers K of them, else prompt + token workers
+            cfg.mixed_workers = mixed_workers or prompt_workers + token_workers
+            cfg.prompt_workers = cfg.token_workers = 0
     cfg.validate()
     if step_log is not None:
         step_log.mkdir(parents=True, exist_ok=True)
     _start(cfg, tokenizer_dir, http_impl, loop_impl)
 
 
-def _start(cfg, tokenizer_dir: Path | None, http_impl: str, loop_impl: str) -> None:
-    """Check what the server needs on this host (the serve extra, the device and port, CURVE, Ray
-    and its nodes) before any worker starts, then run it until it is stopped."""
+def _use_plan(ctx: typer.Context, cfg: ServeConfig, path: Path, scale: bool) -> None:
+    """The plan in `path` onto `cfg` (serve/deploy.py); what the command line gave beside it wins."""
+    def given(name: str) -> bool:     # by the source's name: typer bundles its own click
+        src = ctx.get_parameter_source(name)
+        return src is not None and src.name in ("COMMANDLINE", "ENVIRONMENT")
+
+    clash = [f"--{n.replace('_', '-')}" for n in PLAN_SETS if given(n)]
+    if clash:
+        raise UserError(f"--plan sets the pools, their workers and tp: leave {', '.join(clash)} out (or edit the plan)")
+    _require_serve_extra()                 # the plan's checks import the engine's model config
+    from ..serve.deploy import Given, apply_plan
+    from ..serve.plan import read_plan
+
+    def value(path: str):
+        v = cfg.policy
+        for part in path.split("."):
+            v = getattr(v, part)
+        return v
+
+    apply_plan(cfg, read_plan(path), str(path), scale,
+               Given(model=given("model"), max_num_seqs=given("max_num_seqs"),
+                     policy={o.path: value(o.path) for o in OPTIONS if given(o.name.replace("-", "_"))},
+                     system=cfg.policy.system if given("policy_system") else ""),
+               log=lambda line: print(f"splitserve serve: --plan: {line}", file=sys.stderr, flush=True))
+
+
+def _require_serve_extra() -> None:
     missing = next((m for m in ("fastapi", "uvicorn", "zmq", "tokenizers") if find_spec(m) is None), None)
     if missing is not None:
         raise UserError(f"serving needs the serve extra ({missing} is missing): in the splitserve checkout run "
                         "pip install torch==2.13.0 '.[serve]' (CPU PyTorch; with a GPU, install your CUDA "
                         "build of torch first and leave out the pin)")
+
+
+def _start(cfg, tokenizer_dir: Path | None, http_impl: str, loop_impl: str) -> None:
+    """Check what the server needs on this host (the serve extra, the model's tp, the devices and
+    port, CURVE, Ray and its nodes) before any worker starts, then run it until it is stopped."""
+    _require_serve_extra()
     cfg.check_host()                       # device and port, before any worker starts
     from ..engine.hf_export import client_tokenizer_note   # the engine extra: imported when serving
 

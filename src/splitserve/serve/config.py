@@ -42,6 +42,10 @@ class ServeConfig:
     device: str = "cpu"
     dtype: str = "auto"
     cuda_graphs: bool = False            # decode-only steps of CUDA workers replay CUDA graphs (engine/cuda_graph.py)
+    tp: int = 1                          # tensor-parallel processes (GPUs) per worker: every pool's default
+    prompt_tp: int | None = None         # the prompt pool's (default: tp); the mixed pool runs at tp
+    token_tp: int | None = None          # the token pool's (default: tp)
+    gpu_ids: tuple[str, ...] = ()        # this host's GPUs the local workers share out (gpus.py); (): none
     seed: int = 0
     num_blocks: int | None = None        # KV blocks per worker (default: the engine's)
     max_num_seqs: int = 256
@@ -64,15 +68,42 @@ class ServeConfig:
     debug_fail_token: int | None = None  # tests only: a step holding a prompt with this token raises
     echo_token_delay_s: float = 0.0      # echo mode only: one token per step, steps this long
 
-    def max_model_len(self) -> int:
-        """The served model's context, from its config (a preset or a checkpoint's config.json)."""
+    def model_config(self):
+        """The served model's ModelConfig (a preset or a checkpoint's config.json)."""
         from pathlib import Path
 
         from ..engine.config import ModelConfig
         from ..engine.presets import get_preset
 
         p = Path(self.model)
-        return (ModelConfig.from_dir(p) if p.is_dir() else get_preset(self.model)).max_position_embeddings
+        return ModelConfig.from_dir(p) if p.is_dir() else get_preset(self.model)
+
+    def max_model_len(self) -> int:
+        """The served model's context, from its config."""
+        return self.model_config().max_position_embeddings
+
+    def pool_tp(self, home: str) -> int:
+        """The tensor parallel of a worker of pool `home` (prompt, token, mixed)."""
+        own = {"prompt": self.prompt_tp, "token": self.token_tp}.get(home)
+        return self.tp if own is None else own
+
+    def worker_tps(self) -> list[int]:
+        """Each worker's tensor parallel, by worker id."""
+        return [self.pool_tp(h) for h in self.homes()]
+
+    def check_tp(self) -> None:
+        """Every pool's tp is one the model's heads can take (engine/sharding.py; one error line)."""
+        pools = {h: self.pool_tp(h) for h in self.homes() if self.pool_tp(h) > 1}
+        if self.worker_mode != "engine" or not pools:
+            return                      # echo workers ignore tp
+        from ..engine.sharding import check_tp
+
+        cfg = self.model_config()
+        for home, tp in pools.items():
+            try:
+                check_tp(cfg, tp)
+            except UserError as e:
+                raise UserError(f"--model {self.model}, {home} pool: {e}") from None
 
     def worker_policy(self) -> PolicyConfig:
         """The policy as each worker runs it: its engine admits at most max_num_seqs requests."""
@@ -114,6 +145,18 @@ class ServeConfig:
             raise UserError(f"--backend must be local or ray, got {self.backend!r}")
         if self.worker_mode not in ("engine", "echo"):
             raise UserError(f"--worker-mode must be engine or echo, got {self.worker_mode!r}")
+        if min(self.tp, self.prompt_tp or 1, self.token_tp or 1) < 1:
+            raise UserError("--tp, --prompt-tp and --token-tp must be at least 1")
+        if not self.split and (self.prompt_tp is not None or self.token_tp is not None):
+            raise UserError("--prompt-tp and --token-tp set the prompt and token pools; --design baseline runs "
+                            "one mixed pool: give --tp")
+        big = max(self.worker_tps())
+        if self.transport == "local" and big > 1:
+            raise UserError(f"--transport local writes KV into one process's cache, and a worker at tp {big} is "
+                            f"{big} processes: use --transport tcp (or nccl) with tensor parallelism")
+        if big > 1 and self.device.startswith("cuda:") and self.backend == "local":
+            raise UserError(f"--device {self.device} puts every worker on one GPU; a worker at tp {big} needs {big} "
+                            f"of its own: use --device cuda (each worker gets its own GPUs)")
         if self.transport not in ("tcp", "local"):
             raise UserError(f"--transport must be tcp or local, got {self.transport!r} "
                             f"(NCCL is not implemented)")
@@ -151,10 +194,11 @@ class ServeConfig:
             raise UserError(f"--port must be in 0..65535, got {self.port}")
 
     def check_host(self) -> None:
-        """What this host must offer before any worker starts: the device the workers run on (when
-        they run here) and a free HTTP port. uvicorn binds its port only after its startup, which
+        """What this host must offer before any worker starts: a tp the model's heads can take, the
+        devices the workers run on (when they run here: enough GPUs for every group) and a free HTTP port. uvicorn binds its port only after its startup, which
         starts the workers, so a busy port would otherwise surface after them as `[Errno 98]`. The
         port can still be taken between this check and uvicorn's bind (then that error remains)."""
+        self.check_tp()
         self.check_device()
         self.check_port()
 
@@ -162,11 +206,11 @@ class ServeConfig:
         if self.worker_mode != "engine" or (self.backend == "ray" and self.ray_address):
             return                  # echo workers compute nothing; a Ray cluster's may be elsewhere
         if self.device == "auto":
-            if self.cuda_graphs:
-                import torch
-                if not torch.cuda.is_available():
-                    raise UserError("--cuda-graphs needs CUDA workers, but --device auto runs them on the CPU "
-                                    "here: use --device cuda on a host with a GPU, or leave --cuda-graphs out")
+            import torch
+            if self.cuda_graphs and not torch.cuda.is_available():
+                raise UserError("--cuda-graphs needs CUDA workers, but --device auto runs them on the CPU "
+                                "here: use --device cuda on a host with a GPU, or leave --cuda-graphs out")
+            self.share_gpus()
             return
         import torch
 
@@ -186,6 +230,18 @@ class ServeConfig:
         if dev.index is not None and dev.index >= n:
             raise UserError(f"--device {self.device}: this host has {n} CUDA device{'s' if n > 1 else ''} "
                             f"(cuda:0..cuda:{n - 1})")
+        if dev.index is None:
+            self.share_gpus()
+
+    def share_gpus(self) -> None:
+        """Local CUDA workers: this host's GPUs, to share out by worker (gpus.py), checked to be
+        enough for every group; none (as before) on a Ray backend, whose actors ask Ray for theirs."""
+        from .gpus import assign, gpus_present
+
+        ids = tuple(gpus_present()) if self.backend == "local" else ()
+        if ids:
+            assign(self.homes(), self.worker_tps(), len(ids), share=self.transport != "nccl")   # UserError: too few
+        self.gpu_ids = ids
 
     def check_port(self) -> None:
         """Bind (host, port) once, as uvicorn will (SO_REUSEADDR, so a port in TIME_WAIT passes)."""

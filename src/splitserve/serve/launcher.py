@@ -2,15 +2,19 @@
 
 A launcher turns a worker id and its argument list into a running worker and answers whether it
 is still alive. Local workers are child processes (`python -m splitserve.serve.worker ...`) in
-their own session, killed with the server. Ray workers are one actor each, whose `run` method is
+their own session, killed with the server; a CUDA worker's process sees only its own GPUs (its
+`--gpus`, made its CUDA_VISIBLE_DEVICES: gpus.py). Ray workers are one actor each, whose `run` method is
 the worker's main loop; the router finds them by their `hello`.
 
 Ray: `join_ray` (the serve command, before the server starts) starts or joins Ray
 (ray_cluster.connect), checks that every node runs this splitserve and that the cluster has the
-GPUs the workers ask for. An actor asks for one GPU when its worker runs on CUDA (`--device
-cuda`, or `auto` on a cluster that has GPUs; the engine has no tensor parallelism, so one GPU per
-worker) and for one CPU otherwise; actors are placed with Ray's SPREAD strategy (over the nodes
-that have the resources, one after another). Joined to a cluster (`--ray-address`), each worker
+GPUs the workers ask for. A worker at tensor parallel `tp` (its pool's --tp) is one actor, whose
+engine spawns its tp-1 follower processes on the actor's node: it asks for `tp` GPUs when it runs
+on CUDA (`--device cuda`, or `auto` on a cluster that has GPUs), and `tp` CPUs. One actor's
+resources come from one node, so a group is packed on one node with its GPUs, as a placement
+group of one `tp`-GPU bundle (STRICT_PACK) would place it; Ray sets the actor's
+CUDA_VISIBLE_DEVICES to them and the followers inherit it. Actors are placed with Ray's SPREAD
+strategy (over the nodes that have the resources, one after another). Joined to a cluster (`--ray-address`), each worker
 binds its KV endpoint on the IP Ray knows its node by, so workers on other nodes can reach it; the
 router binds `--worker-host`, by default this host's IP as the cluster sees it (cli/serve.py). On
 a local Ray instance every worker binds `--worker-host` (127.0.0.1 by default). The launcher logs
@@ -34,7 +38,10 @@ class LocalLauncher:
         self.env.setdefault("OMP_NUM_THREADS", "1")
 
     def start(self, wid: int, argv: list[str]) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "splitserve.serve.worker", *argv], env=self.env,
+        env = self.env
+        if "--gpus" in argv:     # its own GPUs (gpus.py)
+            env = {**env, "CUDA_VISIBLE_DEVICES": argv[argv.index("--gpus") + 1]}
+        return subprocess.Popen([sys.executable, "-m", "splitserve.serve.worker", *argv], env=env,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 
     @staticmethod
@@ -66,9 +73,28 @@ def wants_gpu(device: str, cluster_gpus: float) -> bool:
     return device.startswith("cuda") or (device == "auto" and cluster_gpus > 0)
 
 
-def actor_resources(device: str, cluster_gpus: float) -> dict:
-    """The resources one worker's actor asks Ray for (the engine has no tensor parallelism)."""
-    return {"num_gpus": 1, "num_cpus": 1} if wants_gpu(device, cluster_gpus) else {"num_cpus": 1}
+def actor_resources(device: str, cluster_gpus: float, tp: int = 1) -> dict:
+    """The resources one worker's actor asks Ray for: a GPU and a CPU per process of its group."""
+    return {"num_gpus": tp, "num_cpus": tp} if wants_gpu(device, cluster_gpus) else {"num_cpus": tp}
+
+
+def ray_gpu_check(cfg, cluster_gpus: float, node_gpus: list[float]) -> str | None:
+    """Why the Ray cluster cannot hold the workers' GPUs (None: it can): every group's `tp` GPUs on
+    one node, and all of them in the cluster."""
+    if not wants_gpu(cfg.device, cluster_gpus):
+        return None
+    from .gpus import describe, groups_of
+
+    tps = cfg.worker_tps()
+    what = describe(groups_of(cfg.homes(), tps))
+    if sum(tps) > cluster_gpus:
+        return (f"--device {cfg.device}: {what} ask Ray for {sum(tps)} GPUs; the Ray cluster has {cluster_gpus:g}: "
+                f"give fewer workers, a smaller tp, more GPU nodes, or --device cpu")
+    most = max(node_gpus, default=0)
+    if max(tps) > most:
+        return (f"--device {cfg.device}: a worker at tp {max(tps)} needs {max(tps)} GPUs on one node; the Ray "
+                f"cluster's largest node has {most:g}: give a smaller tp")
+    return None
 
 
 def join_ray(cfg, log=None) -> None:
@@ -81,14 +107,14 @@ def join_ray(cfg, log=None) -> None:
     nodes = check_nodes()
     gpus = ray.cluster_resources().get("GPU", 0)
     n = len(cfg.homes())
-    if wants_gpu(cfg.device, gpus) and n > gpus:
+    why = ray_gpu_check(cfg, gpus, [nd.get("Resources", {}).get("GPU", 0) for nd in nodes])
+    if why:
         ray.shutdown()
-        raise UserError(f"--device {cfg.device}: the {n} workers ask Ray for one GPU each; the Ray cluster has "
-                        f"{gpus:g}: give fewer workers, more GPU nodes, or --device cpu")
+        raise UserError(why)
     if log:
-        per = "one GPU" if wants_gpu(cfg.device, gpus) else "one CPU"
+        per = "GPU" if wants_gpu(cfg.device, gpus) else "CPU"
         log(f"Ray: {len(nodes)} node{'s' * (len(nodes) != 1)}, each with this splitserve; {n} workers, "
-            f"{per} each, spread over the nodes")
+            f"one {per} per tensor-parallel process, each worker's group on one node, spread over the nodes")
 
 
 class RayLauncher:
@@ -117,7 +143,8 @@ class RayLauncher:
     def start(self, wid: int, argv: list[str]):
         from .worker_args import parse_args
 
-        res = actor_resources(parse_args(argv).device, self.gpus)
+        args = parse_args(argv)
+        res = actor_resources(args.device, self.gpus, args.tp)
         actor = self.actor_cls.options(scheduling_strategy="SPREAD", runtime_env=self.env, **res).remote()
         return (wid, actor, actor.where.remote(), actor.run.remote(argv, self.node_ip))
 

@@ -8,17 +8,24 @@ import argparse
 
 from ..policy.config import PolicyConfig
 from .config import ServeConfig
+from .gpus import worker_devices
 
 
 def worker_argv(cfg: ServeConfig, w, router_address: str) -> list[str]:
-    """The arguments of worker `w` (a supervisor.WorkerInfo) of the cluster `cfg`."""
+    """The arguments of worker `w` (a supervisor.WorkerInfo) of the cluster `cfg`: its pool's --tp
+    and, for a local CUDA worker, its own GPUs (gpus.py: --gpus, which the launcher makes its
+    CUDA_VISIBLE_DEVICES, or --device cuda:N with --transport local)."""
+    device, visible = worker_devices(cfg.homes(), cfg.worker_tps(), cfg.gpu_ids, w.id, cfg.transport == "local")
     argv = ["--id", str(w.id), "--gen", str(w.gen), "--router", router_address, "--model", cfg.model,
-            "--host", cfg.worker_host, "--device", cfg.device, "--dtype", cfg.dtype,
+            "--host", cfg.worker_host, "--device", device or cfg.device, "--dtype", cfg.dtype,
+            "--tp", str(cfg.pool_tp(w.home)),
             "--seed", str(cfg.seed), "--max-num-seqs", str(cfg.max_num_seqs),
             "--threads", str(cfg.worker_threads), "--transport", cfg.transport,
             "--transfer-timeout-s", str(cfg.transfer_timeout_s), "--worker-mode", cfg.worker_mode,
             "--kv-encryption", "on" if cfg.kv_encrypted() else "off",
             "--orphan-timeout-s", str(cfg.worker_orphan_timeout_s), "--policy", cfg.worker_policy().to_json()]
+    if visible is not None:
+        argv += ["--gpus", visible]
     if cfg.cuda_graphs:
         argv += ["--cuda-graphs"]
     if cfg.echo_token_delay_s:
@@ -50,6 +57,8 @@ def parse_args(argv=None, description: str = "a splitserve worker") -> argparse.
     ap.add_argument("--host", default="127.0.0.1", help="address to bind the inbound KV endpoint on")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel processes of this worker, one per device")
+    ap.add_argument("--gpus", default=None, help="the GPUs the launcher gave this worker (its CUDA_VISIBLE_DEVICES)")
     ap.add_argument("--cuda-graphs", action="store_true", help="replay decode-only steps from CUDA graphs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--num-blocks", type=int, default=None)

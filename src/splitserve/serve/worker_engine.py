@@ -1,7 +1,11 @@
 """What a worker runs: its engine, built from its command line (worker_args.py), and a request's
 sampling parameters, turned from the wire's `WireParams` into the engine's SamplingParams.
 
-An echo worker (--worker-mode echo) runs serve/echo.py's stand-in and never imports torch."""
+A worker at --tp N is a group of N processes: its engine spawns the N-1 followers and joins them
+(engine/engine.py), and stops them when it closes or this process dies.
+
+An echo worker (--worker-mode echo) runs serve/echo.py's stand-in and never imports torch; it
+ignores --tp (one process, no device)."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ def build_engine(args, kv_alloc=None):
     engine = LLMEngine(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                        num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
                        batching=args.policy.batching, tokenizer=None, kv_alloc=kv_alloc,
-                       cuda_graphs=args.cuda_graphs)
+                       cuda_graphs=args.cuda_graphs, tp=args.tp)
     if args.debug_fail_token is not None:
         fail_on_token(engine, args.debug_fail_token)
     return engine
