@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--no-cuda-graphs", action="store_true")
     ap.add_argument("--name", default=None, help="result file name (without .json)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor parallel ranks (gloo on CPU: one process each)")
     add_threads_arg(ap)
     args = ap.parse_args(argv)
     apply_threads(args.threads)
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     batches = [int(b) for b in args.batch_sizes.split(",")]
     graphs = device.type == "cuda" and not args.no_cuda_graphs
     total = args.context + args.warmup + args.steps + 2
-    eng = LLMEngine(args.model, device=device, dtype=args.dtype, max_num_seqs=max(batches),
+    eng = LLMEngine(args.model, device=device, dtype=args.dtype, tp=args.tp, max_num_seqs=max(batches),
                     max_model_len=total, num_blocks=max(batches) * -(-total // 16) + 1,
                     batching=BatchingConfig(prompt_token_cap=max(2048, args.context)), cuda_graphs=graphs)
     cfg = eng.cfg
@@ -86,12 +87,12 @@ def main(argv: list[str] | None = None) -> dict:
               f"ratio {row['ratio_to_measured_bound']:.2f}", flush=True)
         sync(device)
 
-    result = {"benchmark": "decode", "model": args.model, "dtype": str(eng.dtype).removeprefix("torch."),
+    result = {"benchmark": "decode", "model": args.model, "tp": args.tp, "dtype": str(eng.dtype).removeprefix("torch."),
               "params": cfg.num_params(), "weight_bytes_per_step": weight_bytes,
               "context": args.context, "steps": args.steps, "cuda_graphs": graphs,
               "bandwidth_measured_Bps": bw_measured, "bandwidth_datasheet_Bps": bw_sheet,
               "machine": machine_info(device), "results": rows}
-    name = args.name or f"decode-{device.type}-{args.model}-{result['dtype']}"
+    name = args.name or f"decode-{device.type}-{args.model}-{result['dtype']}" + (f"-tp{args.tp}" if args.tp > 1 else "")
     print(f"wrote {write_result(name, result)}")
     return result
 

@@ -44,12 +44,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tokens", type=int, default=2048 if cuda else 512)
     ap.add_argument("--reps", type=int, default=10 if cuda else 5)
     ap.add_argument("--name", default=None, help="result file name (without .json)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor parallel ranks (gloo on CPU: one process each)")
     add_threads_arg(ap)
     args = ap.parse_args(argv)
     apply_threads(args.threads)
 
     device = torch.device(args.device)
-    eng = LLMEngine(args.model, device=device, dtype=args.dtype, max_num_seqs=1,
+    eng = LLMEngine(args.model, device=device, dtype=args.dtype, tp=args.tp, max_num_seqs=1,
                     max_model_len=args.tokens + 8, batching=BatchingConfig(prompt_token_cap=args.tokens))
     cfg = eng.cfg
     gen = torch.Generator().manual_seed(0)
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         peak, peak_src = None, None
     measured_peak = measured_matmul_flops(device, eng.dtype)
-    result = {"benchmark": "prefill", "model": args.model, "dtype": str(eng.dtype).removeprefix("torch."),
+    result = {"benchmark": "prefill", "model": args.model, "tp": args.tp, "dtype": str(eng.dtype).removeprefix("torch."),
               "tokens": args.tokens, **s, "flops": flops, "achieved_flops_per_s": achieved,
               "tokens_per_s": args.tokens / (s["median_ms"] / 1e3),
               "peak_flops_per_s": peak, "peak_source": peak_src,
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"prefill {args.tokens} tokens: {s['median_ms']:.2f} ms, {achieved / 1e12:.3f} TFLOP/s "
           f"({result['fraction_of_measured_matmul']:.0%} of measured matmul"
           + (f", {result['fraction_of_peak']:.0%} of {peak / 1e12:.0f} TFLOP/s peak" if peak else "") + ")")
-    name = args.name or f"prefill-{device.type}-{args.model}-{result['dtype']}"
+    name = args.name or f"prefill-{device.type}-{args.model}-{result['dtype']}" + (f"-tp{args.tp}" if args.tp > 1 else "")
     print(f"wrote {write_result(name, result)}")
     return result
 

@@ -40,7 +40,7 @@ def hf_llama(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("model", ["small-2l", "hf-llama"])
+@pytest.mark.parametrize("model", ["small", "hf-llama"])
 def test_greedy_tokens_at_tp_2_and_4_equal_tp_1(model, hf_llama):
     name = str(hf_llama) if model == "hf-llama" else model
     ps = prompts(20, 250)

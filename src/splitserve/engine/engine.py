@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import weakref
 from pathlib import Path
 
 import torch
@@ -111,6 +112,7 @@ class LLMEngine(KVHostMixin, Conveniences):
                                               cuda_graphs, max_num_seqs), tp)
             self.group = self.ranks.group
             self.model.set_reduce(self.group.all_reduce)
+            weakref.finalize(self, self.ranks.close)  # also at exit: followers stop quietly
         self.shards = KVShards(self.kv, self.group, shard, cfg.num_kv_heads)
         self.model.bind_kv_cache(self.kv.layers())
         self.blocks = BlockManager(num_blocks, block_size)
