@@ -13,7 +13,7 @@ from splitserve.errors import UserError
 from splitserve.serve import gpus
 from splitserve.serve.config import ServeConfig
 from splitserve.serve.gpus import assign, describe, groups_of, worker_devices
-from splitserve.serve.launcher import LocalLauncher, actor_resources, ray_gpu_check
+from splitserve.serve.launcher import LocalLauncher, actor_resources, ray_fit_check
 from splitserve.serve.supervisor import WorkerInfo
 from splitserve.serve.worker_args import parse_args, worker_argv
 
@@ -96,12 +96,18 @@ def test_ray_actor_asks_for_tp_gpus_of_one_node():
     assert actor_resources("cuda", 8, 4) == {"num_gpus": 4, "num_cpus": 4}
     assert actor_resources("cpu", 8, 2) == {"num_cpus": 2}
     cfg = ServeConfig(prompt_workers=2, token_workers=1, prompt_tp=2, token_tp=4, device="cuda", backend="ray")
-    assert ray_gpu_check(cfg, 8, [8]) is None
-    assert ray_gpu_check(cfg, 16, [4, 4, 4, 4]) is None
-    assert "ask Ray for 8 GPUs; the Ray cluster has 6" in ray_gpu_check(cfg, 6, [6])
+    gpus = lambda *per: ({"GPU": sum(per), "CPU": 64}, [{"GPU": g, "CPU": 16} for g in per])
+    assert ray_fit_check(cfg, *gpus(8)) is None
+    assert ray_fit_check(cfg, *gpus(4, 4, 4, 4)) is None
+    assert "2 prompt workers x tp 2 + 1 token worker x tp 4 ask Ray for 8 GPUs; the Ray cluster has 6" in \
+        ray_fit_check(cfg, *gpus(6))
     assert "a worker at tp 4 needs 4 GPUs on one node; the Ray cluster's largest node has 2" in \
-        ray_gpu_check(cfg, 8, [2, 2, 2, 2])
-    assert ray_gpu_check(ServeConfig(device="cpu", tp=8, backend="ray"), 0, []) is None
+        ray_fit_check(cfg, *gpus(2, 2, 2, 2))
+    # CPU groups at tp > 1 ask tp CPUs of one node; at tp 1, one CPU each, unchecked as before
+    cpus = lambda *per: ({"CPU": sum(per)}, [{"CPU": c} for c in per])
+    assert "ask Ray for 16 CPUs; the Ray cluster has 2" in ray_fit_check(ServeConfig(tp=8, backend="ray"), *cpus(2))
+    assert ray_fit_check(ServeConfig(tp=2, backend="ray"), *cpus(4)) is None
+    assert ray_fit_check(ServeConfig(prompt_workers=5, backend="ray"), *cpus(2)) is None
 
 
 def fake_gpus(monkeypatch, n: int) -> None:

@@ -78,21 +78,23 @@ def actor_resources(device: str, cluster_gpus: float, tp: int = 1) -> dict:
     return {"num_gpus": tp, "num_cpus": tp} if wants_gpu(device, cluster_gpus) else {"num_cpus": tp}
 
 
-def ray_gpu_check(cfg, cluster_gpus: float, node_gpus: list[float]) -> str | None:
-    """Why the Ray cluster cannot hold the workers' GPUs (None: it can): every group's `tp` GPUs on
-    one node, and all of them in the cluster."""
-    if not wants_gpu(cfg.device, cluster_gpus):
+def ray_fit_check(cfg, cluster: dict, nodes: list[dict]) -> str | None:
+    """Why the Ray cluster (its total resources, and each node's) cannot hold the workers (None:
+    it can): every group's `tp` GPUs on one node, and all of them in the cluster; the same for the
+    CPUs of CPU groups at tp > 1 (CPU workers at tp 1 ask one CPU each, unchecked, as before)."""
+    tps = cfg.worker_tps()
+    gpu = wants_gpu(cfg.device, cluster.get("GPU", 0))
+    if not gpu and max(tps) == 1:
         return None
     from .gpus import describe, groups_of
 
-    tps = cfg.worker_tps()
-    what = describe(groups_of(cfg.homes(), tps))
-    if sum(tps) > cluster_gpus:
-        return (f"--device {cfg.device}: {what} ask Ray for {sum(tps)} GPUs; the Ray cluster has {cluster_gpus:g}: "
-                f"give fewer workers, a smaller tp, more GPU nodes, or --device cpu")
-    most = max(node_gpus, default=0)
+    kind = "GPU" if gpu else "CPU"
+    have, most = cluster.get(kind, 0), max((nd.get(kind, 0) for nd in nodes), default=0)
+    if sum(tps) > have:
+        return (f"--device {cfg.device}: {describe(groups_of(cfg.homes(), tps))} ask Ray for {sum(tps)} {kind}s; "
+                f"the Ray cluster has {have:g}: give fewer workers, a smaller tp or more nodes")
     if max(tps) > most:
-        return (f"--device {cfg.device}: a worker at tp {max(tps)} needs {max(tps)} GPUs on one node; the Ray "
+        return (f"--device {cfg.device}: a worker at tp {max(tps)} needs {max(tps)} {kind}s on one node; the Ray "
                 f"cluster's largest node has {most:g}: give a smaller tp")
     return None
 
@@ -105,9 +107,10 @@ def join_ray(cfg, log=None) -> None:
     ray = import_ray()
     connect(cfg.ray_address, log_to_driver=True)
     nodes = check_nodes()
-    gpus = ray.cluster_resources().get("GPU", 0)
+    cluster = ray.cluster_resources()
+    gpus = cluster.get("GPU", 0)
     n = len(cfg.homes())
-    why = ray_gpu_check(cfg, gpus, [nd.get("Resources", {}).get("GPU", 0) for nd in nodes])
+    why = ray_fit_check(cfg, cluster, [nd.get("Resources", {}) for nd in nodes])
     if why:
         ray.shutdown()
         raise UserError(why)
