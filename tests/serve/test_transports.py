@@ -486,13 +486,12 @@ def test_transport_option_is_checked():
         ServeConfig(transport="local", backend="ray", ray_address="10.0.0.5:6379").validate()
     with pytest.raises(UserError, match="echo workers.*--transport tcp"):
         ServeConfig(transport="local", worker_mode="echo").validate()
-    with pytest.raises(UserError, match="tcp or local.*NCCL is not implemented"):
-        ServeConfig(transport="nccl").validate()
-    with pytest.raises(UserError, match="tcp or local"):
+    ServeConfig(transport="nccl").validate()  # test_kv_collective.py checks its refusals
+    with pytest.raises(UserError, match="tcp, local or nccl"):
         ServeConfig(transport="cuda-ipc").validate()
-    import splitserve.serve.kv.transports as transports
-    assert set(transports.TRANSPORTS) == {"tcp", "local"}
-    assert not hasattr(transports, "CudaIpcTransport") and not hasattr(transports, "NcclTransport")
+    import splitserve.serve.kv as kv
+    assert set(kv.TRANSPORTS) == {"tcp", "local", "nccl"}
+    assert not hasattr(kv, "CudaIpcTransport")
 
 
 # ---- CUDA IPC (skipped without a GPU) --------------------------------------------------------

@@ -62,7 +62,7 @@ def serve(
     max_stop_strings: Annotated[int, typer.Option(help="Stop strings per request at most.")] = 16,
     max_stop_chars: Annotated[int, typer.Option(help="Characters per stop string at most.")] = 256,
     kv_encryption: Annotated[str, typer.Option("--kv-encryption", help="Encrypt the router/worker and worker/worker (KV) ZeroMQ traffic with CURVE, keys derived from the cluster secret: on, off, or auto (on unless --worker-host is a loopback address and no --ray-address is given; encryption costs KV throughput).")] = "auto",
-    transport: Annotated[str, typer.Option(help="KV transport: tcp (works across hosts) or local (workers on this host: the prompt worker writes KV straight into the token worker's shared-memory / CUDA IPC cache). NCCL is not implemented.")] = "tcp",
+    transport: Annotated[str, typer.Option(help="KV transport: tcp (works across hosts), local (workers on this host: the prompt worker writes KV straight into the token worker's shared-memory / CUDA IPC cache) or nccl (KV by torch.distributed send/recv between each pair of workers: NCCL on CUDA, a GPU per worker; gloo with --device cpu; unencrypted: with workers off loopback it needs --kv-encryption off).")] = "tcp",
     max_queue: Annotated[int, typer.Option(help="Requests in flight at most; more get HTTP 429.")] = 256,
     num_blocks: Annotated[Optional[int], typer.Option(help="KV cache blocks per worker (default: the engine's).")] = None,
     max_num_seqs: Annotated[int, typer.Option(help="Sequences per worker batch at most.")] = 256,

@@ -157,9 +157,18 @@ class ServeConfig:
         if big > 1 and self.device.startswith("cuda:") and self.backend == "local":
             raise UserError(f"--device {self.device} puts every worker on one GPU; a worker at tp {big} needs {big} "
                             f"of its own: use --device cuda (each worker gets its own GPUs)")
-        if self.transport not in ("tcp", "local"):
-            raise UserError(f"--transport must be tcp or local, got {self.transport!r} "
-                            f"(NCCL is not implemented)")
+        if self.transport not in ("tcp", "local", "nccl"):
+            raise UserError(f"--transport must be tcp, local or nccl, got {self.transport!r}")
+        if self.transport == "nccl":  # kv/collective.py
+            if self.worker_mode == "echo":
+                raise UserError("--transport nccl moves the workers' KV; echo workers have none: use --transport tcp")
+            if self.backend == "local" and self.device.startswith("cuda:"):
+                raise UserError(f"--transport nccl: --device {self.device} puts every worker on one GPU, and NCCL "
+                                f"cannot join two ranks on one GPU: use --device cuda (a GPU per worker) or "
+                                f"--transport local")
+            if self.kv_encrypted():
+                raise UserError("--transport nccl sends KV unencrypted (gloo/NCCL), but --kv-encryption is on (auto: "
+                                "workers off loopback): use --transport tcp, or --kv-encryption off on a trusted network")
         if self.backend == "ray" and self.device.startswith("cuda:"):
             raise UserError(f"--device {self.device}: with --backend ray, Ray gives each worker its own GPU "
                             f"(CUDA_VISIBLE_DEVICES); use --device cuda")

@@ -62,7 +62,9 @@ class Worker:
         # KV messages: a whole request's KV in one frame at most
         kv_limit = control + engine.max_model_len * engine.kv_layout.bytes_per_token
         self.transport = make_transport(args.transport, self.ctx, codec, args.host, region, max_message=kv_limit,
-                                        slot_ids=getattr(engine, "kv_slot_ids", None), curve=curve)
+                                        slot_ids=getattr(engine, "kv_slot_ids", None), curve=curve,
+                                        device=getattr(engine, "device", None),  # nccl: its pairs' device
+                                        timeout_s=max(30.0, 6 * args.transfer_timeout_s))
         self.sender = KVSender(self.transport, args.debug_layer_delay_s)
         self.receiver = KVReceiver(args.transfer_timeout_s, one_sided=self.transport.one_sided,
                                    notify=self.on_kv_event)

@@ -42,7 +42,18 @@ from ...engine.kv_connector import KVFinished, TokenSideOnly
 from ...errors import UserError
 from ..messages import KV, KvDone, KvDrop, KvFail, KvIn, KvLayer, MalformedMessage, Message, decode
 
-_ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}  # what KVExport.from_bytes reads
+
+
+def _as_kv(buf, dtype, shape: tuple[int, ...]):
+    """A data frame as a `shape` tensor of `dtype`: bytes (tcp: copied out of the message), or a
+    tensor a collective transport received (collective.py: as it is); None if it does not fit."""
+    import torch
+
+    if isinstance(buf, torch.Tensor):
+        return buf if buf.dtype == dtype and tuple(buf.shape) == tuple(shape) else None
+    if memoryview(buf).nbytes != math.prod(shape) * dtype.itemsize:
+        return None
+    return torch.frombuffer(bytearray(buf), dtype=dtype).view(shape)
 
 
 @dataclass(slots=True)
@@ -175,26 +186,21 @@ class KVReceiver(TokenSideOnly):
         # KvStart: the progress is all
 
     def _layer(self, inb: Inbound, msg: KvLayer, data: list) -> None:
-        import torch
-
         layout = self.host.kv_layout
         if msg.layer >= layout.num_layers:
             self._reject("kvl", "layer")
             return
         if data:
-            buf = data[0]
-            nbytes = memoryview(buf).nbytes
-            shape = layout.layer_shape(inb.num_tokens)
-            if nbytes != math.prod(shape) * layout.dtype.itemsize:
+            kv = _as_kv(data[0], layout.dtype, layout.layer_shape(inb.num_tokens))
+            if kv is None:
                 self._reject("kvl", "size")
                 return
             try:
-                self.host.write_kv_layer(inb.rid, msg.layer,
-                                         torch.frombuffer(bytearray(buf), dtype=layout.dtype).view(shape))
+                self.host.write_kv_layer(inb.rid, msg.layer, kv)
             except UserError:
                 self._reject("kvl", "write")
                 return
-            inb.nbytes += nbytes
+            inb.nbytes += kv.numel() * kv.element_size()
         elif self.one_sided and msg.inplace_bytes is not None:
             inb.nbytes += msg.inplace_bytes  # already in our blocks
         else:
@@ -211,15 +217,18 @@ class KVReceiver(TokenSideOnly):
         layout = self.host.kv_layout
         if data:
             from ...engine.kv_cache import KVExport
+            from ..shm import DTYPES
 
             meta = msg.meta
             shape = (layout.num_layers, *layout.layer_shape(inb.num_tokens))
-            if (meta is None or meta["dtype"] not in _ITEMSIZE
-                    or (meta["num_layers"], 2, meta["num_tokens"], meta["num_kv_heads"], meta["head_dim"]) != shape
-                    or memoryview(data[0]).nbytes != math.prod(shape) * _ITEMSIZE[meta["dtype"]]):
+            whole = None
+            if (meta is not None and meta["dtype"] in DTYPES
+                    and (meta["num_layers"], 2, meta["num_tokens"], meta["num_kv_heads"], meta["head_dim"]) == shape):
+                whole = _as_kv(data[0], DTYPES[meta["dtype"]], shape)
+            if whole is None:
                 self._fail(rid, "KV shape does not match the request")
                 return
-            kv = KVExport.from_bytes(meta, data[0])
+            kv = KVExport(whole)
             try:
                 for i in range(kv.num_layers):
                     self.host.write_kv_layer(rid, i, kv.layer(i))
@@ -227,7 +236,7 @@ class KVReceiver(TokenSideOnly):
             except UserError as e:
                 self._fail(rid, str(e))
                 return
-            inb.nbytes += memoryview(data[0]).nbytes
+            inb.nbytes += whole.numel() * whole.element_size()
         elif self.one_sided and msg.inplace_bytes is not None:
             inb.got.update(range(layout.num_layers))  # every layer written in place
             inb.nbytes += msg.inplace_bytes

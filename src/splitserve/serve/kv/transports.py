@@ -18,7 +18,9 @@ where a peer can read it, polls its inbound messages (`recv_all`), and drops a p
   its own engine (`kv_slot_ids`, the KV-connector contract's KVHost: same model, same block
   size, checked against the peer's region). A mapping is dropped when the router says
   `peer_down` for its owner. The CUDA branch has not been run on a GPU yet.
-- NCCL is not implemented.
+- `nccl` (collective.py's CollectiveTransport): the K/V bytes move by torch.distributed
+  point-to-point send/recv (NCCL on CUDA, gloo on CPU), the control messages as with tcp.
+`make_transport` (factory.py) makes the one a worker asks for.
 
 With `curve` (serve/curve.py) the ZeroMQ sockets of both are encrypted: the inbound ROUTER is a
 CURVE server, each DEALER to a peer its client. The one-sided writes of `local` stay in this
@@ -272,18 +274,3 @@ class LocalTransport(TcpTransport):
         super().close()
         for p in list(self.mapped):
             self.mapped.pop(p).close()
-
-
-TRANSPORTS = {"tcp": TcpTransport, "local": LocalTransport}
-
-
-def make_transport(name: str, ctx: zmq.Context, codec: Codec, host: str, region: SharedKVRegion | None = None,
-                   max_message: int = 1 << 30, slot_ids: SlotIds | None = None,
-                   curve: CurveKeys | None = None) -> KVTransport:
-    """The transport `name` (tcp, local); `region` and `slot_ids`: see LocalTransport; `curve`:
-    the cluster's CURVE keys when its sockets are encrypted."""
-    if name == "tcp":
-        return TcpTransport(ctx, codec, host, max_message, curve)
-    if name == "local":
-        return LocalTransport(ctx, codec, host, region, max_message, slot_ids, curve)
-    raise UserError(f"unknown KV transport {name!r}; use {' or '.join(TRANSPORTS)}")
