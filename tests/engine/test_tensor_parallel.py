@@ -79,9 +79,16 @@ def test_kv_moves_between_groups_of_any_sizes(a_tp, b_tp, threshold):
     b = LLMEngine("small-2l", num_blocks=128, tp=b_tp, connector=b_conn)
     try:
         firsts = {}
-        for i, p in enumerate(ps):
+        for i, p in enumerate(ps):  # the first three in one step, the rest one by one
             a_conn.send_to(f"r{i}", b_conn.reserve(f"r{i}", p, GREEDY))
-            firsts[f"r{i}"] = a.prefill_only(p, GREEDY, request_id=f"r{i}").token
+            if i < 3:
+                a.add_request(p, GREEDY, f"r{i}", prefill_only=True)
+                if i == 2:
+                    firsts.update({o.request_id: o.token_ids[0] for o in a.step()})
+                    assert len(a.last_shape) == 3  # three prompts streamed / exported by one step
+            else:
+                firsts[f"r{i}"] = a.prefill_only(p, GREEDY, request_id=f"r{i}").token
+        assert len(firsts) == len(ps)
         assert set(b_conn.modes.values()) == {"layerwise" if threshold == LAYERWISE else "serialized"}
         final = {}
         while b.has_unfinished():

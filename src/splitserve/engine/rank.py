@@ -36,14 +36,14 @@ class Follower:
             from .cuda_graph import DecodeGraphs
             max_blocks = -(-min(spec.max_model_len, spec.num_blocks * spec.block_size) // spec.block_size)
             self.graphs = DecodeGraphs(self.model, self.kv, spec.max_num_seqs, max_blocks)
-        self.saves: torch.Tensor | None = None
+        self.saves: list[torch.Tensor] = []
         for i, layer in enumerate(self.model.layers):
             layer.register_forward_hook(self._save_hook(i))
 
     def _save_hook(self, i: int):
         def hook(module, args, output):
-            if self.saves is not None:
-                self.shards.gather(i, self.saves)  # rank 0 keeps the whole; ours is its part
+            for slots in self.saves:  # rank 0 gathers each streamed prompt's heads in this order
+                self.shards.gather(i, slots)
         return hook
 
     def _slots(self, slots: list[int]) -> torch.Tensor:
@@ -66,13 +66,13 @@ class Follower:
                     return
 
     def step(self, inp: StepInputs) -> None:
-        self.saves = self._slots([s for slots in inp.saves for s in slots]) if inp.saves else None
+        self.saves = [self._slots(slots) for slots in inp.saves]
         try:
             execute(self.model, self.kv, self.graphs, self.device, inp, logits=False)
         finally:
-            self.saves = None
-        if inp.exports:
-            self.shards.gather(None, self._slots([s for slots in inp.exports for s in slots]))
+            self.saves = []
+        for slots in inp.exports:  # as rank 0: one gather per prompt whose KV goes whole
+            self.shards.gather(None, self._slots(slots))
 
 
 def main(argv: list[str]) -> int:
