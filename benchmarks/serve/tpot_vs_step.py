@@ -32,7 +32,16 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from live import exit_on_sigterm, free_port, header, running, serve_cmd  # noqa: E402
+from live import TICK, children, exit_on_sigterm, free_port, header, running, serve_cmd  # noqa: E402
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used (Linux /proc; 0 elsewhere)."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(f[11]) + int(f[12])) / TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 async def one_stream(client: httpx.AsyncClient, url: str, prompt: list[int], n: int, model: str) -> dict:
@@ -81,9 +90,13 @@ def served(args, step_dir: Path) -> dict:
     if args.profile_dir:  # worker.py: cProfile of each worker's loop, PREFIX.<id>.prof
         args.profile_dir.mkdir(parents=True, exist_ok=True)
         os.environ["SPLITSERVE_WORKER_PROFILE"] = str(args.profile_dir.resolve() / "worker")
-    with running(cmd, port, timeout=args.start_timeout, log=log):
+    with running(cmd, port, timeout=args.start_timeout, log=log) as proc:
+        pids = {"router": proc.pid, **{f"worker_{i}": p for i, p in enumerate(sorted(children(proc.pid)))}}
+        cpu0, client0 = {k: cpu_s(p) for k, p in pids.items()}, time.process_time()
         recs = asyncio.run(rounds(f"http://127.0.0.1:{port}", args.streams, args.prompt_len, args.output_tokens,
                                   args.rounds, args.vocab))
+        cpu = {k: cpu_s(p) - cpu0[k] for k, p in pids.items()}
+        cpu["client"] = time.process_time() - client0
     tpots = [r["tpot_s"] for r in recs if r["tpot_s"] is not None]
     # the token worker's steps with exactly `streams` decodes (shape: one entry per sequence)
     steps = []
@@ -93,7 +106,11 @@ def served(args, step_dir: Path) -> dict:
             seqs = rec.get("seqs") or []
             if len(seqs) == args.streams and all(_decode(s) for s in seqs):
                 steps.append(rec["s"])
-    return {"command": " ".join(cmd), "requests": len(recs), "tokens": sum(r["tokens"] for r in recs),
+    tokens = sum(r["tokens"] for r in recs)
+    return {"command": " ".join(cmd), "requests": len(recs), "tokens": tokens,
+            # CPU each process spent per generated token over the rounds (load-independent: what
+            # serve costs on top of the engine, which a shared machine turns into waiting)
+            "cpu_ms_per_token": {k: round(1e3 * v / max(tokens, 1), 3) for k, v in cpu.items()},
             "tpot_p50_ms": 1e3 * statistics.median(tpots) if tpots else None,
             "tpot_p90_ms": 1e3 * statistics.quantiles(tpots, n=10)[-1] if len(tpots) >= 2 else None,
             "ttft_p50_ms": 1e3 * statistics.median([r["ttft_s"] for r in recs if r["ttft_s"] is not None]),
@@ -127,7 +144,7 @@ def engine_step(args) -> dict:
     for _ in range(ctx - args.prompt_len - args.steps // 2):  # to the mean served context
         eng.step()
     cuda = torch.device(args.device).type == "cuda"
-    times = []
+    times, cpu0 = [], time.process_time()
     for _ in range(args.steps):
         if cuda:
             torch.cuda.synchronize()
@@ -136,8 +153,14 @@ def engine_step(args) -> dict:
         if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
+    cpu = time.process_time() - cpu0
+    del eng
+    if cuda:  # give the memory back before serve's workers want it
+        import gc
+        gc.collect()
+        torch.cuda.empty_cache()
     return {"context_mid": ctx, "steps": len(times), "step_p50_ms": 1e3 * statistics.median(times),
-            "step_min_ms": 1e3 * min(times), "cuda_graphs": args.cuda_graphs}
+            "step_min_ms": 1e3 * min(times), "cpu_ms_per_step": 1e3 * cpu / len(times), "cuda_graphs": args.cuda_graphs}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,13 +198,18 @@ def main(argv: list[str] | None = None) -> int:
     after = engine_step(args)
     result["load_average_1m"]["end"] = round(os.getloadavg()[0], 2)
     e = result["engine"] = {**after, "step_p50_ms": (before["step_p50_ms"] + after["step_p50_ms"]) / 2,
-                            "step_p50_ms_before": before["step_p50_ms"], "step_p50_ms_after": after["step_p50_ms"]}
+                            "step_p50_ms_before": before["step_p50_ms"], "step_p50_ms_after": after["step_p50_ms"],
+                            "cpu_ms_per_step_before": before["cpu_ms_per_step"]}
     s = result["serve"]
     result["ratio_tpot_to_step"] = s["tpot_p50_ms"] / e["step_p50_ms"] if s["tpot_p50_ms"] else None
     result["ratio_worker_step_to_step"] = (s["worker_step_p50_ms"] / e["step_p50_ms"]
                                            if s["worker_step_p50_ms"] else None)
     result["ratio_tpot_to_worker_step"] = (s["tpot_p50_ms"] / s["worker_step_p50_ms"]
                                            if s["tpot_p50_ms"] and s["worker_step_p50_ms"] else None)
+    # load-independent: CPU per token of the token worker (the busiest worker) over the engine's
+    workers = [v for k, v in s["cpu_ms_per_token"].items() if k.startswith("worker_")]
+    engine_cpu = (e["cpu_ms_per_step_before"] + e["cpu_ms_per_step"]) / 2 / args.streams
+    result["ratio_token_worker_cpu_to_engine_cpu"] = max(workers) / engine_cpu if workers and engine_cpu else None
     result["target"] = args.target
     result["meets_target"] = bool(result["ratio_tpot_to_step"] and result["ratio_tpot_to_step"] <= args.target)
     result["wall_s"] = time.perf_counter() - t0
@@ -189,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"serve TPOT P50 {s['tpot_p50_ms']:.2f} ms (worker step P50 {s['worker_step_p50_ms'] or float('nan'):.2f} ms, "
           f"{s['worker_decode_steps']} steps), engine step P50 {e['step_p50_ms']:.2f} ms at context "
-          f"{e['context_mid']}: ratio {result['ratio_tpot_to_step']:.3f} (target <= {args.target}); wrote {args.out}")
+          f"{e['context_mid']}: ratio {result['ratio_tpot_to_step']:.3f} (target <= {args.target}); CPU per token: "
+          f"token worker / engine {result['ratio_token_worker_cpu_to_engine_cpu'] or float('nan'):.3f}, router "
+          f"{s['cpu_ms_per_token'].get('router', float('nan')):.3f} ms; load {result['load_average_1m']}; wrote {args.out}")
     return 1 if args.strict and not result["meets_target"] else 0
 
 
