@@ -171,17 +171,18 @@ if device == "cuda":
         open(os.path.join(d, "nvidia-smi.txt"), "w").write(full)
     except Exception as e:
         m["gpu_error"] = repr(e)
-import torch
-m["torch"] = torch.__version__
-m["torch_cuda"] = torch.version.cuda
-m["cuda_available"] = torch.cuda.is_available()
-if device == "cuda" and torch.cuda.is_available():
-    p = torch.cuda.get_device_properties(0)
-    m.update(torch_gpu=p.name, sm_count=p.multi_processor_count)
-    sys.path.insert(0, "benchmarks/engine")
-    from common import gpu_datasheet
-    flops, bw = gpu_datasheet(torch.device("cuda"))
-    m.update(datasheet_bf16_flops=flops, datasheet_hbm_Bps=bw)
+try:
+    import torch
+    m.update(torch=torch.__version__, torch_cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
+    if device == "cuda" and torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        m.update(torch_gpu=p.name, sm_count=p.multi_processor_count)
+        sys.path.insert(0, "benchmarks/engine")
+        from common import gpu_datasheet
+        flops, bw = gpu_datasheet(torch.device("cuda"))
+        m.update(datasheet_bf16_flops=flops, datasheet_hbm_Bps=bw)
+except Exception as e:
+    m["torch_error"] = repr(e)
 for mod in ("zmq", "fastapi", "starlette", "pydantic", "uvicorn", "httpx", "tokenizers", "safetensors", "typer"):
     try:
         m.setdefault("packages", {})[mod] = getattr(__import__(mod), "__version__", "present")

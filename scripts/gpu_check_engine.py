@@ -79,10 +79,11 @@ def _profile(eng, device, steps: int, label: str) -> tuple[str, dict]:
         text.append(f"device kernel time {kernel_us / 1e3 / steps:.3f} ms/step")
         for key in ("self_device_time_total", "self_cuda_time_total"):
             try:
-                text += ["", "### top 25 by device time", avg.table(sort_by=key, row_limit=25, max_name_column_width=70)]
-                break
+                table = avg.table(sort_by=key, row_limit=25, max_name_column_width=70)
             except (AttributeError, KeyError, ValueError, TypeError):
                 continue
+            text += ["", f"### top 25 by device time ({key})", table]
+            break
     text += ["", "### top 25 by host (CPU) self time",
              avg.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=70)]
     fig = {"steps": steps, "wall_ms_per_step": 1e3 * statistics.median(walls),

@@ -95,8 +95,12 @@ def fig_kernels(d: Path) -> list[str]:
         if v is None:
             out.append(f"{k}: skipped (not a CUDA device)")
         else:
+            busy = v["device_kernel_ms_per_step"]
+            note = " (CUPTI may not have traced the kernels inside the graph: read the eager table)" \
+                if k == "graph" and busy is not None and busy < 0.05 * v["wall_ms_per_step"] else ""
+            busy = f" (GPU busy {100 * busy / v['wall_ms_per_step']:.0f}% of the step){note}" if busy else note
             out.append(f"{k}: wall {v['wall_ms_per_step']:.3f} ms/step, device kernels "
-                       f"{_f(v['device_kernel_ms_per_step'], '{:.3f}')} ms/step, host self "
+                       f"{_f(v['device_kernel_ms_per_step'], '{:.3f}')} ms/step{busy}, host self "
                        f"{v['host_self_ms_per_step']:.3f} ms/step")
     out.append("tables: kernels.txt")
     return out
