@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-cuda-graphs", action="store_true")
     ap.add_argument("--name", default=None, help="result file name (without .json)")
     ap.add_argument("--tp", type=int, default=1, help="tensor parallel ranks (gloo on CPU: one process each)")
+    ap.add_argument("--compile-layers", action="store_true",
+                    help="experiment: torch.compile each decoder layer (fuses the ~50 small kernels of a "
+                         "layer's norms, rotary and residuals) before the CUDA graphs are captured")
     add_threads_arg(ap)
     args = ap.parse_args(argv)
     apply_threads(args.threads)
@@ -51,6 +54,9 @@ def main(argv: list[str] | None = None) -> dict:
     eng = LLMEngine(args.model, device=device, dtype=args.dtype, tp=args.tp, max_num_seqs=max(batches),
                     max_model_len=total, num_blocks=max(batches) * -(-total // 16) + 1,
                     batching=BatchingConfig(prompt_token_cap=max(2048, args.context)), cuda_graphs=graphs)
+    if args.compile_layers:
+        for layer in eng.model.layers:
+            layer.compile()
     cfg = eng.cfg
     itemsize = eng.dtype.itemsize
     # Weights a decode step reads: all but the input embedding table (only B rows of it are read).
@@ -87,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"ratio {row['ratio_to_measured_bound']:.2f}", flush=True)
         sync(device)
 
-    result = {"benchmark": "decode", "model": args.model, "tp": args.tp, "dtype": str(eng.dtype).removeprefix("torch."),
+    result = {"benchmark": "decode", "model": args.model, "tp": args.tp, "compile_layers": args.compile_layers, "dtype": str(eng.dtype).removeprefix("torch."),
               "params": cfg.num_params(), "weight_bytes_per_step": weight_bytes,
               "context": args.context, "steps": args.steps, "cuda_graphs": graphs,
               "bandwidth_measured_Bps": bw_measured, "bandwidth_datasheet_Bps": bw_sheet,
