@@ -282,7 +282,11 @@ def main(argv=None) -> int:
         except UserError as e:
             print(f"worker {args.id}: error: {e}", file=sys.stderr)
             return 2
-        worker.run()
+        if prefix := os.environ.get("SPLITSERVE_WORKER_PROFILE"):  # cProfile of the loop to PREFIX.<id>.prof
+            import cProfile
+            cProfile.runctx("worker.run()", globals(), {"worker": worker}, f"{prefix}.{args.id}.prof")
+        else:
+            worker.run()
         return 0
     finally:
         if region is not None:
