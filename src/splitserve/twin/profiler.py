@@ -105,7 +105,7 @@ def _engine(s: ProfileSettings, prompt_cap: int, max_seqs: int):
     args = argparse.Namespace(model=s.model, device=s.device, dtype=s.dtype, seed=s.seed, num_blocks=s.num_blocks,
                               max_num_seqs=max(256, max_seqs), threads=s.threads, policy=policy,
                               worker_mode="engine", debug_fail_token=None,
-                              cuda_graphs=False)  # serve's default (a --cuda-graphs server is not profiled yet)
+                              cuda_graphs=False, tp=1)  # serve's defaults (a --cuda-graphs server is not profiled yet)
     return build_engine(args)
 
 
