@@ -22,6 +22,12 @@ the tcp receiver, and the exposed time of even a 51 KB transfer spreads over 4-1
 about 1 ms (OMP_WAIT_POLICY=PASSIVE removes that). bfloat16 on this CPU is about 7x slower than
 float32, hence float32 (twice the bytes of the GPU's bfloat16).
 
+The collective transport (torch.distributed point-to-point; gloo on CPU, NCCL on a GPU per
+worker) against tcp, on this CPU:
+
+    python benchmarks/serve/kv_transfer.py --transports tcp,nccl --requests 3 \
+        --out benchmarks/serve/kv_transfer_nccl_cpu.json
+
 For each transport of --transports, each mode of --modes and each setting of --kv-encryption,
 one server is started:
 
@@ -211,7 +217,8 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: %(default)s)")
     ap.add_argument("--dtype", default="auto",
                     help="float32, bfloat16, float16 or auto: float32 on CPU (default: %(default)s)")
-    ap.add_argument("--transports", default="tcp,local", help="comma-separated: tcp, local (default: %(default)s)")
+    ap.add_argument("--transports", default="tcp,local",
+                    help="comma-separated: tcp, local, nccl (gloo with --device cpu) (default: %(default)s)")
     ap.add_argument("--modes", default="layerwise,serialized",
                     help="comma-separated: layerwise (--layerwise-threshold 0), serialized (a threshold no "
                          "batch reaches) (default: %(default)s)")
