@@ -172,6 +172,40 @@ def test_drop_peer_fails_what_waits_for_it(ctx):
         rx.close()
 
 
+def test_the_store_listens_on_its_host_only_and_outlives_garbage(ctx):
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from splitserve.serve.kv.pairs import PAIRS
+    from splitserve.serve.messages import KvLayer, encode
+
+    rx = transport(ctx, "w1.1.b")
+    try:
+        port = int(rx.pairs.address.rpartition(":")[2])
+        if os.path.exists("/proc/net/tcp"):  # listening (state 0A) on 127.0.0.1, not on every interface
+            listening = [line.split()[1] for f in ("/proc/net/tcp", "/proc/net/tcp6") if os.path.exists(f)
+                         for line in open(f).readlines()[1:] if line.split()[3] == "0A"
+                         and line.split()[1].endswith(f":{port:04X}")]
+            assert listening == [f"0100007F:{port:04X}"]
+        # someone else on the host claims pair numbers and writes junk: skipped, pairs still join
+        other = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
+        n = other.add(PAIRS, 1)
+        other.set(f"pair/{n}", b"\xc1 not msgpack")
+        other.set(f"pair/{n + 1}", b"\x93\x01\x02\x03")  # msgpack, not a map
+        other.add(PAIRS, 1)
+        tx = transport(ctx, "w0.1.a")
+        try:
+            put = tx.put(target(rx), 0, torch.ones(2, 3, 2, 16))
+            tx.send(target(rx), encode(KvLayer(rid="r", layer=0, sent_at=1.0)), *put.frames)
+            ((h, d),) = drain(rx, 1)
+            assert torch.equal(d[0], torch.ones(2, 3, 2, 16)) and list(rx.pairs.links) == [str(n + 2)]
+        finally:
+            tx.close()
+    finally:
+        rx.close()
+
+
 def test_refusals(ctx):
     from splitserve.errors import UserError
     from splitserve.serve.config import ServeConfig

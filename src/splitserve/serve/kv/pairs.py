@@ -18,6 +18,11 @@ no global default group (no `init_process_group`), so any number of pairs live i
   A wait is bounded by the group's timeout; a peer that dies closes its gloo connections at once.
   NCCL links are aborted on failure and past their deadline (never run on a GPU yet: no machine
   with two GPUs where it was written).
+- Trust: the store listens on the KV address's host only, and neither it nor gloo/NCCL
+  authenticates or encrypts. A pair's receives are posted only for descriptors in the signed
+  messages of the worker that wrote the pair's record, so a stranger reaching the store can
+  stall new pairs (a denial of service) but not put K/V into a request; on a shared network,
+  prefer tcp with --kv-encryption on (config.py refuses nccl with encryption on).
 """
 
 from __future__ import annotations
@@ -163,8 +168,15 @@ class PairHost:
 
         self.host, self.backend, self.device, self.timeout_s = host, backend, device, timeout_s
         self.on_event = on_event
-        self.store = TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s))
-        self.address = f"{host}:{self.store.port}"
+        # the store listens on `host` only (given a port, TCPStore would listen on every interface)
+        family, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.bind(addr)
+        sock.listen(128)
+        port = sock.getsockname()[1]
+        self.store = TCPStore(host, port, is_master=True, wait_for_workers=False, master_listen_fd=sock.detach(),
+                              timeout=timedelta(seconds=timeout_s))
+        self.address = f"{host}:{port}"
         self.links: dict[str, Link] = {}
         self.lock = threading.Lock()
         self.closed = False
@@ -187,10 +199,16 @@ class PairHost:
                             n, missing_since = n + 1, None
                     time.sleep(POLL_S)
                     continue
-                rec = msgpack.unpackb(client.get(f"pair/{n}"))
+                raw = client.get(f"pair/{n}")
             except Exception:
                 return  # the store is gone: we are closing
-            threading.Thread(target=self._join, args=(n, rec), daemon=True, name=f"kv-pair-join-{n}").start()
+            try:
+                rec = msgpack.unpackb(raw)
+                rec = rec if isinstance(rec, dict) else {}
+            except Exception:
+                rec = {}  # not a sender of ours: it joins nothing that a signed message names
+            if rec:
+                threading.Thread(target=self._join, args=(n, rec), daemon=True, name=f"kv-pair-join-{n}").start()
             n, missing_since = n + 1, None
 
     def _join(self, n: int, rec: dict) -> None:
