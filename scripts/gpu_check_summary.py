@@ -160,7 +160,15 @@ def fig_profile(d: Path) -> list[str]:
         rows = len((d / "profile" / "profile.csv").read_text().splitlines()) - 1
     except OSError:
         rows = 0
-    return [f"profile.csv rows {rows}; machine {m.get('name', m.get('hardware', '?'))}"]
+    out = [f"{m.get('model')} {m.get('dtype')} on {m.get('device')} ({m.get('name', '?')}): profile.csv rows {rows}, "
+           f"KV capacity {m.get('kv_capacity_tokens')} tokens"]
+    for name, link in (m.get("links") or {}).items():
+        if isinstance(link, dict) and "bandwidth_bytes_per_s" in link:
+            out.append(f"{name} link: {1e3 * link.get('fixed_s', 0):.3f} ms + {link['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s")
+    c = m.get("corun") or {}
+    if "prompt" in c:
+        out.append(f"co-run slowdown next to another engine: prompt {100 * c['prompt']:+.1f}%, decode {100 * c['token']:+.1f}%")
+    return out
 
 
 def fig_twin(d: Path) -> list[str]:
