@@ -14,7 +14,9 @@ only the signed control messages travel over ZeroMQ, as with tcp (`CollectiveTra
   same sender, until the receive is done. Then it hands the message over with the received tensor
   as its data frame; the receiver (receiver.py) writes it into the reserved blocks as on tcp.
   A waiter thread per pair wakes the worker's loop when a receive completes (an empty frame to the
-  transport's own inbound socket), so the loop never blocks on a transfer.
+  transport's own inbound socket), so the loop never waits on a transfer's bytes. The one wait:
+  a prompt worker's first transfer to a peer makes the pair inside `put` (milliseconds here; a
+  peer's store that refuses fails at once, one that does not answer within 5 s fails the put).
 - Failure: a peer that died closes its gloo connections (the pending operations fail at once); a
   stalled one fails them at the group's timeout; `drop_peer` (the router's `peer_down`) breaks its
   pairs at once. A failed receive breaks its pair: its `kvl` messages are dropped and its `kvd`
@@ -259,5 +261,7 @@ class CollectiveTransport(TcpTransport):
         for key in list(self.out):
             self.out.pop(key).close()
         self.pairs.close()
-        self._waker.close(linger=0)
+        with self._wake_lock:  # no thread wakes us any more
+            self._woken = True
+            self._waker.close(linger=0)
         super().close()

@@ -66,7 +66,9 @@ def new_group(store, rank: int, backend: str, device: torch.device, host: str, t
         one = torch.zeros(1)
     else:
         opts = dist.ProcessGroupNCCL.Options()
-        opts._timeout = timeout
+        # later than our own deadline (Link aborts the pair then): past its timeout, NCCL's
+        # watchdog would take the whole worker down
+        opts._timeout = timeout + timedelta(seconds=30)
         with torch.cuda.device(device):
             pg = dist.ProcessGroupNCCL(store, rank, 2, opts)
             pg.eager_connect_single_device(device)
