@@ -103,6 +103,9 @@ export_out() {  # what the device tool brings back: at most 8 files
     cp -f "$DIR/summary.md" "$DIR/results.json" "$OUT/" 2>/dev/null
     [ -f "$DIR/kernels.txt" ] && cp -f "$DIR/kernels.txt" "$OUT/"
     tar -czf "$OUT/gpu_check.tar.gz" -C "$(dirname "$DIR")" "$(basename "$DIR")" 2>/dev/null
+    if [ "$(stat -c %s "$OUT/gpu_check.tar.gz" 2>/dev/null || echo 0)" -gt 15000000 ]; then  # 16 MiB a file comes back
+      tar -czf "$OUT/gpu_check.tar.gz" --exclude='trace_*.json' -C "$(dirname "$DIR")" "$(basename "$DIR")" 2>/dev/null
+    fi
   fi
 }
 

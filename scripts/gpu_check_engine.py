@@ -6,7 +6,8 @@ replayed from a CUDA graph and eager, so a step far above its bandwidth bound sa
     python scripts/gpu_check_engine.py prefill --dir DIR ...
     python scripts/gpu_check_engine.py kernels --dir DIR ...
 
-Writes DIR/decode.json, DIR/prefill.json, DIR/kernels.json and DIR/kernels.txt.
+Writes DIR/decode.json, DIR/prefill.json, DIR/kernels.json and DIR/kernels.txt (and on CUDA
+DIR/trace_graph.json and DIR/trace_eager.json, Chrome traces of the profiled steps).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _attr(e, *names: str) -> float:
     return 0.0
 
 
-def _profile(eng, device, steps: int, label: str) -> tuple[str, dict]:
+def _profile(eng, device, steps: int, label: str, trace: Path | None = None) -> tuple[str, dict]:
     """Profile `steps` engine steps: two tables (device kernels by time, host by self time)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -70,6 +71,11 @@ def _profile(eng, device, steps: int, label: str) -> tuple[str, dict]:
             eng.step()
         if cuda:
             torch.cuda.synchronize()
+    if trace is not None:  # chrome://tracing or ui.perfetto.dev: the gaps between kernels
+        try:
+            prof.export_chrome_trace(str(trace))
+        except Exception as e:  # the tables matter more than the trace
+            print(f"no trace: {e!r}", file=sys.stderr)
     avg = prof.key_averages()
     kernel_us = sum(_attr(e, "self_device_time_total", "self_cuda_time_total") for e in avg
                     if "cuda" in str(getattr(e, "device_type", "")).lower())
@@ -112,7 +118,7 @@ def kernels(a) -> None:
         eng.step()
     sections, figs = [], {"model": a.model, "device": str(device), "dtype": str(eng.dtype), "context": a.context}
     if cuda:
-        t, figs["graph"] = _profile(eng, device, a.steps, "B=1 decode step, CUDA graph")
+        t, figs["graph"] = _profile(eng, device, a.steps, "B=1 decode step, CUDA graph", a.dir / "trace_graph.json")
         sections.append(t)
     else:
         figs["graph"] = None
@@ -123,7 +129,8 @@ def kernels(a) -> None:
     eng.graphs = None  # eager from here (engine.py: run_batch takes graphs=None as eager)
     for _ in range(2):
         eng.step()
-    t, figs["eager"] = _profile(eng, device, a.steps, "B=1 decode step, eager")
+    t, figs["eager"] = _profile(eng, device, a.steps, "B=1 decode step, eager",
+                                a.dir / "trace_eager.json" if cuda else None)
     sections.append(t)
     eng.graphs = graphs
     (a.dir / "kernels.txt").write_text("\n\n".join(sections) + "\n")
