@@ -113,11 +113,9 @@ def fig_tests(d: Path) -> list[str]:
         return []
     m = re.findall(r"^(?:=+ )?(\d+ (?:passed|failed|skipped|deselected|errors?|xfailed|xpassed)\b.*? in [0-9.]+s)",
                    text, re.M)
-    if not m:
-        return []
-    out = [m[-1]]
-    if "passed" not in m[-1] and "failed" not in m[-1]:
-        out.append("none ran: no CUDA device here" if "skipped" in m[-1] else "none ran")
+    out = list(m)  # one line per pytest run
+    if m and not any("passed" in x or "failed" in x for x in m):
+        out.append("none ran: no CUDA device here" if any("skipped" in x for x in m) else "none ran")
     return out
 
 
