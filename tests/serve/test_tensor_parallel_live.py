@@ -44,6 +44,7 @@ def check_tokens(srv, engine, n: int = 40, seed: int = 3) -> None:
 
 @pytest.mark.parametrize("prompt_tp,token_tp,transport,threshold", [
     (1, 2, "tcp", "0"), (2, 1, "tcp", "1000000"), (2, 2, "tcp", "0"), (4, 2, "tcp", "1000000"),
+    (2, 2, "nccl", "0"), (2, 1, "nccl", "1000000"),  # the collective transport (gloo here) between groups
 ])
 def test_per_phase_tp_is_lossless(server_factory, reference_engine, prompt_tp, token_tp, transport, threshold):
     srv = server_factory("--prompt-workers", "1", "--token-workers", "1", "--prompt-tp", str(prompt_tp),
