@@ -236,6 +236,13 @@ else
   fi
 fi
 
+# 7. experiment, when time is left: B=1 decode with each decoder layer compiled (torch.compile) before
+# the CUDA graphs are captured: is the gap to the bandwidth bound the ~50 small kernels per layer?
+if [ "$DEVICE" = cuda ]; then
+  part decode_compiled 150 "$PY" benchmarks/engine/bench_decode.py --model "$MODEL" --dtype "$DTYPE" \
+    --batch-sizes 1,8 --steps 32 --compile-layers --name "$DIR/decode_compiled"
+fi
+
 export_out
 echo "gpu_check: done in $(( SECONDS - START ))s; summary: $DIR/summary.md"
 cat "$DIR/summary.md"
