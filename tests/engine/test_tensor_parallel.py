@@ -153,3 +153,19 @@ def test_a_tp_the_heads_cannot_take_is_refused_in_one_line():
     # tp 4 > 2 KV heads: each KV head on two ranks, never split
     assert [(s.kv0, s.kv_heads) for s in (Shard.of(cfg, r, 4) for r in range(4))] == [(0, 1), (0, 1), (1, 1), (1, 1)]
     assert Shard.of(cfg, 0, 4).kv_owners(2) == [0, 2]
+
+
+def test_a_step_larger_than_the_shared_all_reduce_slot():
+    """2,100 tokens x 512 hidden x 4 bytes = 4.3 MB per all-reduce: two pieces through the CPU
+    ranks' shared-memory slots (4 MiB each), the same tokens as one rank."""
+    from splitserve.engine.cpu_allreduce import SLOT_BYTES
+    prompt = prompts(1, 32000, seed=4)[0] * 60
+    prompt = (prompt * (2100 // len(prompt) + 1))[:2100]
+    assert 2100 * 512 * 4 > SLOT_BYTES
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    want = LLMEngine("small-2l", num_blocks=256).generate([prompt], params)[0].token_ids
+    eng = LLMEngine("small-2l", num_blocks=256, tp=2)
+    try:
+        assert eng.generate([prompt], params)[0].token_ids == want
+    finally:
+        eng.close()

@@ -312,3 +312,16 @@ def test_other_schedulers_step_messages_are_unchanged():
     rep = BatchReport(chunks=[("1.0", 512)], preempted=["2.0"], joined=["3.0"])
     assert encode(step_message(rep)) == {"t": "step", "chunks": [("1.0", 512)], "preempted": ["2.0"],
                                          "joined": ["3.0"]}
+
+
+def test_an_unsplit_worker_replaced_rejoins_the_view():
+    """A mixed worker of the baseline dies and its replacement says hello: the view has a fresh
+    machine for it (JSQ's list of machines was the view's own list, so `down` shrank the view's
+    and the replacement's `up` raised IndexError: the router could never use it again)."""
+    from splitserve.policy.state import Pool
+    live = LiveCluster([Pool.MIXED, Pool.MIXED], [1000, 1000], split=False)
+    live.down(0)
+    assert len(live.machines) == 2 and [m.id for m in live.cls.machines] == [1]
+    live.up(0, 1000)
+    assert live.alive == [True, True] and sorted(m.id for m in live.cls.machines) == [0, 1]
+    assert live.machines[0] in live.cls.machines

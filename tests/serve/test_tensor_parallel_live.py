@@ -68,17 +68,20 @@ def test_killing_one_rank_under_load_loses_nothing(server_factory, reference_eng
     token = next(w for w in srv.state()["workers"] if w["home"] == "token")
     [victim] = followers(token["pid"])
     prompts, max_tokens = workload(40, 11)
-    max_tokens = [m + 16 for m in max_tokens]  # long enough to be decoding when the rank dies
+    max_tokens = [m + 48 for m in max_tokens]  # long enough to be decoding when the rank dies
     want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
+    in_flight = []
 
     def kill_soon():
-        time.sleep(1.0)
+        time.sleep(0.3)
+        in_flight.append(srv.state()["in_flight"])
         os.kill(victim, signal.SIGKILL)
 
     killer = threading.Thread(target=kill_soon)
     killer.start()
     got = asyncio.run(serve_all(srv.url, prompts, max_tokens, srv.headers))  # every one 200, or it fails here
     killer.join()
+    assert in_flight[0] > 0  # under load: requests were in flight when the rank died
     assert got == want
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -88,3 +91,19 @@ def test_killing_one_rank_under_load_loses_nothing(server_factory, reference_eng
         time.sleep(0.2)
     assert w["up"] and w["restarts"] >= 1 and w["pid"] != token["pid"]
     assert len(followers(w["pid"])) == 1 and not alive(token["pid"])  # a new group of two; the old one gone
+
+
+def test_a_rank_that_dies_while_idle_is_noticed(server_factory, reference_engine):
+    """No step runs, yet the worker's heartbeat finds its dead rank: the group is replaced."""
+    srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--tp", "2")
+    [w0] = srv.state()["workers"]
+    [victim] = followers(w0["pid"])
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        [w] = srv.state()["workers"]
+        if w["up"] and w["pid"] != w0["pid"]:
+            break
+        time.sleep(0.2)
+    assert w["up"] and w["pid"] != w0["pid"] and len(followers(w["pid"])) == 1
+    check_tokens(srv, reference_engine, n=8, seed=9)

@@ -6,8 +6,8 @@ Rank 0 is the engine (scheduler, sampler, KV blocks, the connector); ranks 1.. a
 127.0.0.1. Two process groups, made directly (no torch.distributed default group, no global
 state): `ctl`, gloo on the CPU, for rank 0's commands (a pickled tuple: run this step, write or
 read this KV); `dev`, for tensors on the ranks' devices (NCCL on CUDA, the same gloo group on
-CPU): the all-reduce of every row-parallel layer, KV heads gathered to rank 0 and KV broadcast
-from it. One engine step is one command and one collective forward on every rank.
+CPU): the all-reduce of every row-parallel layer (on CPU through shared memory instead,
+cpu_allreduce.py), KV heads gathered to rank 0 and KV broadcast from it. One engine step is one command and one collective forward on every rank.
 
 The KV a connector sees is whole (every KV head): `KVShards` gathers the heads of the ranks
 holding them for rank 0 (a streamed layer, a finished prompt, a live request's export) and sends
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .cpu_allreduce import ShmAllReduce
 from .sharding import Shard
 
 CTL_TIMEOUT = datetime.timedelta(days=365)  # followers wait for rank 0's next command this long
@@ -89,6 +90,7 @@ class Group:
             opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
             opts._timeout = DEV_TIMEOUT
             self.dev = dist.ProcessGroupGloo(dist.PrefixStore("dev", store), rank, size, opts)
+            self._shm_reduce = ShmAllReduce(self.dev, rank, size)
 
     # ---- rank 0's commands ------------------------------------------------------------------
     def send(self, cmd: tuple) -> None:
@@ -105,6 +107,8 @@ class Group:
 
     # ---- collectives on the devices ---------------------------------------------------------
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        if self.device.type == "cpu":
+            return self._shm_reduce(x)  # ranks of one host: shared memory, not loopback TCP
         self.dev.allreduce([x]).wait()
         return x
 
@@ -161,6 +165,8 @@ def start_group(spec: RankSpec, size: int) -> Ranks:
             p.kill()
         raise
     group.store = store  # the followers' rendezvous: kept alive with the group
+    if spec.device_type == "cpu":
+        group._shm_reduce.alive = lambda: all(p.poll() is None for p in procs)
     return Ranks(group, procs)
 
 

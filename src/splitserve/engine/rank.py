@@ -8,11 +8,13 @@ part of every all-reduce, its heads of the KV that rank 0 streams or exports), w
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
 
 from .build import build_weights, resolve_model
+from .device import keep_freed_memory
 from .kv_cache import KVCache
 from .model_runner import StepInputs, execute
 from .parallel import Group, KVShards, RankSpec, die_with_parent, rank_device
@@ -25,6 +27,8 @@ class Follower:
         cfg, path = resolve_model(spec.model)
         shard = Shard.of(cfg, group.rank, group.size)
         dev = self.device = rank_device(spec, group.rank)
+        if dev.type == "cpu":
+            keep_freed_memory()  # as rank 0 does (engine.py): no page faults on each step's activations
         self.model = build_weights(cfg, path, dev, spec.dtype, spec.max_model_len, shard, spec.weight_seed)
         self.model.set_reduce(group.all_reduce)
         self.kv = KVCache(cfg.num_layers, spec.num_blocks, spec.block_size, shard.kv_heads, cfg.head_dim,
@@ -81,6 +85,9 @@ def main(argv: list[str]) -> int:
     store = torch.distributed.TCPStore("127.0.0.1", port, size, False)
     try:
         group = Group(store, rank, size, torch.device(argv[3]))
+        if group.device.type == "cpu":
+            parent = os.getppid()
+            group._shm_reduce.alive = lambda: os.getppid() == parent
         _, spec = group.receive()
         torch.set_num_threads(spec.threads)
         Follower(group, spec).run()

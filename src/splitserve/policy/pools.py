@@ -128,7 +128,7 @@ class JSQScheduler(ClusterScheduler):
     def __init__(self, machines: list[Machine]) -> None:
         for m in machines:
             m.pool = m.home = Pool.MIXED
-        self.machines = machines
+        self.machines = list(machines)  # its own list: removing a dead machine must not shrink the caller's
         self.borrowed = 0
 
     def route(self, r: Request) -> tuple[Machine, Machine]:

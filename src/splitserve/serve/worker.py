@@ -90,6 +90,8 @@ class Worker:
 
     def heartbeat(self) -> None:
         e = self.engine
+        if getattr(e, "ranks", None) is not None:
+            e.ranks.check()  # a dead tensor-parallel rank ends this worker, busy or idle: it is replaced
         self.send(Heartbeat(worker_id=self.args.id, free=e.blocks.num_free, blocks=e.blocks.num_blocks,
                             reserved=e.num_reserved, running=len(self.kinds),
                             rejected=self.codec.rejected + self.link.malformed + sum(self.receiver.malformed.values()),
