@@ -16,7 +16,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,15 +56,9 @@ def _profile(eng, device, steps: int, label: str, trace: Path | None = None) -> 
 
     cuda = device.type == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    walls = []
-    for _ in range(steps):  # unprofiled wall time first
-        if cuda:
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        eng.step()
-        if cuda:
-            torch.cuda.synchronize()
-        walls.append(time.perf_counter() - t)
+    from common import timed  # benchmarks/engine/common.py
+
+    walls = timed(eng.step, device, steps)  # unprofiled wall time first
     with profile(activities=acts) as prof:
         for _ in range(steps):
             eng.step()

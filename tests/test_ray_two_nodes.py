@@ -239,5 +239,5 @@ def test_serve_on_cuda_needs_a_gpu_per_worker_in_the_cluster(cluster, tmp_path):
                        env=cluster["env"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1] == (
-        "error: --device cuda: the 2 workers ask Ray for one GPU each; the Ray cluster has 0: give fewer workers, "
-        "more GPU nodes, or --device cpu")
+        "error: --device cuda: 1 prompt worker x tp 1 + 1 token worker x tp 1 ask Ray for 2 GPUs; the Ray cluster "
+        "has 0: give fewer workers, a smaller tp, more nodes or --device cpu")

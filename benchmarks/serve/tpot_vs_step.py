@@ -32,6 +32,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "engine"))
+from common import timed  # noqa: E402  (benchmarks/engine/common.py)
 from live import TICK, children, exit_on_sigterm, free_port, header, running, serve_cmd  # noqa: E402
 
 
@@ -144,15 +146,8 @@ def engine_step(args) -> dict:
     for _ in range(ctx - args.prompt_len - args.steps // 2):  # to the mean served context
         eng.step()
     cuda = torch.device(args.device).type == "cuda"
-    times, cpu0 = [], time.process_time()
-    for _ in range(args.steps):
-        if cuda:
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        eng.step()
-        if cuda:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
+    cpu0 = time.process_time()
+    times = timed(eng.step, torch.device(args.device), args.steps)
     cpu = time.process_time() - cpu0
     del eng
     if cuda:  # give the memory back before serve's workers want it

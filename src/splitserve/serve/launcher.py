@@ -92,7 +92,8 @@ def ray_fit_check(cfg, cluster: dict, nodes: list[dict]) -> str | None:
     have, most = cluster.get(kind, 0), max((nd.get(kind, 0) for nd in nodes), default=0)
     if sum(tps) > have:
         return (f"--device {cfg.device}: {describe(groups_of(cfg.homes(), tps))} ask Ray for {sum(tps)} {kind}s; "
-                f"the Ray cluster has {have:g}: give fewer workers, a smaller tp or more nodes")
+                f"the Ray cluster has {have:g}: give fewer workers, a smaller tp, more nodes"
+                + (" or --device cpu" if gpu else ""))
     if max(tps) > most:
         return (f"--device {cfg.device}: a worker at tp {max(tps)} needs {max(tps)} {kind}s on one node; the Ray "
                 f"cluster's largest node has {most:g}: give a smaller tp")
