@@ -236,7 +236,7 @@ class LLMEngine(KVHostMixin, Conveniences):
                 self.group.send(("step", inp))
             logits = execute(self.model, self.kv, self.graphs, self.device, inp)
             for rid, slots in exports:  # every rank gathers its heads of each, in this order
-                self._exports[rid] = KVExport(self.shards.gather(None, self.shards._slots(slots)))
+                self._exports[rid] = KVExport(self.shards.gather(None, self.shards.slot_tensor(slots)))
         finally:
             self.current_batch = []
         for seq, n in batch:

@@ -206,12 +206,13 @@ class KVShards:
         if self.group is not None:
             self.group.send(("write", layer, slots, tuple(whole.shape)))
             whole = self.group.broadcast(whole.to(device=self.group.device, dtype=self.kv.data.dtype).contiguous())
-        self.put_local(layer, self._slots(slots), whole)
+        self.put_local(layer, self.slot_tensor(slots), whole)
 
     def read(self, layer: int | None, slots: list[int]) -> torch.Tensor:
         if self.group is not None:
             self.group.send(("read", layer, slots))
-        return self.gather(layer, self._slots(slots))
+        return self.gather(layer, self.slot_tensor(slots))
 
-    def _slots(self, slots: list[int]) -> torch.Tensor:
+    def slot_tensor(self, slots: list[int]) -> torch.Tensor:
+        """Slot ids as a tensor on this rank's device."""
         return torch.tensor(slots, dtype=torch.long, device=self.kv.device)

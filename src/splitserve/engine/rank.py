@@ -50,9 +50,6 @@ class Follower:
                 self.shards.gather(i, slots)
         return hook
 
-    def _slots(self, slots: list[int]) -> torch.Tensor:
-        return torch.tensor(slots, dtype=torch.long, device=self.device)
-
     @torch.inference_mode()
     def run(self) -> None:
         while True:
@@ -63,20 +60,20 @@ class Follower:
                 case "write":
                     _, layer, slots, shape = cmd
                     whole = self.group.broadcast(torch.empty(shape, dtype=self.kv.data.dtype, device=self.device))
-                    self.shards.put_local(layer, self._slots(slots), whole)
+                    self.shards.put_local(layer, self.shards.slot_tensor(slots), whole)
                 case "read":
-                    self.shards.gather(cmd[1], self._slots(cmd[2]))
+                    self.shards.gather(cmd[1], self.shards.slot_tensor(cmd[2]))
                 case "stop":
                     return
 
     def step(self, inp: StepInputs) -> None:
-        self.saves = [self._slots(slots) for slots in inp.saves]
+        self.saves = [self.shards.slot_tensor(slots) for slots in inp.saves]
         try:
             execute(self.model, self.kv, self.graphs, self.device, inp, logits=False)
         finally:
             self.saves = []
         for slots in inp.exports:  # as rank 0: one gather per prompt whose KV goes whole
-            self.shards.gather(None, self._slots(slots))
+            self.shards.gather(None, self.shards.slot_tensor(slots))
 
 
 def main(argv: list[str]) -> int:
