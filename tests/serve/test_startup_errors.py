@@ -51,9 +51,27 @@ def test_a_free_port_reaches_the_server(capsys, no_server):
 
 
 def test_port_zero_and_an_unresolvable_host():
-    ServeConfig(port=0).check_port()                   # any free port: nothing to check
+    with ServeConfig(port=0).listen() as sock:         # any free port, held
+        assert sock.getsockname()[1] > 0
     with pytest.raises(UserError, match="--host no-such-host.invalid: cannot resolve"):
-        ServeConfig(host="no-such-host.invalid", port=8000).check_port()
+        ServeConfig(host="no-such-host.invalid", port=8000).listen()
+
+
+def test_the_port_is_held_before_any_worker_starts(monkeypatch):
+    """The socket run_server gets is bound already: nothing the workers start can take the port
+    (CI once lost a tp-4 server's port to one of its own group's ephemeral ports)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    socks = []
+    monkeypatch.setattr(server, "run_server", lambda cfg, sock, **kw: socks.append(sock.getsockname()) or _try_bind(port))
+    assert main(["serve", "--model", "tiny", "--port", str(port)]) == 0
+    assert socks == [("127.0.0.1", port)]
+
+
+def _try_bind(port):
+    with socket.socket() as other, pytest.raises(OSError):
+        other.bind(("127.0.0.1", port))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this host has a CUDA device")

@@ -165,7 +165,8 @@ def _start(cfg, tokenizer_dir: Path | None, http_impl: str, loop_impl: str) -> N
     """Check what the server needs on this host (the serve extra, the model's tp, the devices and
     port, CURVE, Ray and its nodes) before any worker starts, then run it until it is stopped."""
     _require_serve_extra()
-    cfg.check_host()                       # device and port, before any worker starts
+    cfg.check_host()                       # tp and devices, before any worker starts
+    sock = cfg.listen()                    # the HTTP port, held from here on
     from ..engine.hf_export import client_tokenizer_note   # the engine extra: imported when serving
 
     note = client_tokenizer_note(cfg.model, tokenizer_dir)   # for benchmark clients (guidellm, aiperf)
@@ -181,4 +182,5 @@ def _start(cfg, tokenizer_dir: Path | None, http_impl: str, loop_impl: str) -> N
         join_ray(cfg, log=lambda msg: print(f"splitserve serve: {msg}", file=sys.stderr, flush=True))
     from ..serve.server import run_server
 
-    run_server(cfg, http=http_impl, loop=loop_impl)
+    with sock:
+        run_server(cfg, sock=sock, http=http_impl, loop=loop_impl)

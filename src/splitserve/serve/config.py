@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import socket
 from dataclasses import dataclass, field
 
 from ..errors import UserError
@@ -203,13 +204,11 @@ class ServeConfig:
             raise UserError(f"--port must be in 0..65535, got {self.port}")
 
     def check_host(self) -> None:
-        """What this host must offer before any worker starts: a tp the model's heads can take, the
-        devices the workers run on (when they run here: enough GPUs for every group) and a free HTTP port. uvicorn binds its port only after its startup, which
-        starts the workers, so a busy port would otherwise surface after them as `[Errno 98]`. The
-        port can still be taken between this check and uvicorn's bind (then that error remains)."""
+        """What this host must offer before any worker starts: a tp the model's heads can take and
+        the devices the workers run on (when they run here: enough GPUs for every group). The HTTP
+        port is `listen`'s."""
         self.check_tp()
         self.check_device()
-        self.check_port()
 
     def check_device(self) -> None:
         if self.worker_mode != "engine" or (self.backend == "ray" and self.ray_address):
@@ -252,22 +251,23 @@ class ServeConfig:
             assign(self.homes(), self.worker_tps(), len(ids), share=self.transport != "nccl")   # UserError: too few
         self.gpu_ids = ids
 
-    def check_port(self) -> None:
-        """Bind (host, port) once, as uvicorn will (SO_REUSEADDR, so a port in TIME_WAIT passes)."""
-        import socket
-
-        if self.port == 0:
-            return
+    def listen(self) -> socket.socket:
+        """The HTTP socket, bound now, before any worker starts, as uvicorn would bind it
+        (SO_REUSEADDR, so a port in TIME_WAIT passes); uvicorn serves on it. Bound first, a busy port
+        is one error line before the workers start, and nothing started after (a worker's or a
+        tensor-parallel group's ephemeral ports) can take it. --port 0: any free port."""
         try:
             family, kind, proto, _, addr = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM,
                                                               flags=socket.AI_PASSIVE)[0]
         except socket.gaierror as e:
             raise UserError(f"--host {self.host}: cannot resolve it ({e.strerror})") from None
-        with socket.socket(family, kind, proto) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(addr)
-            except OSError as e:
-                why = ("another process listens on it; pick another --port, or --port 0 for any free one"
-                       if e.errno == errno.EADDRINUSE else e.strerror)
-                raise UserError(f"--port {self.port}: cannot listen on {self.host}:{self.port}: {why}") from None
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as e:
+            sock.close()
+            why = ("another process listens on it; pick another --port, or --port 0 for any free one"
+                   if e.errno == errno.EADDRINUSE else e.strerror)
+            raise UserError(f"--port {self.port}: cannot listen on {self.host}:{self.port}: {why}") from None
+        return sock

@@ -4,6 +4,7 @@ answer). Imported by the `serve` command once the serve extra is known to be ins
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 import time
 
@@ -12,9 +13,10 @@ import uvicorn
 from ..errors import UserError
 
 
-def run_server(cfg, http: str = "auto", loop: str = "auto") -> None:
-    """Run the server under uvicorn. `auto` takes httptools and uvloop when they are installed
-    (the serve extra installs both), else h11 and asyncio."""
+def run_server(cfg, sock: socket.socket, http: str = "auto", loop: str = "auto") -> None:
+    """Run the server under uvicorn on `sock` (bound by `ServeConfig.listen` before any worker
+    started). `auto` takes httptools and uvloop when they are installed (the serve extra installs
+    both), else h11 and asyncio."""
     from .api import create_app
 
     def log(msg: str) -> None:
@@ -28,7 +30,7 @@ def run_server(cfg, http: str = "auto", loop: str = "auto") -> None:
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
                             lifespan="on", timeout_graceful_shutdown=5, http=http, loop=loop)
     server = DrainingServer(config, app.state.router, cfg.drain_timeout_s, log)
-    server.run()
+    server.run(sockets=[sock])
     if not server.started:
         raise UserError("the server did not start (see the messages above)")
 
