@@ -42,66 +42,13 @@ from pathlib import Path
 
 from splitserve.catalog import load_hardware, load_model
 from splitserve.perf import make_perf_model
-from splitserve.perf.operators import LayerShape, features, load
+from splitserve.perf.operator_perf import OperatorPerfModel
 from splitserve.perf.profile import read_profile_rows
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PROFILE = REPO.parent / "shared" / "profiles" / "splitwise_a100_h100_perf_model.csv"
 HW = {"dgx-a100": "a100", "dgx-h100": "h100"}           # splitserve machine -> operator-model GPU
 CASES = [("llama2-70b", h, tp) for tp in (8, 4, 2) for h in HW] + [("bloom-176b", h, 8) for h in HW]
-
-
-def shape_of(m) -> LayerShape:
-    gated = m.name.startswith("llama")
-    return LayerShape(m.heads, m.kv_heads, m.hidden, m.intermediate, gated_mlp=gated)
-
-
-class OperatorStep:
-    """Whole-step times (ms) of one model on one GPU kind at one tp, from the operator model."""
-
-    def __init__(self, model, gpu: str, tp: int) -> None:
-        self.m, self.gpu, self.tp = model, gpu, tp
-        self.op = load()
-        self.shape = shape_of(model)
-        self.rope = model.name.startswith("llama")
-        self.head_shape = LayerShape(1, 1, model.hidden, model.vocab, gated_mlp=False)
-
-    def _gemm(self, shape: LayerShape, tokens: int) -> tuple[float, float, float]:
-        """(ms, bytes, flops) of the mlp_up_proj-priced GEMM of `shape` at `tokens`."""
-        g = self.op.gpus[self.gpu]
-        x = features("mlp_up_proj", shape, self.tp, tokens, g.sms)
-        return sum(c * f for c, f in zip(g.ops["mlp_up_proj"], x)), x[1], x[2]
-
-    def layer(self, tokens: int) -> float:
-        t = self.op.layer_ms(self.gpu, self.shape, self.tp, tokens)
-        if not self.rope:
-            t -= self.op.op_ms(self.gpu, "attn_rope", self.shape, self.tp, tokens)
-        return t
-
-    def head(self, seqs: int, tokens: int) -> float:
-        return self.op.op_ms(self.gpu, "emb", self.shape, self.tp, tokens) + self._gemm(self.head_shape, seqs)[0]
-
-    def prefill_attention(self, prompt: int, batch: int) -> float:
-        ms, _, flops = self._gemm(self.shape, prompt * batch)
-        return batch * 2.0 * prompt * prompt * self.m.hidden / self.tp / (flops / ms)
-
-    def decode_attention(self, batch: int, context: int) -> float:
-        ms, nbytes, _ = self._gemm(self.shape, batch)
-        kv_heads = max(1.0, self.m.kv_heads / self.tp)
-        return context * 2.0 * kv_heads * self.m.head_dim * 2.0 / (nbytes / ms)
-
-    def prompt_ms(self, prompt: int, batch: int) -> dict[str, float]:
-        t = prompt * batch
-        parts = {"layers": self.m.layers * self.layer(t), "attn": self.m.layers * self.prefill_attention(prompt, batch),
-                 "head": self.head(batch, t)}
-        parts["total"] = sum(parts.values())
-        return parts
-
-    def decode_ms(self, batch: int, context: int) -> dict[str, float]:
-        parts = {"layers": self.m.layers * self.layer(batch), "attn": self.m.layers * self.decode_attention(batch, context),
-                 "head": self.head(batch, batch)}
-        parts["total"] = sum(parts.values())
-        return parts
 
 
 def points(profile: Path, model: str, hw_name: str, tp: int) -> tuple[list, list]:
@@ -138,36 +85,33 @@ def run(profile: Path, show_rows: bool) -> str:
     out = ["| model | GPU | tp | prompt pts | prompt: ops median % | ops worst % | roofline median % | roofline worst % "
            "| decode pts | decode: ops median % | ops worst % | roofline median % | roofline worst % |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    detail, parts_lines = [], []
+    detail = []
     for model_name, hw_name, tp in CASES:
         m, hw = load_model(model_name), load_hardware(hw_name)
         pr, dec = points(profile, model_name, hw_name, tp)
         if not pr:
             out.append(f"| {model_name} | {hw_name} | {tp} | 0 | no rows in the profile | | | | | | | | |")
             continue
-        ops = OperatorStep(m, HW[hw_name], tp)
+        ops = OperatorPerfModel(m, hw, tp)
         roof, _ = make_perf_model(m, hw, tp)
         pe_o, pe_r, de_o, de_r = [], [], [], []
         for p, b, y in pr:
-            o = ops.prompt_ms(p, b)
+            o = (ops.prompt_time(p * b) + ops.attention * b * p * p) * 1e3
             r = roof.prompt_time(p * b) * 1e3
-            pe_o.append(pct(o["total"], y))
+            pe_o.append(pct(o, y))
             pe_r.append(pct(r, y))
-            detail.append(f"| {model_name} | {hw_name} | {tp} | prompt | {p} | {b} | - | {y:.1f} | {o['total']:.1f} "
-                          f"({o['layers']:.1f} / {o['attn']:.1f} / {o['head']:.1f}) | {pe_o[-1]:+.1f} | {r:.1f} | {pe_r[-1]:+.1f} |")
+            detail.append(f"| {model_name} | {hw_name} | {tp} | prompt | {p} | {b} | - | {y:.1f} | {o:.1f} | {pe_o[-1]:+.1f} | {r:.1f} | {pe_r[-1]:+.1f} |")
         for p, b, n, c, y in dec:
-            o = ops.decode_ms(b, c)
+            o = ops.token_time(b, c) * 1e3
             r = roof.token_time(b, c) * 1e3
-            de_o.append(pct(o["total"], y))
+            de_o.append(pct(o, y))
             de_r.append(pct(r, y))
-            detail.append(f"| {model_name} | {hw_name} | {tp} | decode | {p} | {b} | {n} | {y:.2f} | {o['total']:.2f} "
-                          f"({o['layers']:.2f} / {o['attn']:.2f} / {o['head']:.2f}) | {de_o[-1]:+.1f} | {r:.2f} | {de_r[-1]:+.1f} |")
+            detail.append(f"| {model_name} | {hw_name} | {tp} | decode | {p} | {b} | {n} | {y:.2f} | {o:.2f} | {de_o[-1]:+.1f} | {r:.2f} | {de_r[-1]:+.1f} |")
         out.append(f"| {model_name} | {HW[hw_name]} | {tp} | {len(pr)} | {summary(pe_o)} | {summary(pe_r)} "
                    f"| {len(dec)} | {summary(de_o)} | {summary(de_r)} |")
     text = "\n".join(out)
     if show_rows:
-        text += ("\n\n| model | hardware | tp | step | prompt | batch | gen | measured ms | operator ms (layers / attention / "
-                 "emb+head) | % | roofline ms | % |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(detail))
+        text += ("\n\n| model | hardware | tp | step | prompt | batch | gen | measured ms | operator ms | % | roofline ms | % |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(detail))
     return text
 
 

@@ -189,7 +189,7 @@ def test_calls_are_fast():
     assert best < 3e-6  # ~0.3 us on the development machine; loose for slow CI hosts
 
 
-def test_factory_picks_profile_or_roofline(profile_path):
+def test_factory_picks_profile_operators_or_roofline(profile_path):
     llama = load_model("llama2-70b")
     perf, power = make_perf_model(llama, load_hardware("dgx-a100"), profile=str(profile_path))
     assert isinstance(perf, ProfilePerfModel) and perf.source == f"profile:{profile_path}"
@@ -197,11 +197,12 @@ def test_factory_picks_profile_or_roofline(profile_path):
     perf, power = make_perf_model(llama, load_hardware("dgx-h100"), profile=str(profile_path))
     assert perf.source.startswith("profile:")
     assert isinstance(power, AnalyticalPowerModel)  # the H100 rows carry no power
-    # no rows: H200 (never profiled), llama3-8b (not in the file), tp 1 (not measured)
+    # no rows: H200 (never profiled: the roofline), llama3-8b (not in the file), tp 1 (not measured):
+    # the operator model; without the file, llama2-70b at tp 8 gets the roofline fitted on it
     assert make_perf_model(llama, load_hardware("dgx-h200"), profile=profile_path)[0].source == "roofline"
     assert make_perf_model(load_model("llama3-8b"), load_hardware("dgx-h100"),
-                           profile=profile_path)[0].source == "roofline"
-    assert make_perf_model(llama, load_hardware("dgx-a100"), 1, profile_path)[0].source == "roofline"
+                           profile=profile_path)[0].source == "operators"
+    assert make_perf_model(llama, load_hardware("dgx-a100"), 1, profile_path)[0].source == "operators"
     assert make_perf_model(llama, load_hardware("dgx-a100"))[0].source == "roofline"
     with pytest.raises(UserError):
         make_perf_model(llama, load_hardware("dgx-a100"), profile="/nonexistent/profile.csv")

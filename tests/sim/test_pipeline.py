@@ -16,7 +16,7 @@ from splitserve.workload import RequestSpec
 def test_two_prompts_in_flight_then_decodes_wait_for_the_slow_stage():
     model, hw = load_model("llama2-70b"), load_hardware("dgx-h100")
     perf, _ = make_perf_model(model, hw, tp=4, pp=2)
-    s = perf.stage_time(1000, 0, 0)            # one prompt of 1000 tokens, one stage
+    s = perf.stage_time(1000, 0, 0, 1000 ** 2)  # one prompt of 1000 tokens (its attention too), one stage
     h = perf.hop_time(0, 1000)                 # its activations to stage 2 (NVLink, one machine)
     d = perf.stage_time(0, 1, 1001)            # one decode over 1001 tokens of KV, one stage
     hd = perf.hop_time(0, 1)
@@ -64,7 +64,7 @@ def test_energy_counts_the_instances_gpus_every_stage():
     assert power.idle_power_w() == pytest.approx(0.2 * hw.gpu_tdp_w * 2)        # 2 GPUs, none of the rest
     cluster = make_cluster("baseline-a100", machines=1, parallel=Parallelism(tp=2, pp=2))
     res = Simulation(cluster, model, [RequestSpec(0.0, 100, 1)], SimConfig()).run()
-    stage, hop = perf.stage_time(100, 0, 0), perf.hop_time(0, 100)
+    stage, hop = perf.stage_time(100, 0, 0, 100 ** 2), perf.hop_time(0, 100)   # with its attention
     end = 2 * stage + hop
     assert res.sim_end == pytest.approx(end)
     busy = power.prompt_power_w(100) * 2 * stage                                # 2 GPUs per stage, 2 stages

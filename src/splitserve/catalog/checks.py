@@ -96,7 +96,9 @@ _ROOFLINE_RULES = (
 )
 _MODEL_RULES = tuple((f, lambda v: v >= 1, ">= 1") for f in (
     "layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "params", "max_context",
-    "dtype_bytes", "experts", "experts_per_token"))
+    "dtype_bytes", "experts", "experts_per_token")) + (
+    ("mlp", lambda v: v in ("swiglu", "gelu", "relu"), "swiglu, gelu or relu"),
+    ("positions", lambda v: v in ("rope", "alibi", "learned"), "rope, alibi or learned"))
 
 
 def hardware_entry(where: Where, name: str, table: Any) -> HardwareSpec:
@@ -121,7 +123,8 @@ def hardware_entry(where: Where, name: str, table: Any) -> HardwareSpec:
 
 def model_entry(where: Where, name: str, table: Any) -> ModelSpec:
     kw = _typed(where, name, ModelSpec, table, skip=frozenset({"name"}),
-                optional={"experts": 1, "experts_per_token": 1})   # MoE keys: dense by default
+                optional={"experts": 1, "experts_per_token": 1,       # MoE keys: dense by default
+                          "mlp": "swiglu", "positions": "rope"})
     _check_ranges(where, name, kw, _MODEL_RULES)
     try:
         return ModelSpec(name=name, **kw)

@@ -28,6 +28,8 @@ class ModelSpec:
     dtype_bytes: int
     experts: int = 1                 # MLPs per layer (1 = dense)
     experts_per_token: int = 1       # MLPs each token runs (top-k routing)
+    mlp: str = "swiglu"              # swiglu (gated, three matrices), gelu or relu (two matrices)
+    positions: str = "rope"          # rope (rotary, applied per layer), alibi or learned
 
     def __post_init__(self) -> None:
         if not 1 <= self.experts_per_token <= self.experts:

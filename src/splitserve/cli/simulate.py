@@ -46,7 +46,12 @@ def simulate(
                                                             "sin:MEAN:AMPLITUDE:PERIOD_S.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Directory for summary.json.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout instead of tables.")] = False,
-    profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); roofline model otherwise.")] = None,
+    profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format), where it has rows for the "
+                                                    "model, GPU and tp; --perf-model otherwise.")] = None,
+    perf_model: Annotated[str, typer.Option(help="Model of step times where no profile applies: auto (operators "
+                                                 "fitted on measured A100/H100 profiles, the roofline elsewhere and "
+                                                 "where it stands in for the Splitwise profile), operators or "
+                                                 "roofline. docs/perf-model.md.")] = "auto",
     machine_profile: Annotated[Optional[Path], typer.Option(help="A `splitserve profile` directory: simulate "
                                                                  "that machine running its model (--design "
                                                                  "splitwise* with -p/-t, else the unsplit baseline "
@@ -88,7 +93,7 @@ def simulate(
     req = SimRequest(
         design=design, prompt_machines=prompt_machines, token_machines=token_machines, machines=machines,
         model=model, workload=workload, rps=rps, duration=duration, seed=seed, arrivals=arrivals,
-        rate_profile=rate_profile, profile=str(profile) if profile else None,
+        rate_profile=rate_profile, profile=str(profile) if profile else None, perf_model=perf_model,
         parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp, ep), policy=policy,
         max_context=max_context, memory_utilization=memory_utilization,
         machine=load_machine_profile(machine_profile) if machine_profile else None, goodput=goodput, catalog=cat)

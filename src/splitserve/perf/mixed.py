@@ -11,6 +11,11 @@ for an engine that runs the decodes' attention and sampling after the prefill's,
 """
 
 
+def prompt_alone(perf, tokens: int) -> float:
+    """One prompt of `tokens` tokens alone: the prefill with its own attention term."""
+    return perf.prompt_time(tokens) + perf.attention * tokens * tokens
+
+
 class MixedBatching:
     attention = 0.0  # seconds per squared prompt token; 0: prefill time depends on the token count only
     additive = False  # compose a mixed step by sum (see above), not by max

@@ -13,6 +13,7 @@ from importlib import resources
 from ..catalog import load_hardware, load_model
 from ..cluster.designs import Parallelism, make_cluster
 from ..perf import make_perf_model
+from ..perf.mixed import prompt_alone
 from ..policy.aladdin import ATGT_FACTOR, TTFT_CONTEXT
 from ..policy.cluster import RoutingConfig
 from ..policy.config import PolicyConfig
@@ -56,7 +57,7 @@ SCALES = {s.name: s for s in (TINY, QUICK, FULL)}
 def slos() -> tuple[float, float]:
     """(TTFT, ATGT) SLOs, seconds: the paper's rules (§6.1) on one A100 of our perf model."""
     perf, _ = make_perf_model(load_model(MODEL), load_hardware(HARDWARE), 1)
-    return perf.prompt_time(TTFT_CONTEXT), ATGT_FACTOR * perf.token_time(1, TTFT_CONTEXT)
+    return prompt_alone(perf, TTFT_CONTEXT), ATGT_FACTOR * perf.token_time(1, TTFT_CONTEXT)
 
 
 def prompt_workers(rate: float) -> int:

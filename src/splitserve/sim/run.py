@@ -82,6 +82,7 @@ class SimRequest:
     arrivals: str = "auto"
     rate_profile: str | None = None
     profile: str | None = None
+    perf_model: str = "auto"
     parallel: Parallelism | None = None
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     max_context: int | None = None
@@ -144,7 +145,7 @@ def simulate(req: SimRequest, *, progress: bool = False, record_requests: bool =
         moved = sum(prompts) / len(prompts) if prompts and cluster.design.split else 0.0
         machine = machine.under_load(wl.rps, moved)
     cfg = SimConfig(policy=req.policy, memory_utilization=req.memory_utilization, profile=req.profile,
-                    record_requests=record_requests, machine=machine, trace=trace, goodput=req.goodput,
+                    perf_model=req.perf_model, record_requests=record_requests, machine=machine, trace=trace, goodput=req.goodput,
                     colocated=req.colocated, catalog=req.catalog)
     sim = Simulation(cluster, spec, wl, cfg)
     if progress and sys.stderr.isatty():

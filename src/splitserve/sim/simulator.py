@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..catalog import Catalog, ModelSpec
 from ..cluster.designs import ClusterSpec
 from ..errors import UserError
+from ..perf.mixed import prompt_alone
 from ..perf.step import StepModel
 from ..policy.cluster import arrive
 from ..policy.cluster_schedulers import make_cluster_scheduler
@@ -48,15 +49,15 @@ _NONE: tuple = ()    # a batch with no prompt whose KV streams layer by layer
 class SimConfig:
     policy: PolicyConfig = PolicyConfig()    # the scheduling policies' settings (as `serve` runs them)
     memory_utilization: float = 0.9
-    profile: str | None = None               # profile CSV; roofline model where it has no rows
+    profile: str | None = None               # profile CSV; the catalog's model where it has no rows
+    perf_model: str = "auto"                 # where no profile row applies: auto, operators or roofline
     record_requests: bool = False            # keep every Request with its token times
     machine: Hosts | None = None             # what the machines are (sim/hosts.py): a measured machine
                                              # (twin.machine.MachineProfile); None: the catalog's
     trace: ChromeTrace | None = None         # every batch and transfer, for chrome://tracing
     goodput: GoodputSLO | None = None        # count the requests meeting it
     colocated: bool = False                  # prompt and token instances share nodes: KV over NVLink
-    catalog: Catalog | None = None           # the machine kinds and KV-transfer overheads looked up
-                                             # (None: the built-in catalog)
+    catalog: Catalog | None = None           # machine kinds and KV-transfer overheads (None: built-in)
 
 
 class Simulation(KVHandoff, PipelineStages):
@@ -69,7 +70,7 @@ class Simulation(KVHandoff, PipelineStages):
         self.form_batch = batch_former(self.batching)   # the machine scheduler's form_batch, looked up once
         self.metrics = Metrics()
         self.hosts: Hosts = cfg.machine if cfg.machine is not None else CatalogHosts(
-            model, cfg.profile, cfg.memory_utilization, cfg.colocated, cfg.catalog)
+            model, cfg.profile, cfg.memory_utilization, cfg.colocated, cfg.catalog, cfg.perf_model)
         self.machines: list[Machine] = []
         self.steps: list[StepModel] = []         # each machine's step-time model (perf/step.py)
         self.power = []
@@ -209,7 +210,7 @@ class Simulation(KVHandoff, PipelineStages):
                 r.first_token_at = now
                 ttft = now - r.arrival + self.path_s
                 mt.ttft.add(ttft)
-                mt.slow_ttft.add(ttft / self.ref.prompt_time(r.prompt_tokens))
+                mt.slow_ttft.add(ttft / prompt_alone(self.ref, r.prompt_tokens))
             else:                                 # recomputed after a preemption
                 g = now - r.last_token_at
                 tbt.add(g)
@@ -234,7 +235,7 @@ class Simulation(KVHandoff, PipelineStages):
         mt.completed += 1
         e2e = now - r.arrival + self.path_s
         mt.e2e.add(e2e)
-        ref = self.ref.prompt_time(r.prompt_tokens) + (r.output_tokens - 1) * r.ref_tbt
+        ref = prompt_alone(self.ref, r.prompt_tokens) + (r.output_tokens - 1) * r.ref_tbt
         mt.slow_e2e.add(e2e / ref)
         slo = self.cfg.goodput
         if slo is not None and slo.meets(r.first_token_at - r.arrival + self.path_s, r.first_token_at, now,
