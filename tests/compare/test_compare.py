@@ -31,11 +31,18 @@ def tiny(tmp_path_factory):
 def test_tiny_run_writes_every_system_and_its_report(tiny):
     out, res, lines = tiny
     saved = json.loads((out / "results.json").read_text())
+    text = (out / "report.md").read_text()
     names = [r["system"] for r in saved["systems"]]
     assert names == list(SYSTEMS)                       # every system of SYSTEMS, at run time
-    assert len([m for m in lines if ": goodput " in m]) == len(SYSTEMS)   # a line per finished system
+    # a line per finished system, and one for the reference (the unsplit machines, default policy)
+    assert len([m for m in lines if ": goodput " in m]) == len(SYSTEMS) + 1
+    assert any(m.startswith("reference (default policy): goodput ") for m in lines)
+    ref = saved["reference"]
+    assert ref["design"] == "baseline-h100" and ref["cluster"] == [3] and ref["at_goodput"]["meets"]
+    assert ref["next_rps"] > ref["goodput_rps"] and ref["next_slo_met"] is False and ref["next_ratio"] > 1
+    assert f"`baseline-h100` under the default policy (Splitwise's baseline: mixed continuous batching, JSQ): " \
+           f"goodput {ref['goodput_rps']:.4g} req/s" in text
     assert (out / "goodput.png").stat().st_size > 5_000 and (out / "latency.png").stat().st_size > 5_000
-    text = (out / "report.md").read_text()
     assert "splitserve compare (test)" in text.splitlines()[5]           # the command at the top
     for r in saved["systems"]:
         assert r["goodput_rps"] is not None, r["system"]                # 3 H100s carry 0.5 req/s

@@ -19,6 +19,12 @@ from ..provision.plan import RateRange, Scenario, best_within_budget
 from .budget import Budget
 
 
+# Splitwise's baseline (its Baseline-A100/H100): the unsplit machines under the default policy,
+# mixed continuous batching of prompts and decodes, JSQ over the machines. Not a system of
+# policy/systems.py; compare finds its goodput as a reference for the claims' paragraphs.
+REFERENCE = System("", False, {}, "unsplit, mixed continuous batching, JSQ (Splitwise's baseline)")
+
+
 def cluster(result: dict) -> tuple[int, ...]:
     """The machine counts of a search result: (prompt, token) or (machines,)."""
     if "machines" in result:

@@ -1,6 +1,7 @@
 """What a system's cluster does at a rate, in full: one simulation's latencies, tokens, cost and
-SLO checks (the searches keep only pass/fail and slowdowns). Used at each system's goodput for
-the table, and over a common grid of rates for the latency-vs-rate curves.
+SLO checks, how busy each pool's machines were and the most KV any one held (the searches keep
+only pass/fail and slowdowns). Used at each system's goodput for the table and the claims'
+paragraphs, and over a common grid of rates for the latency-vs-rate curves.
 
 Cost per million output tokens is the cluster's $/h over the output tokens it generated per hour
 of the simulated span (arrivals to the last completion), at the goodput rate.
@@ -44,6 +45,7 @@ def measure(pt: Point) -> dict:
     span, tokens, cost = s["sim"]["simulated_s"], s["tokens_generated"], s["cluster"]["cost_per_hour"]
     per_m = cost / (tokens / span * 3600) * 1e6 if tokens and span > 0 else None
     g = s.get("goodput")
+    pools = s["cluster"]["machines"]
     return {
         "rps": pt.rps, "requests": s["requests"], "completed": s["completed"],
         "throughput_rps": s["throughput_rps"], "output_tokens": tokens, "simulated_s": span,
@@ -51,6 +53,11 @@ def measure(pt: Point) -> dict:
         **{f"{m}_{q}_s": s[f"{m}_s"][q] for m in ("ttft", "tbt", "e2e") for q in ("p50", "p99")},
         "slo_met": bool(s["slo"]["met"]), "checks_met": sum(c["met"] for c in checks.values()),
         "checks": len(checks), "worst_check": worst, "worst_ratio": ratio[worst],
+        "worst_limit": checks[worst]["limit"],
+        "utilization": {p["pool"]: p["utilization"] for p in pools},      # busy share, per pool's machine
+        "peak_kv_fraction": max(p["peak_kv_fraction"] for p in pools),  # of any one machine's KV capacity
+        "borrowed": s["cluster"]["borrowed_into_mixed_pool"], "preemptions": s["cluster"]["preemptions"],
+        "events": s["sim"]["events"],
         "attainment": g["attainment"] if g else None, "attainment_target": g["target"] if g else None,
         "meets": bool(g["meets_target"]) if g else bool(s["slo"]["met"]),   # the SLO the search used
     }

@@ -38,7 +38,7 @@ def _at_slo(m: dict) -> str:
 
 
 def render(res: dict) -> str:
-    L = _setup(res) + _table(res)
+    L = _setup(res) + _table(res) + _reference(res)
     L += ["", "![goodput per system](goodput.png)", ""]
     if res["curves"]:
         L += ["## Latency against the offered rate", "",
@@ -107,14 +107,31 @@ def _table(res: dict) -> list[str]:
     return L
 
 
+def _reference(res: dict) -> list[str]:
+    """The line on the reference: Splitwise's kind of baseline on the same machines."""
+    r = res.get("reference")
+    if not r:
+        return []
+    m = r["at_goodput"]
+    got = (f"goodput {r['goodput_rps']:.4g} req/s" if r["goodput_rps"] is not None else "no goodput")
+    nxt = f"; next rate {r['next_rps']:.4g}: {r['next_worst']} {r['next_ratio']:.2f}x" if r["next_rps"] else ""
+    at = (f"; at goodput TTFT P50/P99 {_ms(m['ttft_p50_s'])} / {_ms(m['ttft_p99_s'])} ms, TBT P50/P99 "
+          f"{_ms(m['tbt_p50_s'])} / {_ms(m['tbt_p99_s'])} ms, {_at_slo(m)}" if m else "")
+    return ["", f"Reference, not a serving system of the table: the same {r['split']} machines of "
+            f"`{r['design']}` under the default policy (Splitwise's baseline: mixed continuous batching, "
+            f"JSQ): {got}{nxt}{at}. The claims' paragraphs below call it the reference."]
+
+
 def _claims(res: dict) -> list[str]:
     sc = res["scenario"]
     L: list[str] = []
     L += ["## Claims beside the simulation", "",
           "Each system's headline claim (compare/claims.toml) and what this run finds for it: the "
-          "system's goodput over its baseline's on the same budget. The paragraph under each was "
-          "written by hand after reading this workload's committed report "
-          f"(docs/compare/{sc['workload']}/): it explains those figures.", ""]
+          "system's goodput over its baseline's on the same budget. The paragraph under each is "
+          f"compare/claims.toml's template for the {sc['workload']} workload filled from this run's "
+          "results (compare/explain.py): every figure in it is this run's, and a sentence that holds "
+          "only in some runs is chosen by a comparison of this run's figures. The paper's figures are "
+          "the claim's lines above.", ""]
     for r in res["systems"]:
         c = r["claim"]
         L.append(f"### {r['system']}")
@@ -130,8 +147,8 @@ def _claims(res: dict) -> list[str]:
               + (f" Note: {c['baseline_note']}." if c["baseline_note"] else ""),
               f"- Paper's headline gain: {_f(c['gain'], 'g') + 'x' if c['gain'] else '-'}; "
               f"this simulation: {ours}.", ""]
-        why = c["why"].get(sc["workload"])
-        L += [why.strip() if why else
+        why = r.get("why")
+        L += [why if why else
               f"(No explanation written for the {sc['workload']} workload in compare/claims.toml.)", ""]
     return L
 
