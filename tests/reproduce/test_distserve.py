@@ -1,5 +1,8 @@
 """`splitserve reproduce distserve` end to end at the tiny scale: the report's structure, its
-numbers agree with results.json, and the direction of DistServe against vLLM on the chatbot."""
+numbers agree with results.json, and the orderings that hold by construction. Which of DistServe
+and vLLM wins is the reproduction's finding, not asserted here: under the roofline DistServe led at
+this scale; under the operator model (the default since issue 27) vLLM does (7.45 against 6.06
+req/s/GPU when this changed), see docs/reproduction/distserve/report.md."""
 
 import json
 
@@ -24,8 +27,6 @@ def test_tiny_report(tmp_path):
     assert f"| {r['rate_gain']:.2f} | 2-3.41 |" in text
     # vLLM++ searches vLLM's own degree too, so it is never worse per GPU
     assert r["vllm_pp"]["best"]["per_gpu"] >= vllm["per_gpu"]
-    # at the tiny scale the simulation gives DistServe at least vLLM's goodput per GPU on the chatbot
-    assert pair["per_gpu"] >= vllm["per_gpu"]
     # attainment falls with the rate (first point vs last) and rises with the SLO scale
     curve = r["rate_curve"]["attainment"]["DistServe"]
     assert curve[0] >= curve[-1]

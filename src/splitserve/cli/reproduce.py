@@ -16,6 +16,9 @@ app = typer.Typer(name="reproduce", help="Reproduce published evaluations on the
 OUT_HELP = "Directory for report.md, its PNG plots and results.json."
 Workers = Annotated[Optional[int], typer.Option(help="Worker processes (default: all cores).")]
 Seed = Annotated[int, typer.Option(help="Seed of every workload.")]
+PerfModel = Annotated[str, typer.Option(help="Step-time model: auto (the operator model fitted on measured A100/H100 "
+                                             "profiles where no profile applies), operators or roofline "
+                                             "(docs/perf-model.md).")]
 
 
 def _log(msg: str) -> None:
@@ -61,13 +64,15 @@ def distserve(
     seed: Seed = 0,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of the simulations (default ~/.cache/splitserve/provision).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Simulate everything again.")] = False,
+    perf_model: PerfModel = "auto",
 ) -> None:
     """Run DistServe's evaluation (OSDI 2024: Figures 8, 9, 11) on the simulator and write a report
     beside its numbers."""
     from ..reproduce.distserve import reproduce_distserve
 
     cache = _cache(workers, cache_dir, no_cache)
-    path = reproduce_distserve(out, scale=scale, workers=workers, seed=seed, cache_dir=cache, log=_log)
+    path = reproduce_distserve(out, scale=scale, workers=workers, seed=seed, cache_dir=cache, log=_log,
+                               perf_model=perf_model)
     typer.echo(f"wrote {path}")
 
 
@@ -76,11 +81,12 @@ def tetriinfer(
     out: Annotated[Path, typer.Option(help=OUT_HELP)] = Path("reproduction/tetriinfer"),
     scale: Annotated[str, _scale("seconds")] = "quick",
     seed: Annotated[int, typer.Option(help="Added to every workload seed.")] = 0,
+    perf_model: PerfModel = "auto",
 ) -> None:
     """Run TetriInfer's evaluation (2024: Figures 11-15, TTFT, JCT, resource use and perf/$ against vLLM on its five workloads; its instance flip under a load shift) on the simulator and write a report beside its numbers."""
     from ..reproduce.tetriinfer import reproduce_tetriinfer
 
-    typer.echo(f"wrote {reproduce_tetriinfer(out, scale=scale, seed=seed, log=_log)}")
+    typer.echo(f"wrote {reproduce_tetriinfer(out, scale=scale, seed=seed, log=_log, perf_model=perf_model)}")
 
 
 @app.command("ecoserve")
@@ -88,11 +94,12 @@ def ecoserve(
     out: Annotated[Path, typer.Option(help=OUT_HELP)] = Path("reproduction/ecoserve"),
     scale: Annotated[str, _scale("about 2 minutes")] = "quick",
     seed: Seed = 0,
+    perf_model: PerfModel = "auto",
 ) -> None:
     """Run EcoServe's key comparison (Figure 10: normalized latency, SLO satisfaction and the rate sustained at the same latency against vLLM and FastGen on Alpaca, ShareGPT and BookCorpus) on the simulator and write a report beside its numbers."""
     from ..reproduce.ecoserve import reproduce_ecoserve
 
-    typer.echo(f"wrote {reproduce_ecoserve(out, scale=scale, seed=seed, log=_log)}")
+    typer.echo(f"wrote {reproduce_ecoserve(out, scale=scale, seed=seed, log=_log, perf_model=perf_model)}")
 
 
 @app.command("aladdin")
@@ -100,8 +107,9 @@ def aladdin(
     out: Annotated[Path, typer.Option(help=OUT_HELP)] = Path("reproduction/aladdin"),
     scale: Annotated[str, _scale("minutes")] = "quick",
     seed: Seed = 0,
+    perf_model: PerfModel = "auto",
 ) -> None:
     """Run Aladdin's key result (2024: Figures 11 and 12, GPUs needed to meet the SLOs against the arrival rate, beside vLLM, JSQ and power of two) on the simulator and write a report beside its numbers."""
     from ..reproduce.aladdin import reproduce_aladdin
 
-    typer.echo(f"wrote {reproduce_aladdin(out, scale=scale, seed=seed, log=_log)}")
+    typer.echo(f"wrote {reproduce_aladdin(out, scale=scale, seed=seed, log=_log, perf_model=perf_model)}")

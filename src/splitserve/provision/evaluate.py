@@ -54,6 +54,7 @@ class Job:
     chunk_size: int = 0             # chunked prefill's token budget (0: whole prompts)
     system: str = ""                # a serving system by name (policy/systems.py); "": the default policy
     catalog: Catalog | None = None  # a user catalog (--catalog) travels with the job; None: the built-in one
+    perf_model: str = "auto"        # the step-time model where no profile applies (simulate --perf-model)
 
     def counts(self) -> dict:
         if self.machines is not None:
@@ -123,7 +124,7 @@ def run_job(job: Job) -> Outcome:
                        goodput=GoodputSLO(*job.goodput) if job.goodput else None,
                        parallel=Parallelism(*job.parallel) if job.parallel else None,
                        policy=job_policy(job), max_context=job.max_context, colocated=job.colocated,
-                       catalog=job.catalog)
+                       catalog=job.catalog, perf_model=job.perf_model)
     return Outcome.from_summary(s)
 
 
@@ -206,10 +207,12 @@ class Backend(Protocol):
 
 @dataclass
 class Evaluator:
-    """Answers jobs from the cache or the backend; counts what it did."""
+    """Answers jobs from the cache or the backend; counts what it did. `perf_model` other than
+    "auto": every job runs with that step-time model (simulate --perf-model)."""
     backend: Backend
     cache: Cache | None = None
     on_done: Callable[[Job, Outcome, bool], None] | None = None   # (job, outcome, from_cache)
+    perf_model: str = "auto"
     simulated: int = 0
     cached: int = 0
     sim_wall_s: float = 0.0
@@ -220,6 +223,8 @@ class Evaluator:
         return self.backend.workers
 
     def __call__(self, jobs: list[Job]) -> list[Outcome]:
+        if self.perf_model != "auto":
+            jobs = [replace(j, perf_model=self.perf_model) for j in jobs]
         todo = []
         for j in dict.fromkeys(jobs):
             if j in self.results:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UserError
@@ -35,15 +36,15 @@ from .aladdin_experiments import FIG11, FIG12, GPUS, SCALES, TARGET, needed, pap
 from .aladdin_report import plot_figures, write_report
 
 
-def reproduce_aladdin(out: Path, scale: str = "quick", seed: int = 0, log=print) -> Path:
+def reproduce_aladdin(out: Path, scale: str = "quick", seed: int = 0, log=print, perf_model: str = "auto") -> Path:
     if scale not in SCALES:
         raise UserError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
-    sc = SCALES[scale]
+    sc = replace(SCALES[scale], perf_model=perf_model)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    ttft, atgt = slos()
-    results: dict = {"scale": sc.name, "seed": seed, "target": TARGET, "slo": {"ttft_s": ttft, "atgt_s": atgt},
+    ttft, atgt = slos(perf_model)
+    results: dict = {"scale": sc.name, "perf_model": perf_model, "seed": seed, "target": TARGET, "slo": {"ttft_s": ttft, "atgt_s": atgt},
                      "rates": list(sc.rates), "gpus": {}, "runs": {}, "scaled": {}}
     for kind in FIG11 + FIG12:
         results["gpus"][kind] = []

@@ -46,6 +46,7 @@ class Scale:
     duration: float                # seconds of arrivals per simulation
     max_workers: int               # search bound
     window: float                  # --scale-window of the scaled run
+    perf_model: str = "auto"       # the step-time model (simulate --perf-model)
 
 
 TINY = Scale("tiny", (2.0, 6.0), 20.0, 24, 10.0)
@@ -54,9 +55,9 @@ FULL = Scale("full", (2.0, 4.0, 8.0, 12.0, 16.0, 20.0, 24.0, 28.0), 300.0, 96, 3
 SCALES = {s.name: s for s in (TINY, QUICK, FULL)}
 
 
-def slos() -> tuple[float, float]:
+def slos(perf_model: str = "auto") -> tuple[float, float]:
     """(TTFT, ATGT) SLOs, seconds: the paper's rules (§6.1) on one A100 of our perf model."""
-    perf, _ = make_perf_model(load_model(MODEL), load_hardware(HARDWARE), 1)
+    perf, _ = make_perf_model(load_model(MODEL), load_hardware(HARDWARE), 1, kind=perf_model)
     return prompt_alone(perf, TTFT_CONTEXT), ATGT_FACTOR * perf.token_time(1, TTFT_CONTEXT)
 
 
@@ -66,7 +67,7 @@ def prompt_workers(rate: float) -> int:
 
 def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, window: float = 0.0) -> dict:
     """One run of `kind` with `workers` workers (token workers for the split kinds) at `rate`."""
-    ttft, atgt = slos()
+    ttft, atgt = slos(scale.perf_model)
     aladdin = dict(cluster_scheduler="aladdin", predictor="tetriinfer-100", aladdin_ttft_slo=ttft,
                    aladdin_atgt_slo=atgt, scale_window=window, aladdin_theta=THETAS.get(kind, 0.9))
     if kind in FIG11:
@@ -80,7 +81,8 @@ def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, wind
         cluster = make_cluster("splitwise-aa", prompt_machines=prompt_workers(rate), token_machines=workers,
                                parallel=Parallelism(tp=1))
         batching = BatchingConfig()
-    cfg = SimConfig(policy=PolicyConfig(batching=batching, routing=routing), goodput=GoodputSLO(ttft, atgt))
+    cfg = SimConfig(policy=PolicyConfig(batching=batching, routing=routing), goodput=GoodputSLO(ttft, atgt),
+                    perf_model=scale.perf_model)
     wl = make_workload(WORKLOAD, rps=rate, duration=scale.duration, seed=seed)
     res = Simulation(cluster, load_model(MODEL), wl, cfg).run()
     mt = res.metrics

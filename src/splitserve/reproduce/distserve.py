@@ -26,13 +26,13 @@ from .distserve_report import write_report
 
 
 def reproduce_distserve(out: Path, scale: str = "quick", workers: int | None = None, seed: int = 0,
-                        cache_dir: str | None = None, log=print) -> Path:
+                        cache_dir: str | None = None, log=print, perf_model: str = "auto") -> Path:
     if scale not in SCALES:
         raise UserError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
     sc = SCALES[scale]
     out.mkdir(parents=True, exist_ok=True)
     pub = paper()
-    ev = Evaluator(LocalBackend(workers), Cache(Path(cache_dir)) if cache_dir else None)
+    ev = Evaluator(LocalBackend(workers), Cache(Path(cache_dir)) if cache_dir else None, perf_model=perf_model)
     t0 = time.perf_counter()
     results = []
     try:
@@ -44,7 +44,7 @@ def reproduce_distserve(out: Path, scale: str = "quick", workers: int | None = N
         ev.close()
     wall = time.perf_counter() - t0
     search = {"simulated": ev.simulated, "cached": ev.cached, "workers": ev.width}
-    (out / "results.json").write_text(json.dumps({"scale": sc.name, "seed": seed, "wall_s": wall,
+    (out / "results.json").write_text(json.dumps({"scale": sc.name, "perf_model": perf_model, "seed": seed, "wall_s": wall,
                                                   "search": search, "experiments": results},
                                                  indent=1, default=str) + "\n")
     return write_report(out, results, sc, pub, seed, wall, search)

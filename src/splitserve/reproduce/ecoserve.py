@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UserError
@@ -36,10 +37,10 @@ from .ecoserve_experiments import NAMES, SCALES, dataset_results, memory_utiliza
 from .ecoserve_report import plot_curves, plot_gains, write_report
 
 
-def reproduce_ecoserve(out: Path, scale: str = "quick", seed: int = 0, log=print) -> Path:
+def reproduce_ecoserve(out: Path, scale: str = "quick", seed: int = 0, log=print, perf_model: str = "auto") -> Path:
     if scale not in SCALES:
         raise UserError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
-    sc = SCALES[scale]
+    sc = replace(SCALES[scale], perf_model=perf_model)
     out.mkdir(parents=True, exist_ok=True)
     pub = paper()
     t0 = time.perf_counter()
@@ -48,7 +49,7 @@ def reproduce_ecoserve(out: Path, scale: str = "quick", seed: int = 0, log=print
         log(f"[{time.perf_counter() - t0:6.1f} s] {NAMES[ds]}: {', '.join(sc.systems)} at "
             f"{', '.join(f'{r:g}' for r in sc.rates[ds])} req/s")
         results.append(dataset_results(ds, sc, seed, log))
-    res = {"scale": sc.name, "seed": seed, "kv_tokens": results[0]["kv_tokens"],
+    res = {"scale": sc.name, "perf_model": perf_model, "seed": seed, "kv_tokens": results[0]["kv_tokens"],
            "memory_utilization": memory_utilization(), "datasets": results,
            "simulations": sum(len(sc.rates[d]) for d in sc.datasets) * len(sc.systems),
            "wall_s": time.perf_counter() - t0}

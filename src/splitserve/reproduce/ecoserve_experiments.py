@@ -40,6 +40,7 @@ class Scale:
     duration: dict[str, float]            # seconds of arrivals per dataset (so overload shows in latency)
     max_requests: int                     # at most this many requests per point
     rates: dict[str, tuple[float, ...]]   # req/s per dataset
+    perf_model: str = "auto"              # the step-time model (simulate --perf-model)
 
     def requests(self, dataset: str, rps: float) -> int:
         return max(50, min(self.max_requests, round(rps * self.duration[dataset])))
@@ -83,12 +84,12 @@ def specs(dataset: str, rps: float, n: int, seed: int) -> list:
     return list(wl)[:n]
 
 
-def simulate(system: str, dataset: str, rps: float, n: int, seed: int = 0) -> dict:
+def simulate(system: str, dataset: str, rps: float, n: int, seed: int = 0, perf_model: str = "auto") -> dict:
     """One run: per-request latencies and what the scheduler did."""
     sim = Simulation(make_cluster("baseline-a100", machines=1, parallel=Parallelism(tp=1)), load_model(MODEL),
                      specs(dataset, rps, n, seed),
                      SimConfig(policy=policy(system, dataset), record_requests=True,
-                               memory_utilization=memory_utilization()))
+                               memory_utilization=memory_utilization(), perf_model=perf_model))
     res = sim.run()
     rs = sorted(res.requests, key=lambda r: r.id)
     counts = dict(sim.machines[0].counts or {})
@@ -129,7 +130,7 @@ def sustained(rates: tuple[float, ...], norms: list[float], limit: float) -> tup
 
 def dataset_results(dataset: str, sc: Scale, seed: int, log) -> dict:
     rates = sc.rates[dataset]
-    runs = {s: [simulate(s, dataset, r, sc.requests(dataset, r), seed) for r in rates] for s in sc.systems}
+    runs = {s: [simulate(s, dataset, r, sc.requests(dataset, r), seed, sc.perf_model) for r in rates] for s in sc.systems}
     basis = slo_basis(runs["vllm"][0])
     points = {s: [measure(run, basis) for run in rs] for s, rs in runs.items()}
     limit = LATENCY_FACTOR * points["vllm"][0]["norm_latency"]

@@ -32,20 +32,18 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UserError
-from .tetriinfer_experiments import NAMES, SCALES, Scale, compare, flip_experiment, kv_tokens, paper
+from .tetriinfer_experiments import NAMES, SCALES, compare, flip_experiment, kv_tokens, paper
 from .tetriinfer_report import plot_main, plot_rates, write_report
 
 
-def reproduce_tetriinfer(out: Path, scale: str = "quick", seed: int = 0, log=print) -> Path:
+def reproduce_tetriinfer(out: Path, scale: str = "quick", seed: int = 0, log=print, perf_model: str = "auto") -> Path:
     if scale not in SCALES:
         raise UserError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
-    sc = SCALES[scale]
-    if seed:
-        sc = Scale(sc.name, sc.workloads, sc.requests, tuple(s + seed for s in sc.seeds), sc.links, sc.rates,
-                   sc.shift_requests, sc.shift_rps, sc.flip_idles)
+    sc = replace(SCALES[scale], seeds=tuple(s + seed for s in SCALES[scale].seeds), perf_model=perf_model)
     out.mkdir(parents=True, exist_ok=True)
     pub = paper()
     t0 = time.perf_counter()
@@ -58,7 +56,7 @@ def reproduce_tetriinfer(out: Path, scale: str = "quick", seed: int = 0, log=pri
     log(f"[{time.perf_counter() - t0:6.1f} s] instance flip under a load shift")
     flip = flip_experiment(sc)
     sims = 2 * len(sc.seeds) * (len(main) + len(rates)) + len(flip["runs"])
-    res = {"scale": sc.name, "seeds": list(sc.seeds), "kv_tokens": kv_tokens(), "main": main, "rates": rates,
+    res = {"scale": sc.name, "perf_model": perf_model, "seeds": list(sc.seeds), "kv_tokens": kv_tokens(), "main": main, "rates": rates,
            "flip": flip, "simulations": sims, "wall_s": time.perf_counter() - t0}
     plot_main([m for m in main if m["link"] == sc.links[0]], pub, out / "workloads.png")
     plot_rates(rates, out / "rates.png")

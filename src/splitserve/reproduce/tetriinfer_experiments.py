@@ -39,6 +39,7 @@ class Scale:
     shift_requests: int               # requests per phase of the flip experiment
     shift_rps: float
     flip_idles: tuple[float, ...]     # --flip-idle-s values of the flip experiment (inf: no flips)
+    perf_model: str = "auto"          # the step-time model (simulate --perf-model)
 
 
 TINY = Scale("tiny", ("lpld", "lphd"), 48, (0,), ("roce",), (4.0,), 60, 2.0, (60.0, 1.0, math.inf))
@@ -58,7 +59,7 @@ def specs(workload: str, n: int, seed: int, rps: float | None) -> list:
 
 
 def simulate(system: str, reqs: list, link: str = "roce", prompt: int = 1, token: int = 1,
-             flip_idle_s: float = 60.0) -> dict:
+             flip_idle_s: float = 60.0, perf_model: str = "auto") -> dict:
     """Run `reqs` on vLLM (one instance) or TetriInfer (`prompt` + `token` instances); averages,
     resource usage time and flips."""
     par = Parallelism(tp=1)
@@ -71,7 +72,7 @@ def simulate(system: str, reqs: list, link: str = "roce", prompt: int = 1, token
         policy = make_policy({"batching.scheduler": "tetriinfer-sjf", "routing.flip_idle_s": flip_idle_s},
                              "tetriinfer")
     sim = Simulation(cluster, load_model(MODEL), reqs,
-                     SimConfig(policy=policy, record_requests=True, colocated=LINKS[link]))
+                     SimConfig(policy=policy, record_requests=True, colocated=LINKS[link], perf_model=perf_model))
     res = sim.run()
     rs = res.requests
     start = min(r.arrival for r in rs)
@@ -101,7 +102,7 @@ def compare(workload: str, scale: Scale, link: str, rps: float | None) -> dict:
     for seed in scale.seeds:
         reqs = specs(workload, scale.requests, seed, rps)
         for system in runs:
-            runs[system].append(simulate(system, reqs, link))
+            runs[system].append(simulate(system, reqs, link, perf_model=scale.perf_model))
     mean = {s: {k: sum(r[k] for r in rs) / len(rs) for k in ("ttft_s", "jct_s", "resource_s", "makespan_s")}
             for s, rs in runs.items()}
     v, t = mean["vllm"], mean["tetriinfer"]
@@ -121,7 +122,7 @@ def flip_experiment(scale: Scale) -> dict:
     reqs = first + second
     out = {"requests": len(reqs), "rps": scale.shift_rps, "shift_at_s": offset, "runs": []}
     for idle in scale.flip_idles:
-        r = simulate("tetriinfer", reqs, "roce", prompt=2, token=2, flip_idle_s=idle)
+        r = simulate("tetriinfer", reqs, "roce", prompt=2, token=2, flip_idle_s=idle, perf_model=scale.perf_model)
         out["runs"].append({"flip_idle_s": idle, **{k: r[k] for k in ("ttft_s", "jct_s", "resource_s",
                                                                           "makespan_s", "flips")}})
     return out
