@@ -18,10 +18,13 @@ def test_report_has_every_section_plots_and_ratios(tmp_path, monkeypatch):
     text = path.read_text()
     for title in ("Isolated requests (Table IV)", "Design space of Splitwise-HH", "The exact optimum",
                   "Latency against load", "Batch jobs", "Iso-power throughput-optimised",
-                  "Iso-cost throughput-optimised", "Iso-throughput power- and cost-optimised"):
+                  "Iso-cost throughput-optimised", "Iso-throughput power- and cost-optimised",
+                  "KV-cache transfer against prompt size (Figs. 14-15", "Batched tokens per iteration (Fig. 17",
+                  "run with another (Fig. 20"):
         assert title in text
     for png in ("fig12_heatmap.png", "fig16_coding.png", "fig16_conversation.png", "fig18a_iso_power.png",
-                "fig18b_iso_cost.png", "fig19_iso_throughput.png"):
+                "fig18b_iso_cost.png", "fig19_iso_throughput.png", "fig14_kv_transfer.png",
+                "fig15_transfer_overhead.png", "fig17_batched_tokens.png", "fig20_robustness.png"):
         assert (tmp_path / png).stat().st_size > 10_000
         assert f"]({png})" in text
     results = json.loads((tmp_path / "results.json").read_text())
@@ -37,6 +40,13 @@ def test_report_has_every_section_plots_and_ratios(tmp_path, monkeypatch):
     found, best = results["fig12_search"], results["heatmap_best"]
     if best is not None:
         assert found["feasible"] and found["prompt_machines"] + found["token_machines"] <= sum(best)
+    # Fig. 20a: a baseline's iso-power cluster is the same for coding and conversation, so is its throughput
+    rob = results["robustness"]["workload"]
+    for d in ("baseline-a100", "baseline-h100"):
+        assert rob[d]["coding_split"] == rob[d]["conversation_split"]
+        assert rob[d]["conversation_on_coding"] == rob[d]["conversation_on_conversation"]
+    # Fig. 18a's HA claim is read against Baseline-H100
+    assert "1.18x req/s, 0.90x $/h (vs baseline-h100)" in text
     # iso-power: every design's cluster fits the budget of 3 DGX-H100 (16.8 kW)
     for d, r in results["iso_power"].items():
         if r["feasible"]:

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from . import experiments as ex
+from . import splitwise_figs as figs
+from . import splitwise_figs_report as figs_report
 from .markdown import Report
 from .sections import batch_job, fig12_search, heatmap, iso_throughput, load_sweep, table4, throughput_optimised
 
@@ -57,25 +59,35 @@ def reproduce_splitwise(out: Path, quick: bool = False, profile: str | None = No
     return rep.write()
 
 
+FIG15_REQUESTS = {"quick": 100, "full": 400}    # coding requests run alone for Fig. 15
+
+
 def _measured(rep: Report, runner: ex.Runner, scale: ex.Scale, pub: dict, step: _Steps) -> dict:
-    """Table IV, Fig. 12 (the grid and the exact optimum), Fig. 16, the batch jobs."""
+    """Table IV, Fig. 12 (the grid and the exact optimum), Figs. 14-15, 16 and 17, the batch jobs."""
     iso = step("isolated requests (Table IV)", lambda: ex.isolated(runner))
     table4(rep, iso, pub["table4"])
     heat = step("Fig. 12 design space", lambda: ex.heatmap(runner, scale))
-    heatmap(rep, heat, pub)
-    heat["duration"] = f"{scale.duration:g}-second"
     found = step("Fig. 12 exact optimum (search)", lambda: ex.fig12_search(runner, scale))
+    heatmap(rep, heat, pub, found)
+    heat["duration"] = f"{scale.duration:g}-second"
     fig12_search(rep, found, heat, pub)
+    kv = step("Fig. 14 KV transfer against prompt size", lambda: figs.transfer_by_prompt(runner))
+    kv_trace = step("Fig. 15 KV transfer overhead on the coding trace",
+                    lambda: figs.transfer_on_trace(runner, FIG15_REQUESTS.get(scale.name, 100)))
+    figs_report.transfer(rep, kv, kv_trace, pub, pub["table4"])
     clusters = {d: v for d, v in pub["iso_power"]["coding"].items()}
     sweep = step("Fig. 16 latency against load (coding)", lambda: ex.load_sweep(runner, scale, clusters, "coding"))
     load_sweep(rep, sweep, "coding", clusters)
     conv = {d: v for d, v in pub["iso_power"]["conversation"].items()}
     sweep_c = step("Fig. 16 latency against load (conversation)", lambda: ex.load_sweep(runner, scale, conv, "conversation"))
     load_sweep(rep, sweep_c, "conversation", conv)
+    tokens = step("Fig. 17 batched tokens", lambda: figs.batched_tokens(runner, scale))
+    figs_report.batched(rep, tokens, figs.FIG17_CLUSTERS, pub)
     bj = step("batch jobs", lambda: ex.batch_job(runner, scale, clusters))
     batch_job(rep, bj, pub)
     return {"isolated": iso, "heatmap_best": heat["best"], "load_coding": sweep, "load_conversation": sweep_c,
-            "batch_job": bj, "fig12_search": found}
+            "batch_job": bj, "fig12_search": found, "kv_transfer": kv, "kv_transfer_trace": kv_trace,
+            "batched_tokens": tokens}
 
 
 def _provisioned(rep: Report, runner: ex.Runner, scale: ex.Scale, pub: dict, step: _Steps) -> dict:
@@ -91,16 +103,20 @@ def _provisioned(rep: Report, runner: ex.Runner, scale: ex.Scale, pub: dict, ste
                "are coarse, not optimal." if scale.stride > 1 else ""), "")
     isop = step("Fig. 18a iso-power throughput-optimised (conversation)",
                 lambda: ex.throughput_optimised(runner, scale, "conversation", "iso-power"))
+    full = scale.budget_machines == ex.POWER_BUDGET_MACHINES
+    splits = pub["iso_power"]["conversation"] if full else None
+    claims = pub["iso_power"]["conversation_claims"]
+    # each claim's design at the paper's own split and budget: a different split, or a different model?
+    at_paper = step("Fig. 18a the paper's splits", lambda: {
+        d: figs.at_split(runner, scale, d, splits[d], "conversation") for d in claims if d in splits}) if full else None
     throughput_optimised(rep, isop, "Iso-power throughput-optimised clusters, conversation", "Fig. 18a",
-                         "fig18a_iso_power.png", "baseline-a100",
-                         pub["iso_power"]["conversation_throughput_vs_baseline_a100"],
-                         pub["iso_power"]["conversation"]
-                         if scale.budget_machines == ex.POWER_BUDGET_MACHINES else None)
+                         "fig18a_iso_power.png", "baseline-a100", claims, splits, at_paper)
     isoc = step("Fig. 18b iso-cost throughput-optimised (conversation)",
                 lambda: ex.throughput_optimised(runner, scale, "conversation", "iso-cost"))
     throughput_optimised(rep, isoc, "Iso-cost throughput-optimised clusters, conversation", "Fig. 18b",
                          "fig18b_iso_cost.png", "baseline-h100",
-                         {"splitwise-aa": pub["iso_cost"]["throughput_aa_vs_baseline_h100"]})
+                         {"splitwise-aa": {"baseline": "baseline-h100",
+                                           "throughput": pub["iso_cost"]["throughput_aa_vs_baseline_h100"]}})
     target = isop["baseline-h100"].get("throughput_at_slo")
     if target:
         power = step("Fig. 19a iso-throughput power-optimised",
@@ -113,4 +129,7 @@ def _provisioned(rep: Report, runner: ex.Runner, scale: ex.Scale, pub: dict, ste
         power = cost = None
         rep.add("## Iso-throughput clusters (Fig. 19)", "",
                 "Not run: Baseline-H100 met no SLO within the iso-power budget.", "")
-    return {"iso_power": isop, "iso_cost": isoc, "iso_throughput_power": power, "iso_throughput_cost": cost}
+    rob = step("Fig. 20 robustness (coding and BLOOM-176B clusters)", lambda: figs.robustness(runner, scale, isop))
+    figs_report.robustness(rep, rob, pub, scale.budget_machines)
+    return {"iso_power": isop, "iso_cost": isoc, "iso_throughput_power": power, "iso_throughput_cost": cost,
+            "iso_power_at_paper_split": at_paper, "robustness": rob}
