@@ -42,3 +42,12 @@ def claims_table(ours: list[Claim], roofline: list[Claim] | None, model_name: st
 
 def _fmt(c: Claim) -> str:
     return "n/a" if c.ours is None else c.fmt.format(c.ours)
+
+
+def run_both(run, out: Path, perf_model: str, versus_roofline: bool, log=print) -> Path:
+    """`run(out, perf_model) -> report path`, first under the roofline into OUT/roofline/ when
+    `versus_roofline` (its report sits there; this one's claims table reads its results.json)."""
+    if versus_roofline and perf_model != "roofline":
+        log("the roofline run first, into roofline/ (--versus-roofline)")
+        run(Path(out) / "roofline", "roofline")
+    return run(Path(out), perf_model)
