@@ -52,7 +52,8 @@ def test_full_prompt_pool_borrows_a_token_machine_into_the_mixed_pool():
 
 def test_last_machine_of_a_pool_is_never_borrowed():
     ms = cluster(1, 1)
-    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=0, overflow_rule="queued"))
+    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=0, overflow_rule="queued",
+                                             borrow_rule="splitserve"))
     load(ms[0], queued_prompt_tokens=10)
     p, t = s.route(Request(0, 0.0, 10, 10))
     assert (p.id, t.id) == (0, 1) and s.borrowed == 0
@@ -60,7 +61,7 @@ def test_last_machine_of_a_pool_is_never_borrowed():
 
 def test_memory_bound_token_pool_overflows_to_a_prompt_machine():
     ms = cluster(2, 1)
-    s = SplitwiseScheduler(ms)
+    s = SplitwiseScheduler(ms, RoutingConfig(borrow_rule="splitserve"))
     ms[2].queued_decode_tokens = 50           # waiting for KV memory
     load(ms[0], queued_prompt_tokens=10)
     p, t = s.route(Request(0, 0.0, 10, 10))
@@ -86,7 +87,8 @@ def test_splitwise_needs_both_pools():
 
 def test_when_every_candidate_is_full_jsq_spans_pool_and_mixed_pool():
     ms = cluster(2, 2)
-    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=100, overflow_rule="queued"))
+    s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=100, overflow_rule="queued",
+                                             borrow_rule="splitserve"))
     s._move(ms[0], Pool.MIXED)                 # borrowed earlier, and now full like the rest
     s._move(ms[2], Pool.MIXED)
     load(ms[0], queued_prompt_tokens=500)

@@ -25,6 +25,11 @@ class RoutingConfig:
     prompt_queue_threshold: int = 8192   # prefill tokens beyond which a prompt machine is full
     overflow_rule: str = "authors"       # what counts against it: "authors" (queued + running +
                                          # the arriving prompt, with prompts queued) or "queued"
+    borrow_rule: str = "authors"         # how machines are borrowed and given back: "authors" (their
+                                         # simulator's MixedPoolScheduler.schedule: both machines picked
+                                         # apart, a pool may lend its last machine, unsplit on the shortest
+                                         # queue of all when nothing is left, home only when idle) or
+                                         # "splitserve" (policy/pools.py)
     token_queue_threshold: int = 0       # queued decode tokens (waiting for KV memory) beyond which
                                          # a token machine is full
     mixed_pool: bool = True              # allow overflow into the mixed pool and borrowing

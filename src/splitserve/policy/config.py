@@ -91,6 +91,12 @@ OPTIONS = (
     Option("overflow-rule", "routing.overflow_rule",
            "What counts against --prompt-queue-threshold: authors (the Splitwise authors' simulator: queued + "
            "running prefill tokens + the arriving prompt, while prompts are queued) or queued (queued prefill tokens)."),
+    Option("borrow-rule", "routing.borrow_rule",
+           "How the mixed pool borrows machines: authors (the Splitwise authors' simulator: prompt and token "
+           "machine picked apart, a pool may lend its last machine, a request runs whole on the shortest queue "
+           "of all when neither pool can lend, a borrowed machine goes home when idle) or splitserve (an "
+           "overflowing request runs whole on a mixed machine, a pool keeps its last machine, a borrowed "
+           "machine goes home when it holds no work of the other kind)."),
     Option("token-queue-threshold", "routing.token_queue_threshold",
            "Decode tokens waiting for KV memory beyond which a token machine is full."),
     Option("no-mixed-pool", "routing.mixed_pool", "No mixed pool: no overflow, no borrowing of machines.",
@@ -200,6 +206,8 @@ def make_policy(values: dict[str, Any], system: str = "") -> PolicyConfig:
                     (r.token_queue_threshold >= 0, f"--token-queue-threshold must be >= 0, got {r.token_queue_threshold}"),
                     (r.overflow_rule in ("authors", "queued"),
                      f"--overflow-rule must be authors or queued, got {r.overflow_rule!r}"),
+                    (r.borrow_rule in ("authors", "splitserve"),
+                     f"--borrow-rule must be authors or splitserve, got {r.borrow_rule!r}"),
                     (r.decode_dispatch in ("jsq", "tetriinfer"),
                      f"--decode-dispatch must be jsq or tetriinfer, got {r.decode_dispatch!r}"),
                     (r.cluster_scheduler in ("auto", *CLUSTER_SCHEDULERS),

@@ -5,13 +5,26 @@ once, each by Join-the-Shortest-Queue over pending tokens. A machine past a thre
 full (by default the authors' rule, as their simulator's `MixedPoolScheduler.is_queue_long`: a
 prompt machine with prompts queued whose queued and running prompt tokens plus the arriving
 prompt's pass it; `overflow_rule="queued"`: its queued prompt tokens alone pass it; a token
-machine: decode tokens wait for its KV memory): the request then goes to the least-loaded
-mixed-pool machine, and when the mixed pool is full too, a machine of the opposite pool is
-borrowed into the mixed pool; when every candidate is full, JSQ runs over the pool and the mixed
-pool together. A mixed machine runs whole requests with mixed batching, like an unsplit machine,
-and returns to its own pool once it holds no work of the opposite kind. A request whose token
-machine has no KV memory yet waits there and picks its prompt machine when it is admitted, so
-the prompt side is chosen by the load of that moment (policy/cluster.py admit_freed).
+machine: decode tokens wait for its KV memory). Two borrowing rules (RoutingConfig.borrow_rule):
+
+- "authors" (default; their simulator's `MixedPoolScheduler.schedule`, which produced the paper's
+  numbers): the prompt machine is the shortest queue of the prompt pool, else of the mixed pool,
+  each only if not full; the token machine likewise from the token pool, else the mixed pool.
+  With no prompt machine, the shortest queue of the token pool is borrowed into the mixed pool
+  (its last machine too), and with no token machine one of the prompt pool; when a side still has
+  none (its lender is empty), the request runs whole on the shortest queue of all machines. The
+  two machines are picked apart: a borrowed machine prefills a request whose token machine is
+  another (unless the same machine was picked for both). A machine of the mixed pool goes home
+  only once it holds no work at all (`notify_free_instance`: idle).
+- "splitserve" (splitserve's earlier rule): a full pool sends the request to the least-loaded
+  mixed-pool machine, which runs it whole; when the mixed pool is full too, a machine of the
+  opposite pool is borrowed (never a pool's last); when every candidate is full, JSQ runs over
+  the pool and the mixed pool together. A mixed machine returns to its own pool once it holds no
+  work of the opposite kind.
+
+A mixed machine runs whatever it holds with mixed batching, like an unsplit machine. A request
+whose token machine has no KV memory yet waits there and picks its prompt machine when it is
+admitted, so the prompt side is chosen by the load of that moment (policy/cluster.py admit_freed).
 
 `JSQScheduler` is the unsplit baseline: every machine mixed, JSQ over all of them.
 """
@@ -37,6 +50,7 @@ class SplitwiseScheduler(ClusterScheduler):
         if not self.pools[Pool.PROMPT] or not self.pools[Pool.TOKEN]:
             raise ValueError("Splitwise needs at least one prompt and one token machine")
         self.borrowed = 0                # machines moved into the mixed pool so far
+        self.authors = cfg.borrow_rule == "authors"
         if cfg.decode_dispatch == "tetriinfer":
             self.predictor, self.registry = make_predictor(cfg.predictor), Registry()
 
@@ -52,8 +66,52 @@ class SplitwiseScheduler(ClusterScheduler):
         return bool(m.prompt_queue) and (m.queued_prompt_tokens + m.running_prompt_tokens + r.prompt_tokens
                                          > self.cfg.prompt_queue_threshold)
 
+    def _token_full(self, m: Machine, r: Request) -> bool:
+        """Whether `m` takes no more decodes: decode tokens wait for its KV memory."""
+        return m.queued_decode_tokens > self.cfg.token_queue_threshold
+
     def _full(self, m: Machine, r: Request) -> bool:
-        return self._prompt_full(m, r) or m.queued_decode_tokens > self.cfg.token_queue_threshold
+        return self._prompt_full(m, r) or self._token_full(m, r)
+
+    # ---- the authors' rule (borrow_rule="authors") ------------------------------------------------
+    def _shortest(self, pool: Pool, r: Request, full, exclude: int = -1) -> Machine | None:
+        """The shortest queue of `pool` (but machine `exclude`), or None if none or it is `full`."""
+        ms = [m for m in self.pools[pool] if m.id != exclude] if exclude >= 0 else self.pools[pool]
+        if not ms:
+            return None
+        m = min(ms, key=_pending)
+        return None if full(m, r) else m
+
+    def _borrow(self, lender: Pool, exclude: int = -1) -> Machine | None:
+        """The shortest queue of `lender` (but machine `exclude`), moved into the mixed pool; None
+        when the lender has no machine left."""
+        ms = [m for m in self.pools[lender] if m.id != exclude]
+        if not ms:
+            return None
+        m = min(ms, key=_pending)
+        self._move(m, Pool.MIXED)
+        self.borrowed += 1
+        return m
+
+    def _side(self, own: Pool, r: Request, full, exclude: int = -1) -> Machine | None:
+        """A side's machine by the authors' rule, borrowing nothing: its pool's shortest queue,
+        else the mixed pool's, each only if not `full`."""
+        m = self._shortest(own, r, full, exclude)
+        return m if m is not None else self._shortest(Pool.MIXED, r, full, exclude)
+
+    def _route_authors(self, r: Request) -> tuple[Machine, Machine]:
+        """MixedPoolScheduler.schedule: each side from its pool, else the mixed pool; then the prompt
+        side borrows (from the token pool), then the token side (from the prompt pool); a side with
+        nothing to borrow runs the request whole on the shortest queue of all."""
+        p = self._side(Pool.PROMPT, r, self._prompt_full)
+        t = self._side(Pool.TOKEN, r, self._token_full)    # picked before a borrow: may be borrowed as p
+        if p is None:
+            p = self._borrow(Pool.TOKEN)
+        if t is None:
+            t = self._borrow(Pool.PROMPT)
+        if p is None or t is None:
+            p = t = min(self.pools[Pool.PROMPT] + self.pools[Pool.MIXED] + self.pools[Pool.TOKEN], key=_pending)
+        return p, t
 
     def _overflow(self, r: Request, lender: Pool, exclude: Machine | None = None) -> Machine | None:
         """A machine of the mixed pool with room for `r`, else one borrowed from `lender`."""
@@ -71,8 +129,16 @@ class SplitwiseScheduler(ClusterScheduler):
     def pick_prompt(self, r: Request) -> Machine:
         """The prompt machine for `r`: JSQ over the prompt pool; when that one is full (the
         overflow rule), a mixed machine with room or one borrowed from the token pool; when every
-        candidate is full, JSQ over the prompt and mixed pools together."""
+        candidate is full, JSQ over the prompt and mixed pools together. By the authors' rule (a
+        request admitted late, its token machine chosen) never its own token machine."""
         prompts = self.pools[Pool.PROMPT]
+        if self.authors and self.cfg.mixed_pool:
+            t = r.token_machine
+            p = self._side(Pool.PROMPT, r, self._prompt_full, t) or self._borrow(Pool.TOKEN, t)
+            if p is not None:
+                return p
+            return min((m for m in prompts + self.pools[Pool.MIXED] if m.id != r.token_machine),
+                       key=_pending, default=min(prompts + self.pools[Pool.MIXED], key=_pending))
         p = min(prompts, key=_pending) if prompts else None
         if p is not None and (not self.cfg.mixed_pool or not self._prompt_full(p, r)):
             return p
@@ -100,6 +166,8 @@ class SplitwiseScheduler(ClusterScheduler):
 
     def route(self, r: Request) -> tuple[Machine, Machine]:
         """Pick (prompt machine, token machine) for a new request; equal when it runs unsplit."""
+        if self.authors and self.cfg.mixed_pool and self.cfg.decode_dispatch == "jsq":
+            return self._route_authors(r)
         p = self.pick_prompt(r)
         return p, self.pick_token(r, p)
 
@@ -113,6 +181,11 @@ class SplitwiseScheduler(ClusterScheduler):
     def settle(self, m: Machine) -> None:
         """After an iteration: a mixed machine with no work of the opposite kind goes home."""
         if m.pool is not Pool.MIXED:
+            return
+        if self.authors:   # idle: notify_free_instance (KV still in flight to it is not work yet)
+            if not (m.prompt_queue or m.running_prompt_tokens or m.running or m.ready or m.admit_queue
+                    or m.decode_queue):
+                self._move(m, m.home)
             return
         if m.home is Pool.PROMPT:
             opposite = m.running or m.ready or m.admit_queue or m.inbound_tokens
