@@ -129,9 +129,9 @@ def _claims(res: dict) -> list[str]:
           "Each system's headline claim (compare/claims.toml) and what this run finds for it: the "
           "system's goodput over its baseline's on the same budget. The paragraph under each is "
           f"compare/claims.toml's template for the {sc['workload']} workload filled from this run's "
-          "results (compare/explain.py): every figure in it is this run's, and a sentence that holds "
-          "only in some runs is chosen by a comparison of this run's figures. The paper's figures are "
-          "the claim's lines above.", ""]
+          "results (compare/explain.py): every figure in it is this run's but the papers' own (their "
+          "claims and setups) and the systems' settings (512-token chunks, tp-8 machines), and a "
+          "sentence that holds only in some runs is chosen by a comparison of this run's figures.", ""]
     for r in res["systems"]:
         c = r["claim"]
         L.append(f"### {r['system']}")
