@@ -207,6 +207,11 @@ def report(d: pd.DataFrame, summary: dict, borrowed: int, tol: float = 0.002, fi
     for label, g in ((f"prompt > {CAP}", d[long_]), (f"prompt <= {CAP}", d[~long_])):
         print(f"{label:24s} n={len(g):5d} queue P50/P99 {g.queue_sws.median():.3f}/{g.queue_sws.quantile(.99):.3f} "
               f"/ {g.queue_ss.median():.3f}/{g.queue_ss.quantile(.99):.3f}")
+    for label, col in (("SplitwiseSim", "queue_sws"), ("splitserve", "queue_ss")):
+        slow = d[d[col] > 2.0]
+        print(f"queued over 2 s in {label}: {len(slow)} requests, {int((slow.prompt > CAP).sum())} of them "
+              f"prompts over {CAP} tokens; longest {d[col].max():.2f} s (request #{d[col].idxmax()}, "
+              f"{d.prompt[d[col].idxmax()]} tokens)")
     diverged = d[np.abs(d.queue_sws - d.queue_ss) > tol]
     print(f"queue times part by more than {tol * 1000:.0f} ms at {len(diverged)} requests; the first:")
     cols = ["arrival", "prompt", "output", "queue_sws", "queue_ss", "prefill_sws", "prefill_ss", "whole_sws",
