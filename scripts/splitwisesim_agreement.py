@@ -203,6 +203,9 @@ def report(d: pd.DataFrame, summary: dict, borrowed: int, tol: float = 0.002, fi
         print(f"{label:24s} n={len(g):5d} TTFT P50 {g.ttft_sws.median():.3f} / {g.ttft_ss.median():.3f}  "
               f"queue P50 {g.queue_sws.median():.3f} / {g.queue_ss.median():.3f}  "
               f"prefill P50 {g.prefill_sws.median():.3f} / {g.prefill_ss.median():.3f}")
+    short_whole = d[d.whole_sws & (d.prompt <= CAP)]
+    print(f"prompts <= {CAP} SplitwiseSim runs whole ({len(short_whole)}): their prefill takes a median "
+          f"{(short_whole.prefill_sws / short_whole.prefill_ss).median():.3f}x splitserve's")
     long_ = d.prompt > CAP
     for label, g in ((f"prompt > {CAP}", d[long_]), (f"prompt <= {CAP}", d[~long_])):
         print(f"{label:24s} n={len(g):5d} queue P50/P99 {g.queue_sws.median():.3f}/{g.queue_sws.quantile(.99):.3f} "
