@@ -19,6 +19,8 @@ Seed = Annotated[int, typer.Option(help="Seed of every workload.")]
 PerfModel = Annotated[str, typer.Option(help="Step-time model: auto (the operator model fitted on measured A100/H100 "
                                              "profiles where no profile applies), operators or roofline "
                                              "(docs/perf-model.md).")]
+VersusRoofline = Annotated[bool, typer.Option("--versus-roofline", help="Run under the roofline first, into "
+                                              "OUT/roofline/, and set its claims beside this run's.")]
 
 
 def _log(msg: str) -> None:
@@ -65,14 +67,15 @@ def distserve(
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of the simulations (default ~/.cache/splitserve/provision).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Simulate everything again.")] = False,
     perf_model: PerfModel = "auto",
+    versus_roofline: VersusRoofline = False,
 ) -> None:
-    """Run DistServe's evaluation (OSDI 2024: Figures 8, 9, 11) on the simulator and write a report
-    beside its numbers."""
+    """Run DistServe's evaluation (OSDI 2024: Figures 1, 8, 9, 11) on the simulator and write a report
+    beside its numbers: its claims, ours, and the counterfactual runs behind each difference."""
     from ..reproduce.distserve import reproduce_distserve
 
     cache = _cache(workers, cache_dir, no_cache)
     path = reproduce_distserve(out, scale=scale, workers=workers, seed=seed, cache_dir=cache, log=_log,
-                               perf_model=perf_model)
+                               perf_model=perf_model, versus_roofline=versus_roofline)
     typer.echo(f"wrote {path}")
 
 
