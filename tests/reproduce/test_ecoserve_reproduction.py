@@ -11,7 +11,7 @@ def test_tiny_report(tmp_path):
     path = reproduce_ecoserve(tmp_path, scale="tiny", log=lambda m: None)
     text = path.read_text()
     for title in ("## Setup", "## Sustained rate at the same latency (Figure 10a-i)", "## Each point",
-                  "## SLO satisfaction (Figure 10j-l)", "## What differs and why"):
+                  "## SLO satisfaction (Figure 10j-l)", "## Claims", "## Other differences"):
         assert title in text
     for png in ("curves.png", "gains.png"):
         assert (tmp_path / png).stat().st_size > 10_000 and f"]({png})" in text

@@ -14,7 +14,7 @@ def test_tiny_report(tmp_path):
     text = path.read_text()
     for title in ("## Setup", "## TetriInfer against vLLM, five workloads (Figures 11-15)",
                   "## Arrival rate (not in the paper)", "## Instance flip under a load shift (§3.5)",
-                  "## What differs and why"):
+                  "## Claims", "## Counterfactuals: what moves the gaps"):
         assert title in text
     for png in ("workloads.png", "rates.png"):
         assert (tmp_path / png).stat().st_size > 10_000 and f"]({png})" in text

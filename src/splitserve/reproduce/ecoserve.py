@@ -5,7 +5,7 @@ ShareGPT and BookCorpus, beside the paper's numbers (reproduce/ecoserve_paper.to
 DIR/report.md, PNG plots and results.json.
 
 The setup, as the paper gives it and where it does not (ASSUMED):
-- One A100-80GB, OPT-13B, tp 1, the roofline performance model; KV capped at the paper's 12 GB
+- One A100-80GB, OPT-13B, tp 1, the step-time model `--perf-model` names (the operator model by default); KV capped at the paper's 12 GB
   (14,648 tokens: `memory_utilization` solved for it).
 - Requests: the `alpaca`, `sharegpt` and `bookcorpus` workloads (Table 2's sizes,
   scripts/neighbour_workloads.py), clipped to OPT's 2,048-token context; Poisson arrivals at rates
@@ -15,7 +15,10 @@ The setup, as the paper gives it and where it does not (ASSUMED):
   at 10/15/20% padding), its Oracle (the true lengths), `vllm` as `--policy vllm` (prefill-first;
   a waiting prompt preempts the youngest decodes, recomputed later), the same without preemption
   (`vllm-np`: KV reserved whole never needs to grow, so vLLM v0 would not preempt), and FastGen as
-  `sarathi` (Dynamic SplitFuse ~ stall-free chunked prefill, 512-token chunks: ASSUMED stand-in).
+  `sarathi` (Dynamic SplitFuse ~ stall-free chunked prefill, 512-token chunks: ASSUMED stand-in), ORCA
+  as `orca` with the paper's batch of 8 and max-allocation (2,048 tokens per request, §2.1).
+- Counterfactuals (ecoserve_claims.py): vLLM reserving the whole context, EcoServe and vLLM with 0.9 of
+  HBM for KV, 'sustained' at other latency limits; left out of the roofline run of --versus-roofline.
 - Normalized latency (§4, "as defined in [11, 13]"): the mean over requests of end-to-end latency
   divided by output length. JCT SLO of a request (§4): 2 x (t_p + t_g x its output length), t_p and
   t_g the mean TTFT and mean time per later token measured on vLLM at the sweep's lowest rate
@@ -33,14 +36,26 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UserError
-from .ecoserve_experiments import NAMES, SCALES, dataset_results, memory_utilization, paper
+from .ecoserve_experiments import COUNTERFACTUAL, NAMES, SCALES, dataset_results, memory_utilization, paper
 from .ecoserve_report import plot_curves, plot_gains, write_report
+from .versus import run_both
 
 
-def reproduce_ecoserve(out: Path, scale: str = "quick", seed: int = 0, log=print, perf_model: str = "auto") -> Path:
+def run_ecoserve(out: Path, scale: str = "quick", seed: int = 0, log=print, perf_model: str = "auto",
+                 versus_roofline: bool = False) -> Path:
+    """`reproduce_ecoserve`, first under the roofline into OUT/roofline/ when `versus_roofline`; that
+    run leaves out the counterfactual systems (its column holds the claims; the why is this run's)."""
+    return run_both(lambda o, pm: reproduce_ecoserve(o, scale, seed, log, pm, counterfactuals=pm != "roofline"
+                                                     or not versus_roofline), out, perf_model, versus_roofline, log)
+
+
+def reproduce_ecoserve(out: Path, scale: str = "quick", seed: int = 0, log=print, perf_model: str = "auto",
+                       counterfactuals: bool = True) -> Path:
     if scale not in SCALES:
         raise UserError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
     sc = replace(SCALES[scale], perf_model=perf_model)
+    if not counterfactuals:
+        sc = replace(sc, systems=tuple(s for s in sc.systems if s not in COUNTERFACTUAL))
     out.mkdir(parents=True, exist_ok=True)
     pub = paper()
     t0 = time.perf_counter()

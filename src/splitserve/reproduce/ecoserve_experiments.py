@@ -21,11 +21,16 @@ CONTEXT = 2048
 KV_BYTES = 12e9                  # §2.1 "The memory for KVC is 12GB"
 DATASETS = ("alpaca", "sharegpt", "bookcorpus")
 NAMES = {"alpaca": "Alpaca", "sharegpt": "ShareGPT", "bookcorpus": "BookCorpus"}
-SYSTEMS = ("ecoserve", "oracle", "vllm", "vllm-np", "fastgen")
+SYSTEMS = ("ecoserve", "oracle", "vllm", "vllm-np", "fastgen", "orca")
+# counterfactual systems (ecoserve_claims.py): vLLM not knowing output lengths, and the A100's whole KV
+COUNTERFACTUAL = ("vllm-max", "ecoserve-kv", "vllm-kv")
 LABELS = {"ecoserve": "EcoServe", "oracle": "Oracle", "vllm": "vLLM", "vllm-np": "vLLM (no preemption)",
-          "fastgen": "FastGen (sarathi)"}
+          "fastgen": "FastGen (sarathi)", "orca": "ORCA (batch 8)", "vllm-max": "vLLM reserving the context",
+          "ecoserve-kv": "EcoServe, 0.9 of HBM for KV", "vllm-kv": "vLLM, 0.9 of HBM for KV"}
+ORCA_BATCH = 8                  # §2.1 "The batch size of ORCA and FastServe was set to 8"
 SLO_SCALE = 2.0
 LATENCY_FACTOR = 2.0            # sustained: normalized latency within this factor of vLLM's lowest-rate one
+LIMIT_FACTORS = (1.5, 3.0, 5.0)  # the counterfactual readings of 'sustained' (the same runs)
 
 
 def paper() -> dict:
@@ -49,9 +54,11 @@ class Scale:
 RATES = {"alpaca": (5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0, 120.0),
          "sharegpt": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0),
          "bookcorpus": (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)}
-TINY = Scale("tiny", ("alpaca",), ("ecoserve", "vllm"), {"alpaca": 10.0}, 400, {"alpaca": (5.0, 20.0, 40.0)})
-QUICK = Scale("quick", DATASETS, SYSTEMS, {"alpaca": 60.0, "sharegpt": 400.0, "bookcorpus": 2400.0}, 4000, RATES)
-FULL = Scale("full", DATASETS, SYSTEMS, {"alpaca": 300.0, "sharegpt": 2000.0, "bookcorpus": 12000.0}, 20000, RATES)
+TINY = Scale("tiny", ("alpaca",), ("ecoserve", "vllm", "vllm-max"), {"alpaca": 10.0}, 400, {"alpaca": (5.0, 20.0, 40.0)})
+QUICK = Scale("quick", DATASETS, SYSTEMS + COUNTERFACTUAL, {"alpaca": 60.0, "sharegpt": 400.0, "bookcorpus": 2400.0},
+              4000, RATES)
+FULL = Scale("full", DATASETS, SYSTEMS + COUNTERFACTUAL, {"alpaca": 300.0, "sharegpt": 2000.0, "bookcorpus": 12000.0},
+             20000, RATES)
 SCALES = {s.name: s for s in (TINY, QUICK, FULL)}
 
 
@@ -71,12 +78,19 @@ def memory_utilization() -> float:
 
 
 def policy(system: str, dataset: str):
-    """The policy of the compared `system` on `dataset` (FastGen: sarathi's)."""
+    """The policy of the compared `system` on `dataset` (FastGen: sarathi's; ORCA: Orca's scheduler
+    with the paper's batch of 8, reserving the whole context; `-kv`: the same policy as without)."""
+    system = system.removesuffix("-kv")
     if system == "oracle":   # the system's predictor replaced by the truth (an option at its default
         return make_policy({"batching.scheduler": "ecoserve", "routing.cluster_scheduler": "jsq"})  # loses)
     options = {"ecoserve": {"routing.predictor": f"ecoserve-{dataset}"},
-               "vllm-np": {"batching.preemption_limit": 0}}.get(system, {})
-    return make_policy(options, {"ecoserve": "ecoserve", "vllm": "vllm", "vllm-np": "vllm"}.get(system, "sarathi"))
+               "vllm-np": {"batching.preemption_limit": 0},
+               "orca": {"batching.scheduler": "orca", "batching.max_len": CONTEXT, "batching.max_seqs": ORCA_BATCH,
+                        "batching.preemption_limit": 0},
+               "vllm-max": {"batching.scheduler": "orca", "batching.max_len": CONTEXT,
+                            "batching.preemption_limit": 0}}.get(system, {})
+    base = {"fastgen": "sarathi", "ecoserve": "ecoserve"}.get(system, "vllm")
+    return make_policy(options, base)
 
 
 def specs(dataset: str, rps: float, n: int, seed: int) -> list:
@@ -89,7 +103,8 @@ def simulate(system: str, dataset: str, rps: float, n: int, seed: int = 0, perf_
     sim = Simulation(make_cluster("baseline-a100", machines=1, parallel=Parallelism(tp=1)), load_model(MODEL),
                      specs(dataset, rps, n, seed),
                      SimConfig(policy=policy(system, dataset), record_requests=True,
-                               memory_utilization=memory_utilization(), perf_model=perf_model))
+                               memory_utilization=0.9 if system.endswith("-kv") else memory_utilization(),
+                               perf_model=perf_model))
     res = sim.run()
     rs = sorted(res.requests, key=lambda r: r.id)
     counts = dict(sim.machines[0].counts or {})
@@ -135,7 +150,13 @@ def dataset_results(dataset: str, sc: Scale, seed: int, log) -> dict:
     points = {s: [measure(run, basis) for run in rs] for s, rs in runs.items()}
     limit = LATENCY_FACTOR * points["vllm"][0]["norm_latency"]
     sus = {s: sustained(rates, [p["norm_latency"] for p in ps], limit) for s, ps in points.items()}
-    gains = {s: sus["ecoserve"][0] / sus[s][0] for s in sc.systems if s != "ecoserve"}
+    gains = {s: sus["ecoserve"][0] / sus[s][0] for s in sc.systems if s not in ("ecoserve", "ecoserve-kv", "vllm-kv")}
+    if "ecoserve-kv" in sus and "vllm-kv" in sus:
+        gains["vllm-kv"] = sus["ecoserve-kv"][0] / sus["vllm-kv"][0]
+    base = points["vllm"][0]["norm_latency"]
+    factors = {f"{f:g}": {s: sustained(rates, [p["norm_latency"] for p in points[s]], f * base)[0] for s in sc.systems}
+               for f in LIMIT_FACTORS}
     return {"dataset": dataset, "rates": list(rates), "slo_basis": {"t_p": basis[0], "t_g": basis[1]},
             "latency_limit": limit, "kv_tokens": runs["vllm"][0]["kv_tokens"], "points": points,
-            "sustained": {s: {"rate": v[0], "censored": v[1]} for s, v in sus.items()}, "ecoserve_gain": gains}
+            "sustained": {s: {"rate": v[0], "censored": v[1]} for s, v in sus.items()}, "ecoserve_gain": gains,
+            "sustained_by_limit": factors}

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .ecoserve_experiments import LABELS, LATENCY_FACTOR, NAMES, SLO_SCALE, Scale
+from .ecoserve_claims import claims, section
+from .ecoserve_experiments import COUNTERFACTUAL, LABELS, LATENCY_FACTOR, NAMES, SLO_SCALE, Scale
 from .markdown import Report
 from .plots import plt
+from .versus import claims_table, roofline_results
 
 
 def plot_curves(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(2, len(results), figsize=(5 * len(results), 7), constrained_layout=True, squeeze=False)
     for col, d in enumerate(results):
         for s, ps in d["points"].items():
+            if s in COUNTERFACTUAL:
+                continue
             axes[0][col].plot(d["rates"], [p["norm_latency"] for p in ps], marker="o", label=LABELS[s])
             axes[1][col].plot(d["rates"], [100 * p["ssr"] for p in ps], marker="o", label=LABELS[s])
         axes[0][col].axhline(d["latency_limit"], color="grey", linewidth=0.8, linestyle="--")
@@ -46,6 +50,11 @@ def plot_gains(results: list[dict], pub: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def model_name(perf_model: str) -> str:
+    """The claims table's column: `auto` is the operator model here (no profile row has OPT-13B)."""
+    return "operators" if perf_model in ("auto", "operators") else perf_model
+
+
 def _rate(v: dict) -> str:
     return ("≥ " if v["censored"] else "") + f"{v['rate']:.3g}"
 
@@ -62,9 +71,18 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
             + f" per point, at most {sc.max_requests} requests; "
             f"{res['simulations']} simulations, {res['wall_s']:.0f} s). The paper: Shen and Sen, \"EcoServe: "
             "Maximizing Multi-Resource Utilization with SLO Guarantees in LLM Serving\" (seed 003); its figures "
-            "are in `src/splitserve/reproduce/ecoserve_paper.toml` with their sections.", "",
-            "## Setup", "",
-            f"- OPT-13B on one A100-80GB (tp 1, roofline model), KV capped at the paper's 12 GB: "
+            "are in `src/splitserve/reproduce/ecoserve_paper.toml` with their sections.", "")
+    roof = roofline_results(out)
+    rep.add("## Claims", "",
+            "Each figure the paper's text states for OPT-13B (§4) beside ours. `ours (roofline)` is the same "
+            "reproduction under `--perf-model roofline` (roofline/report.md; `--versus-roofline` runs it first). A "
+            "claim is off when ours lies more than 10% outside the paper's figure or range; its `why` is the "
+            "counterfactual (section Counterfactuals) that moves it nearest the paper.", "",
+            *claims_table(claims(res, pub), claims(roof, pub) if roof else None, model_name(res["perf_model"])))
+    systems = [s for s in sc.systems if s not in COUNTERFACTUAL]
+    rep.add("## Setup", "",
+            f"- OPT-13B on one A100-80GB (tp 1, the `{res['perf_model']}` step-time model: "
+            f"{model_name(res['perf_model'])}, docs/perf-model.md), KV capped at the paper's 12 GB: "
             f"{res['kv_tokens']:,} tokens (memory utilization {res['memory_utilization']:.3f}).",
             "- Workloads `alpaca`, `sharegpt`, `bookcorpus` (Table 2's sizes), clipped to 2,048 tokens of context; "
             "Poisson arrivals at the rates of each table (around this instance's capacity; the paper's 36, 28 and "
@@ -72,7 +90,8 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
             "- EcoServe: `--policy ecoserve` with the dataset's predictor (policy/predictor.py: 77.5/73.2/69.8% "
             "covered at 10/15/20% padding); Oracle: the true lengths. vLLM: `--policy vllm` (prefill-first, a waiting "
             "prompt preempts the youngest decodes) and without preemption; FastGen: `--policy sarathi` (ASSUMED "
-            "stand-in: chunked prefill beside the decodes).",
+            "stand-in: chunked prefill beside the decodes); ORCA: Orca's iteration scheduler with the paper's batch "
+            "of 8, reserving the whole 2,048-token context per request (max-allocation, §2.1).",
             f"- Normalized latency: mean of end-to-end latency / output tokens. SLO: {SLO_SCALE:g} x (t_p + t_g x "
             "output tokens), t_p and t_g from vLLM at the lowest rate. Sustained rate: highest rate with normalized "
             f"latency within {LATENCY_FACTOR:g}x vLLM's at the lowest rate (ASSUMED).", "")
@@ -81,13 +100,14 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
     for d in res["datasets"]:
         ds = d["dataset"]
         rows.append([NAMES[ds], f"{d['latency_limit']:.3f}"]
-                    + [_rate(d["sustained"][s]) for s in sc.systems]
+                    + [_rate(d["sustained"][s]) for s in systems]
                     + [f"{d['ecoserve_gain']['vllm']:.2f}", _range(pub["rate_gain"]["vllm"][ds])]
                     + ([f"{d['ecoserve_gain']['fastgen']:.2f}", _range(pub["rate_gain"]["fastgen"][ds])]
                        if "fastgen" in d["ecoserve_gain"] else ["-", "-"]))
-    rep.table(["dataset", "latency limit (s/token)", *(f"{LABELS[s]} (req/s)" for s in sc.systems),
+    rep.table(["dataset", "latency limit (s/token)", *(f"{LABELS[s]} (req/s)" for s in systems),
                "EcoServe / vLLM", "paper", "EcoServe / FastGen", "paper"], rows)
     rep.add("![gains](gains.png)", "", "![curves](curves.png)", "")
+    section(rep, res, pub)
     rep.add("## Each point", "")
     for d in res["datasets"]:
         rep.add(f"### {NAMES[d['dataset']]} (t_p {d['slo_basis']['t_p']:.3f} s, t_g {d['slo_basis']['t_g']:.4f} s)", "")
@@ -107,7 +127,7 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
                 "Mean SSR over the rates of each dataset, then over the datasets; EcoServe's relative gain beside "
                 "the paper's (OPT-13B, averaged over its datasets).", "")
         rep.table(["", "simulated", "paper"], ssr)
-    rep.add("## What differs and why", "", *_differences(res, sc, pub), "")
+    rep.add("## Other differences", "", *_differences(res, sc, pub), "")
     return rep.write()
 
 
@@ -119,6 +139,8 @@ def _ssr_summary(res: dict, sc: Scale) -> list[list[str]]:
         rows.append(["EcoServe over vLLM", f"{mean['ecoserve'] / mean['vllm'] - 1:+.0%}", "+83%"])
     if "fastgen" in mean and mean["fastgen"]:
         rows.append(["EcoServe over FastGen", f"{mean['ecoserve'] / mean['fastgen'] - 1:+.0%}", "+42%"])
+    if "orca" in mean and mean["orca"]:
+        rows.append(["EcoServe over ORCA", f"{mean['ecoserve'] / mean['orca'] - 1:+.0%}", "+93%"])
     if "oracle" in mean and mean["oracle"]:
         rows.append(["Oracle over EcoServe", f"{mean['oracle'] / mean['ecoserve'] - 1:+.0%}", "+2%"])
     return rows
@@ -158,7 +180,7 @@ def _differences(res: dict, sc: Scale, pub: dict) -> list[str]:
         f"- KV-cache pipelining needs short requests waiting behind a long one when its reservation starts: over "
         f"the EcoServe runs it lent {pip} slots (the paper credits it with 29% of its JCT cut), and {reg} "
         "under-predicted requests were regrouped.",
-        "- Hardware and speed: the roofline model of one A100, not measured OPT-13B kernels; this instance's "
+        f"- Hardware and speed: the {model_name(res['perf_model'])} model of one A100, not measured OPT-13B kernels; this instance's "
         "capacity is far below the paper's arrival rates (Table 2: 36, 28, 1.2 req/s), so the rate grids here "
         "are ours, and so is the latency limit defining 'sustained' (ASSUMED).",
         "- BookCorpus prompts are clipped to fit 2,048 tokens with their output (mean 1,326 prompt tokens here; "

@@ -36,11 +36,22 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UserError
+from .tetriinfer_claims import counterfactuals as run_counterfactuals
 from .tetriinfer_experiments import NAMES, SCALES, compare, flip_experiment, kv_tokens, paper
 from .tetriinfer_report import plot_main, plot_rates, write_report
+from .versus import run_both
 
 
-def reproduce_tetriinfer(out: Path, scale: str = "quick", seed: int = 0, log=print, perf_model: str = "auto") -> Path:
+def run_tetriinfer(out: Path, scale: str = "quick", seed: int = 0, log=print, perf_model: str = "auto",
+                   versus_roofline: bool = False) -> Path:
+    """`reproduce_tetriinfer`, first under the roofline into OUT/roofline/ when `versus_roofline`
+    (the claims table then has both columns)."""
+    return run_both(lambda o, pm: reproduce_tetriinfer(o, scale, seed, log, pm, counterfactuals=pm != "roofline"
+                                                       or not versus_roofline), out, perf_model, versus_roofline, log)
+
+
+def reproduce_tetriinfer(out: Path, scale: str = "quick", seed: int = 0, log=print, perf_model: str = "auto",
+                         counterfactuals: bool = True) -> Path:
     if scale not in SCALES:
         raise UserError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
     sc = replace(SCALES[scale], seeds=tuple(s + seed for s in SCALES[scale].seeds), perf_model=perf_model)
@@ -55,9 +66,14 @@ def reproduce_tetriinfer(out: Path, scale: str = "quick", seed: int = 0, log=pri
         rates += [compare(w, sc, sc.links[0], r) for r in sc.rates]
     log(f"[{time.perf_counter() - t0:6.1f} s] instance flip under a load shift")
     flip = flip_experiment(sc)
-    sims = 2 * len(sc.seeds) * (len(main) + len(rates)) + len(flip["runs"])
+    cf = None
+    if counterfactuals:
+        log(f"[{time.perf_counter() - t0:6.1f} s] counterfactuals")
+        cf = run_counterfactuals(sc, log)
+    sims = (2 * len(sc.seeds) * (len(main) + len(rates)) + len(flip["runs"])
+            + (2 * len(cf["seeds"]) * len(cf["runs"]) if cf else 0))
     res = {"scale": sc.name, "perf_model": perf_model, "seeds": list(sc.seeds), "kv_tokens": kv_tokens(), "main": main, "rates": rates,
-           "flip": flip, "simulations": sims, "wall_s": time.perf_counter() - t0}
+           "flip": flip, **({"counterfactuals": cf} if cf else {}), "simulations": sims, "wall_s": time.perf_counter() - t0}
     plot_main([m for m in main if m["link"] == sc.links[0]], pub, out / "workloads.png")
     plot_rates(rates, out / "rates.png")
     (out / "results.json").write_text(json.dumps(res, indent=1, default=str) + "\n")

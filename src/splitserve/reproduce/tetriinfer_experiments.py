@@ -59,20 +59,23 @@ def specs(workload: str, n: int, seed: int, rps: float | None) -> list:
 
 
 def simulate(system: str, reqs: list, link: str = "roce", prompt: int = 1, token: int = 1,
-             flip_idle_s: float = 60.0, perf_model: str = "auto") -> dict:
+             flip_idle_s: float = 60.0, perf_model: str = "auto", memory_utilization: float = 0.9,
+             vllm: dict | None = None, tetri: dict | None = None) -> dict:
     """Run `reqs` on vLLM (one instance) or TetriInfer (`prompt` + `token` instances); averages,
-    resource usage time and flips."""
+    resource usage time and flips. `vllm` / `tetri`: policy options over each system's here (the
+    counterfactuals of tetriinfer_claims.py); `memory_utilization` sizes every instance's KV."""
     par = Parallelism(tp=1)
     if system == "vllm":
         cluster = make_cluster("baseline-a100", machines=1, parallel=par)
-        policy = make_policy({"batching.preemption_limit": 0}, "vllm")   # vLLM v0 preempts no running
-                                                                          # request for a waiting one
+        policy = make_policy({"batching.preemption_limit": 0, **(vllm or {})}, "vllm")   # vLLM v0 preempts
+                                                                  # no running request for a waiting one
     else:
         cluster = make_cluster("splitwise-aa", prompt_machines=prompt, token_machines=token, parallel=par)
-        policy = make_policy({"batching.scheduler": "tetriinfer-sjf", "routing.flip_idle_s": flip_idle_s},
-                             "tetriinfer")
+        policy = make_policy({"batching.scheduler": "tetriinfer-sjf", "routing.flip_idle_s": flip_idle_s,
+                              **(tetri or {})}, "tetriinfer")
     sim = Simulation(cluster, load_model(MODEL), reqs,
-                     SimConfig(policy=policy, record_requests=True, colocated=LINKS[link], perf_model=perf_model))
+                     SimConfig(policy=policy, record_requests=True, colocated=LINKS[link], perf_model=perf_model,
+                               memory_utilization=memory_utilization))
     res = sim.run()
     rs = res.requests
     start = min(r.arrival for r in rs)
@@ -96,20 +99,23 @@ def kv_tokens() -> int:
     return kv_capacity_tokens(load_model(MODEL), load_hardware("dgx-a100"), 1, 0.9)
 
 
-def compare(workload: str, scale: Scale, link: str, rps: float | None) -> dict:
-    """TetriInfer against vLLM on `workload`, each averaged over the scale's seeds."""
+def compare(workload: str, scale: Scale, link: str, rps: float | None, seeds: tuple[int, ...] | None = None,
+            **options) -> dict:
+    """TetriInfer against vLLM on `workload`, each averaged over the scale's seeds (or `seeds`);
+    `options` go to `simulate` (a counterfactual's settings)."""
     runs = {"vllm": [], "tetriinfer": []}
-    for seed in scale.seeds:
+    for seed in scale.seeds if seeds is None else seeds:
         reqs = specs(workload, scale.requests, seed, rps)
         for system in runs:
-            runs[system].append(simulate(system, reqs, link, perf_model=scale.perf_model))
+            runs[system].append(simulate(system, reqs, link, perf_model=scale.perf_model, **options))
     mean = {s: {k: sum(r[k] for r in rs) / len(rs) for k in ("ttft_s", "jct_s", "resource_s", "makespan_s")}
             for s, rs in runs.items()}
     v, t = mean["vllm"], mean["tetriinfer"]
     return {"workload": workload, "link": link, "rps": rps, "vllm": v, "tetriinfer": t,
             "ttft_cut": 1 - t["ttft_s"] / v["ttft_s"], "jct_cut": 1 - t["jct_s"] / v["jct_s"],
             "resource_cut": 1 - t["resource_s"] / v["resource_s"],
-            "perf_per_dollar": (v["jct_s"] * v["resource_s"]) / (t["jct_s"] * t["resource_s"])}
+            "perf_per_dollar": (v["jct_s"] * v["resource_s"]) / (t["jct_s"] * t["resource_s"]),
+            "preemptions": {s: sum(r["preemptions"] for r in rs) / len(rs) for s, rs in runs.items()}}
 
 
 def flip_experiment(scale: Scale) -> dict:
