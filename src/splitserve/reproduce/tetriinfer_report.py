@@ -82,7 +82,7 @@ def _claims(rep: Report, res: dict, pub: dict) -> None:
             "saves, perf/$ TetriInfer's over vLLM's. `ours (roofline)` is the same reproduction under "
             "`--perf-model roofline` (roofline/report.md; `--versus-roofline` runs it first). A claim is off when "
             "TetriInfer's value as a multiple of vLLM's differs from the paper's by more than 10%; its `why` is "
-            "the counterfactual run (section Counterfactuals) that moves it nearest the paper.", "",
+            "the counterfactual run (section Counterfactuals) that moves it nearest the paper, chosen per claim.", "",
             *claims_table(claims(res, pub), claims(roof, pub) if roof else None, model_name(res["perf_model"])))
 
 
