@@ -103,3 +103,20 @@ def test_a_simulated_prompt_worker_sends_kv_inside_its_step(tmp_path):
     assert first_token(True, 3) - first_token(False, 3) == pytest.approx(0.0005 + 102_400 / 2e9)
     # a one-token request is done on its prompt worker: nothing is sent
     assert first_token(True, 1) == pytest.approx(first_token(False, 1))
+
+
+def test_each_term_taken_out_by_hand():
+    """The twin's negative controls (MachineProfile.without): each removes one term and no other."""
+    m = _machine().under_load(5.0)
+    corun = m.without("corun")
+    assert corun.step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.1 + 0.001)   # no co-run, no sharing
+    assert corun.transfer_s(1000) == m.transfer_s(1000) and corun.step_overhead == m.step_overhead
+    kv = m.without("kv_transfer")
+    assert kv.transfer_s(1000) == 0.0 and kv.send_s(1000) == 0.0
+    assert kv.step_time(0.1, prompt=True, others_busy=1) == m.step_time(0.1, prompt=True, others_busy=1)
+    path = m.without("path")
+    assert (path.step_overhead, path.request_overhead, path.background_s) == (0.0, 0.0, 0.0)
+    assert path.under_load(5.0).background_cores == 0.0
+    assert path.step_time(0.1, prompt=True, others_busy=1) == pytest.approx(0.1 * 1.1)      # 2 workers, 2 cores
+    with pytest.raises(Exception, match="unknown term 'power'"):
+        m.without("power")

@@ -8,8 +8,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from .machine import MachineProfile
-from .report import compare, write_report
+from .machine import TERMS, MachineProfile
+from .report import ablation_markdown, compare, write_report
 from .report import samples_from_requests_jsonl as live_samples
 from .run import TwinSpec, loaded, planned, run_live, run_sim, spec_dict
 from .steps import compare_steps, read_steps, steps_markdown
@@ -25,6 +25,7 @@ def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_d
     (out / "sim").mkdir(parents=True, exist_ok=True)
     (out / "sim" / "summary.json").write_text(json.dumps(sim, indent=1) + "\n")
     rows = compare(live, sim)
+    without = {t: compare(live, run_sim(spec, machine.without(t))[0]) for t in TERMS}
     step_rows = compare_steps(read_steps(out / "live" / "steps"), loaded(spec, machine, planned(spec)))
     meta = {"design": f"{spec.design} {spec.workers()}", "model": machine.facts["model"], "machine": machine.name,
             "workload": f"{spec.workload}, {spec.rps:.3g} req/s ({spec.rps / capacity:.0%} of the predicted "
@@ -33,9 +34,12 @@ def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_d
             "profile": str(profile_dir), "transport": spec.transport}
     report = write_report(out, rows, title=f"Twin: {spec.design} {spec.workers()} on {machine.name}", meta=meta,
                           live_samples=live_samples(out / "live" / "requests.jsonl"), sim_samples=sim_samples,
-                          steps=steps_markdown(step_rows) if step_rows else "")
+                          steps=steps_markdown(step_rows) if step_rows else "",
+                          ablation=ablation_markdown(rows, without))
     (out / "twin.json").write_text(json.dumps({"spec": spec_dict(spec), "capacity_rps": capacity, "meta": meta,
                                                "rows": [dataclasses.asdict(r) for r in rows],
+                                               "without": {t: [dataclasses.asdict(r) for r in rs]
+                                                           for t, rs in without.items()},
                                                "live_server": live.get("server", {}),
                                                "steps": [dataclasses.asdict(r) for r in step_rows]}, indent=1) + "\n")
     return rows, step_rows, report

@@ -22,6 +22,9 @@ from ..policy.state import Machine, Pool
 from ..sim.kv_transfer import Link, serialized_done
 
 
+TERMS = ("corun", "kv_transfer", "path")   # what `MachineProfile.without` can take out
+
+
 class NoPower:
     """Power is not measured on this machine: every figure is 0 W."""
 
@@ -48,6 +51,8 @@ class MachineProfile:
     power_kw: float = 0.0
     background_cores: float = 0.0  # cores the serving path and the client take at the run's load (under_load)
     send_link: Link | None = None  # the sender's part of `link` (None: a profile that did not time it)
+    drift: tuple[float, float] = (1.0, 1.0)  # (prompt, decode) steps' speed now / when profiled: a
+                                             # live run's own step logs measure it (benchmarks/twin/ablate.py)
 
     @property
     def kv_capacity(self) -> int:
@@ -90,6 +95,21 @@ class MachineProfile:
         moved = max(0.0, self.transfer_s(moved_tokens) - self.send_s(moved_tokens)) if moved_tokens > 0 else 0.0
         return dataclasses.replace(self, background_cores=max(0.0, rate) * (self.background_s + moved))
 
+    def without(self, term: str) -> "MachineProfile":
+        """This machine with one modelled term taken out (a twin's negative control, TERMS): `corun`
+        the slowdown of a worker next to busy ones (measured co-run and time-sharing of the cores),
+        `kv_transfer` the KV link's time (transfers take none), `path` the serving path (step and
+        request overheads, its CPU)."""
+        if term == "corun":
+            return dataclasses.replace(self, facts={**self.facts, "corun": {"prompt": 0.0, "token": 0.0},
+                                                    "host_cores": float("inf")})
+        if term == "kv_transfer":
+            free = Link(bandwidth=float("inf"), overhead=0.0)
+            return dataclasses.replace(self, link=free, send_link=None)
+        if term == "path":
+            return dataclasses.replace(self, facts={**self.facts, "path": {}}, background_cores=0.0)
+        raise UserError(f"unknown term {term!r}; one of {', '.join(TERMS)}")
+
     def decode_kv(self, longest: int, decodes: int) -> int:
         """KV tokens a decode step of this engine reads: every decode's blocks are gathered and
         padded to the longest one's (engine/attention.py), so `decodes` x the longest context,
@@ -104,7 +124,7 @@ class MachineProfile:
         memory bandwidth) once any other is busy, time-sharing when the computing workers and the
         background (`background_cores`: the serving path, the client, KV transfers) want more
         than the host's cores, and the step overhead of the serving path."""
-        alone_s += sent_s
+        alone_s = alone_s * self.drift[0 if prompt else 1] + sent_s
         if others_busy > 0:
             corun = self.facts.get("corun", {}).get("prompt" if prompt else "token", 0.0)
             alone_s *= 1.0 + max(0.0, corun)

@@ -183,9 +183,26 @@ def _write_cdf(path: Path, live: dict[str, list[float]], sim: dict[str, list[flo
     return True
 
 
+ABLATED = ("TTFT P50 (s)", "TTFT P90 (s)", "TBT P50 (s)", "TBT P90 (s)", "E2E P50 (s)", "E2E P90 (s)")
+
+
+def ablation_markdown(rows: list[Row], without: dict[str, list[Row]]) -> str:
+    """The P50/P90 errors of the model and of the model with each term taken out (`without`:
+    term -> its compare() rows); a term that matters moves them."""
+    def cells(rs: list[Row]) -> list[str]:
+        by = {r.metric: r for r in rs}
+        return [f"{by[m].rel_error:+.0%}" + ("" if by[m].ok is not False else " ✗")
+                if m in by and by[m].rel_error is not None else "-" for m in ABLATED]
+    table = [["model"] + [m.replace(" (s)", "") for m in ABLATED], ["as measured"] + cells(rows)]
+    table += [[f"without {t}"] + cells(rs) for t, rs in without.items()]
+    table.insert(1, ["---"] * len(table[0]))
+    return "\n".join("| " + " | ".join(line) + " |" for line in table)
+
+
 def write_report(out_dir: str | Path, rows: list[Row], *, title: str, meta: dict[str, str],
                  live_samples: dict[str, list[float]] | None = None,
-                 sim_samples: dict[str, list[float]] | None = None, steps: str = "") -> Path:
+                 sim_samples: dict[str, list[float]] | None = None, steps: str = "",
+                 ablation: str = "") -> Path:
     """Write `out_dir/report.md` (title, "how measured" from `meta`, the table, then the
     markdown `steps`: the engine steps' table, steps.py) and, when samples are given for any of
     ttft/tbt/e2e, `out_dir/cdf.png` (linked from the report). Returns the report's path."""
@@ -196,6 +213,12 @@ def write_report(out_dir: str | Path, rows: list[Row], *, title: str, meta: dict
     parts += ["", "## Live vs simulated", "",
               "error = (simulated - live) / live; ok = |error| ≤ bound.", "",
               _markdown_table(rows), ""]
+    if ablation:
+        parts += ["## Each modelled term taken out", "",
+                  "The same simulation with one term of the measured machine removed (twin/machine.py "
+                  "`MachineProfile.without`): corun, the slowdown of a worker next to busy ones; "
+                  "kv_transfer, the KV link's time; path, the serving path's overheads and CPU. "
+                  "Errors against the live run; ✗ outside the bound.", "", ablation, ""]
     if steps:
         parts += ["## Engine steps, live vs model", "",
                   "Each live worker's engine steps (`serve --step-log`) against the time the simulator "
