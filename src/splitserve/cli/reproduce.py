@@ -111,8 +111,9 @@ def aladdin(
     scale: Annotated[str, _scale("minutes")] = "quick",
     seed: Seed = 0,
     perf_model: PerfModel = "auto",
+    versus_roofline: VersusRoofline = False,
 ) -> None:
-    """Run Aladdin's key result (2024: Figures 11 and 12, GPUs needed to meet the SLOs against the arrival rate, beside vLLM, JSQ and power of two) on the simulator and write a report beside its numbers."""
+    """Run Aladdin's key result (2024: Figures 11 and 12, GPUs needed to meet the SLOs against the arrival rate, beside vLLM, JSQ and power of two) on the simulator and write a report beside its numbers: its claims, ours, and the counterfactual runs behind each difference."""
     from ..reproduce.aladdin import reproduce_aladdin
 
-    typer.echo(f"wrote {reproduce_aladdin(out, scale=scale, seed=seed, log=_log, perf_model=perf_model)}")
+    typer.echo(f"wrote {reproduce_aladdin(out, scale=scale, seed=seed, log=_log, perf_model=perf_model, versus_roofline=versus_roofline)}")

@@ -32,13 +32,26 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UserError
+from . import aladdin_counterfactuals
 from .aladdin_experiments import FIG11, FIG12, GPUS, SCALES, TARGET, needed, paper, simulate, slos
 from .aladdin_report import plot_figures, write_report
+from .versus import roofline_results, run_both
 
 
-def reproduce_aladdin(out: Path, scale: str = "quick", seed: int = 0, log=print, perf_model: str = "auto") -> Path:
+def reproduce_aladdin(out: Path, scale: str = "quick", seed: int = 0, log=print, perf_model: str = "auto",
+                      versus_roofline: bool = False) -> Path:
+    """With `versus_roofline`, the roofline run first into OUT/roofline/ (without counterfactuals:
+    the 'why' is this run's), then this one."""
     if scale not in SCALES:
         raise UserError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}")
+
+    def run(o: Path, pm: str) -> Path:
+        return _run(Path(o), scale, seed, log, pm, counterfactuals=not (versus_roofline and pm == "roofline"))
+
+    return run_both(run, out, perf_model, versus_roofline, log)
+
+
+def _run(out: Path, scale: str, seed: int, log, perf_model: str, counterfactuals: bool) -> Path:
     sc = replace(SCALES[scale], perf_model=perf_model)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -58,7 +71,9 @@ def reproduce_aladdin(out: Path, scale: str = "quick", seed: int = 0, log=print,
     for i, rate in enumerate(sc.rates):   # Aladdin scaling a pool the size JSQ needs
         pool = results["gpus"]["jsq"][i] or sc.max_workers
         results["scaled"][str(rate)] = {"pool": pool, **simulate("aladdin-0.7", pool, rate, sc, seed, window=sc.window)}
+    if counterfactuals:
+        results["counterfactuals"] = aladdin_counterfactuals.run(sc, seed, log)
     results["wall_s"] = time.perf_counter() - t0
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     plot_figures(results, out)
-    return write_report(results, paper(), out)
+    return write_report(results, paper(), out, roofline_results(out))

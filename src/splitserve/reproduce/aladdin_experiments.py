@@ -65,9 +65,12 @@ def prompt_workers(rate: float) -> int:
     return 1 + math.ceil(rate / 8)
 
 
-def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, window: float = 0.0) -> dict:
-    """One run of `kind` with `workers` workers (token workers for the split kinds) at `rate`."""
-    ttft, atgt = slos(scale.perf_model)
+def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, window: float = 0.0,
+             slo: tuple[float, float] | None = None, hosts=None) -> dict:
+    """One run of `kind` with `workers` workers (token workers for the split kinds) at `rate`;
+    `slo` (TTFT, ATGT) in place of slos()'s, `hosts` (sim/hosts.py) in place of the catalog's
+    (aladdin_counterfactuals.py)."""
+    ttft, atgt = slo or slos(scale.perf_model)
     aladdin = dict(cluster_scheduler="aladdin", predictor="tetriinfer-100", aladdin_ttft_slo=ttft,
                    aladdin_atgt_slo=atgt, scale_window=window, aladdin_theta=THETAS.get(kind, 0.9))
     if kind in FIG11:
@@ -82,7 +85,7 @@ def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, wind
                                parallel=Parallelism(tp=1))
         batching = BatchingConfig()
     cfg = SimConfig(policy=PolicyConfig(batching=batching, routing=routing), goodput=GoodputSLO(ttft, atgt),
-                    perf_model=scale.perf_model)
+                    perf_model=scale.perf_model, machine=hosts)
     wl = make_workload(WORKLOAD, rps=rate, duration=scale.duration, seed=seed)
     res = Simulation(cluster, load_model(MODEL), wl, cfg).run()
     mt = res.metrics
@@ -95,13 +98,14 @@ def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, wind
     return out
 
 
-def needed(kind: str, rate: float, scale: Scale, seed: int, runs: dict) -> int | None:
-    """The fewest workers of `kind` meeting TARGET at `rate` (doubling, then bisection; attainment
-    taken as monotone in workers), None past `scale.max_workers`. Every run lands in `runs`."""
+def needed(kind: str, rate: float, scale: Scale, seed: int, runs: dict, target: float = TARGET, **sim) -> int | None:
+    """The fewest workers of `kind` meeting `target` at `rate` (doubling, then bisection; attainment
+    taken as monotone in workers), None past `scale.max_workers`. Every run lands in `runs`;
+    `sim`: simulate()'s slo and hosts."""
     def ok(n: int) -> bool:
         if n not in runs:
-            runs[n] = simulate(kind, n, rate, scale, seed)
-        return runs[n]["attainment"] >= TARGET
+            runs[n] = simulate(kind, n, rate, scale, seed, **sim)
+        return runs[n]["attainment"] >= target
 
     hi = 1
     while not ok(hi):
