@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..catalog import load_model  # noqa: E402
+from ..report.slo import SLO  # noqa: E402
 from .markdown import Report, _ratio  # noqa: E402
 
 _PCT = lambda x: f"{x:.1%}" if x is not None else "-"  # noqa: E731
@@ -214,7 +215,7 @@ def robustness(rep: Report, data: dict, pub: dict, budget: int) -> None:
         ax.legend(fontsize=8)
     for d, pts in sweep.items():
         axes[2].plot([p["rps"] for p in pts], [p["e2e_p50"] for p in pts], marker="o", markersize=3, label=d)
-    axes[2].axhline(1.25, color="red", ls="--", lw=1)
+    axes[2].axhline(SLO().e2e[0], color="red", ls="--", lw=1)
     axes[2].set_yscale("log")
     axes[2].set_xlabel("Llama2-70B conversation load (req/s)")
     axes[2].set_title("(b) P50 E2E slowdown (dashed: SLO)")
