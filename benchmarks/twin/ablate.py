@@ -19,7 +19,7 @@ from pathlib import Path
 from splitserve.twin.machine import TERMS, load_machine_profile
 from splitserve.twin.report import compare
 from splitserve.twin.run import TwinSpec, loaded, planned, run_sim
-from splitserve.twin.steps import modelled, overlaps, read_steps
+from splitserve.twin.steps import drift, modelled, overlaps, read_steps
 
 CELLS = [f"{m} P{p} (s)" for m in ("TTFT", "TBT", "E2E") for p in (50, 90)]
 
@@ -39,17 +39,6 @@ def live_steps(run: Path) -> list:
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(run / "live" / "logs.tar.gz") as tar:
         tar.extractall(tmp, filter="data")
         return read_steps(Path(tmp) / "steps")
-
-
-def drift(steps: list, spec: TwinSpec, machine) -> tuple[float, float]:
-    """(prompt, decode): the live steps' seconds over the model's for them, whole run."""
-    mach = loaded(spec, machine, planned(spec))
-    out = []
-    for prompt in (True, False):
-        pairs = [(s.seconds, modelled(s, mach, f)) for s, f in zip(steps, overlaps(steps))
-                 if bool(s.prompt_tokens) == prompt]
-        out.append(sum(a for a, _ in pairs) / sum(b for _, b in pairs) if pairs else 1.0)
-    return out[0], out[1]
 
 
 def prompt_steps(steps: list, spec: TwinSpec, machine) -> str:
@@ -84,7 +73,7 @@ def main(root: str) -> None:
     print("\nthe simulator given the live steps' own speed (MachineProfile.drift from the step logs):")
     for run in sorted(p.parent for p in root.glob("*/twin.json")):
         spec = spec_of(run)
-        d = drift(live_steps(run), spec, machine)
+        d = drift(live_steps(run), loaded(spec, machine, planned(spec)))
         live = json.loads((run / "live" / "summary.json").read_text())
         sim = run_sim(spec, dataclasses.replace(machine, drift=d))[0]
         print(f"| {run.name} | drift {d[0]:.3f} / {d[1]:.3f} | {errors(live, sim)} |")

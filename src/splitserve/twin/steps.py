@@ -127,6 +127,18 @@ def compare_steps(steps: list[Step], machine: MachineProfile) -> list[StepRow]:
     return [StepRow(k, c, int(acc[k, c][0]), acc[k, c][1], acc[k, c][2]) for k, c in keys]
 
 
+def drift(steps: list[Step], machine: MachineProfile) -> tuple[float, float]:
+    """(prompt, decode): the live steps' seconds over the model's for the same steps, steps with
+    prompt tokens and the rest: how much slower (> 1) the host ran than when it was profiled
+    (MachineProfile.drift takes it)."""
+    sums = [[0.0, 0.0], [0.0, 0.0]]
+    for s, f in zip(steps, overlaps(steps)):
+        a = sums[0 if s.prompt_tokens else 1]
+        a[0] += s.seconds
+        a[1] += modelled(s, machine, f)
+    return tuple(live / model if model > 0 else 1.0 for live, model in sums)
+
+
 def steps_markdown(rows: list[StepRow]) -> str:
     lines = ["| steps | when | count | live s | model s | error |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
