@@ -20,13 +20,21 @@ SplitwiseSim behaviours splitserve does not have, each switched on alone or toge
                 5), the decodes counted only up to its 2,048-token cap (row 6: past it they sit out
                 the iteration; a prompt past the cap runs alone, at the prompt time); time only,
                 the decodes that sit out still make their token here
+  perf-db       its step times (`performance_model.py` DatabasePerformanceModel): the profile's
+                median prompt time and token time by batch tokens (prompt size x batch size), a
+                line between points and beyond the ends; a prompt batch at its prompt tokens, a
+                decode batch at its number of decodes (row 4), a mixed one as mixed-1.1 (which it
+                replaces)
+  token-memory  its token machine (row 10): the least KV-loaded of the token pool (else of the mixed
+                pool), and the prompt machine lent to the token side the least KV-loaded too
   kv-all-heads  its KV memory: every attention head's K and V (row 3: 8x Llama-2-70B's GQA KV) in
                 its GPUs' 80 GiB (85.9 GB; splitserve: 80 GB), so token machines hold about 8x fewer
                 tokens and fill (KV transfers are 8x larger too); with --memory-utilization 1.0 a
                 machine holds 209k tokens (SplitwiseSim: all HBM less 135 GB of weights, 211k)
 
     python scripts/splitwisesim_agreement.py [--borrow-rule authors|splitserve]
-        [--overflow-rule authors|queued] [--emulate jsq-count,long-wait,mixed-1.1] [--rows out.csv]
+        [--overflow-rule authors|queued] [--emulate perf-db,long-wait,jsq-count,token-memory]
+        [--memory-utilization F] [--rps R] [--rows out.csv]
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 REF = SHARED / "reference" / "splitwisesim"
 CAP = 2048          # SplitwiseSim's max_batch_tokens (configs/start_state/splitwise.yaml)
-EMULATIONS = ("jsq-count", "long-wait", "mixed-1.1", "kv-all-heads")
+EMULATIONS = ("jsq-count", "long-wait", "mixed-1.1", "perf-db", "token-memory", "kv-all-heads")
+PROFILE = SHARED / "profiles" / "splitwise_a100_h100_perf_model.csv"
 
 
 # ---- counterfactual patches (this process only) --------------------------------------------------
@@ -122,6 +131,67 @@ def emulate_mixed_11() -> None:
     step.PerfStep.batch_time = mixed
 
 
+def emulate_perf_db(profile: Path = PROFILE) -> None:
+    """Every batch timed as SplitwiseSim's DatabasePerformanceModel times it (Llama-2-70B, H100, TP 8)."""
+    from splitserve.perf import step
+
+    db = pd.read_csv(profile)
+    db = db[(db.model == "llama2-70b") & (db.hardware == "h100-80gb") & (db.tensor_parallel == 8)].copy()
+    db["batch_tokens"] = db.prompt_size * db.batch_size
+    med = db.groupby("batch_tokens")[["prompt_time", "token_time"]].median() / 1000
+    x = med.index.to_numpy(float)
+
+    def line(y):   # scipy's interp1d(fill_value="extrapolate"): linear, the end segments extended
+        y = y.to_numpy(float)
+
+        def at(n: float) -> float:
+            i = min(max(int(np.searchsorted(x, n)), 1), len(x) - 1)
+            return float(y[i - 1] + (y[i] - y[i - 1]) * (n - x[i - 1]) / (x[i] - x[i - 1]))
+        return at
+
+    prompt, token = line(med.prompt_time), line(med.token_time)
+
+    def timed(self, m, batch):
+        if not batch.prompt_tokens:
+            return token(batch.decodes)
+        riding = min(batch.decodes, max(CAP - batch.prompt_tokens, 0))
+        return 1.1 * prompt(batch.prompt_tokens + riding) if riding else prompt(batch.prompt_tokens)
+
+    step.PerfStep.batch_time = timed
+
+
+def emulate_token_memory() -> None:
+    """The token side by least KV reserved (SplitwiseSim's sched_memory), not by pending tokens."""
+    from splitserve.policy import pools
+    from splitserve.policy.state import Pool
+
+    S = pools.SplitwiseScheduler
+    side, borrow = S._side, S._borrow
+
+    def by_memory(pool):
+        return min(pool, key=lambda m: m.kv_used) if pool else None
+
+    def token_side(self, own, r, full, exclude=-1):
+        if own is not Pool.TOKEN:
+            return side(self, own, r, full, exclude)
+        for pool in (Pool.TOKEN, Pool.MIXED):
+            m = by_memory([m for m in self.pools[pool] if m.id != exclude])
+            if m is not None and not full(m, r):
+                return m
+        return None
+
+    def lend(self, lender, exclude=-1):
+        if lender is not Pool.PROMPT:
+            return borrow(self, lender, exclude)
+        m = by_memory([m for m in self.pools[lender] if m.id != exclude])
+        if m is not None:
+            self._move(m, Pool.MIXED)
+            self.borrowed += 1
+        return m
+
+    S._side, S._borrow = token_side, lend
+
+
 def kv_all_heads_catalog():
     """The built-in catalog with Llama-2-70B's KV as SplitwiseSim sizes it (kv_heads = heads)."""
     from splitserve.catalog import builtin_catalog
@@ -135,26 +205,26 @@ def kv_all_heads_catalog():
 
 
 PATCHES = {"jsq-count": emulate_jsq_count, "long-wait": emulate_long_wait, "mixed-1.1": emulate_mixed_11,
-           "kv-all-heads": lambda: None}
+           "perf-db": emulate_perf_db, "token-memory": emulate_token_memory, "kv-all-heads": lambda: None}
 
 
 # ---- the run and the comparison ------------------------------------------------------------------
 def run_splitserve(borrow_rule: str, overflow_rule: str, trace: str, profile: str, catalog=None,
-                   memory_utilization: float = 0.9):
+                   memory_utilization: float = 0.9, rps: float = 70.0):
     from splitserve.policy.cluster import RoutingConfig
     from splitserve.policy.config import PolicyConfig
     from splitserve.sim.run import SimRequest, simulate
 
     routing = dataclasses.replace(RoutingConfig(), borrow_rule=borrow_rule, overflow_rule=overflow_rule)
     req = SimRequest(design="splitwise-hh", prompt_machines=35, token_machines=5, model="llama2-70b",
-                     workload=trace, rps=70, duration=120, seed=0, profile=profile,
+                     workload=trace, rps=rps, duration=120, seed=0, profile=profile,
                      policy=PolicyConfig(routing=routing), catalog=catalog,
                      memory_utilization=memory_utilization)
     summary, result = simulate(req, record_requests=True)
     return summary, result
 
 
-def per_request(result, ref_dir: Path, prompt_machines: int = 35) -> pd.DataFrame:
+def per_request(result, ref_dir: Path, prompt_machines: int = 35, same_times: bool = True) -> pd.DataFrame:
     """One row per request: arrival, sizes, each simulator's queue time, TTFT and whether it ran
     whole on one machine."""
     ref = pd.read_csv(ref_dir / "hh35p5t_code70_120s_requests.csv").set_index("request_ids").sort_index()
@@ -171,7 +241,7 @@ def per_request(result, ref_dir: Path, prompt_machines: int = 35) -> pd.DataFram
         "whole_ss": [r.prompt_machine == r.token_machine for r in rs],
         "prompt_machine_ss": [r.prompt_machine for r in rs], "token_machine_ss": [r.token_machine for r in rs]})
     if not ((d.prompt.values == trace.prompt_size.values).all() and (d.output.values == trace.token_size.values).all()
-            and np.abs(d.arrival.values - trace.arrival_timestamp.values).max() < 1e-5):
+            and (not same_times or np.abs(d.arrival.values - trace.arrival_timestamp.values).max() < 1e-5)):
         raise SystemExit("the requests differ from SplitwiseSim's trace (sizes or arrival times)")
     d["prefill_sws"] = d.ttft_sws - d.queue_sws
     d["prefill_ss"] = d.ttft_ss - d.queue_ss
@@ -229,21 +299,26 @@ def main() -> None:
     ap.add_argument("--emulate", default="", help=f"comma-separated: {', '.join(EMULATIONS)}")
     ap.add_argument("--reference", default=str(REF))
     ap.add_argument("--trace", default=str(SHARED / "traces" / "azure_2023_code.csv"))
-    ap.add_argument("--profile", default=str(SHARED / "profiles" / "splitwise_a100_h100_perf_model.csv"))
+    ap.add_argument("--profile", default=str(PROFILE))
     ap.add_argument("--memory-utilization", type=float, default=0.9,
                     help="as simulate's (SplitwiseSim: all HBM less the weights)")
+    ap.add_argument("--rps", type=float, default=70.0,
+                    help="another rate (a probe of how chaotic the figure is: the same requests a little "
+                         "sooner or later; the arrival times are then not checked)")
     ap.add_argument("--rows", help="write the per-request table here (CSV)")
     a = ap.parse_args()
-    for name in filter(None, a.emulate.split(",")):
+    names = list(filter(None, a.emulate.split(",")))
+    for name in names:
         if name not in PATCHES:
             raise SystemExit(f"--emulate: unknown {name!r}; one of {', '.join(EMULATIONS)}")
-        PATCHES[name]()
+    for name in sorted(names, key=lambda n: n == "perf-db"):   # perf-db last: it replaces mixed-1.1
+        PATCHES[name](Path(a.profile)) if name == "perf-db" else PATCHES[name]()
     catalog = kv_all_heads_catalog() if "kv-all-heads" in a.emulate.split(",") else None
     summary, result = run_splitserve(a.borrow_rule, a.overflow_rule, a.trace, a.profile, catalog,
-                                     a.memory_utilization)
-    d = per_request(result, Path(a.reference))
+                                     a.memory_utilization, a.rps)
+    d = per_request(result, Path(a.reference), same_times=a.rps == 70.0)
     print(f"borrow rule {a.borrow_rule}, overflow rule {a.overflow_rule}, memory utilization "
-          f"{a.memory_utilization}, emulating: {a.emulate or 'nothing'}")
+          f"{a.memory_utilization}, {a.rps:g} req/s, emulating: {a.emulate or 'nothing'}")
     report(d, summary, result.borrowed)
     if a.rows:
         d.to_csv(a.rows, index_label="request_id")
