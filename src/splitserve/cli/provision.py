@@ -39,7 +39,8 @@ def provision(
     workload: Annotated[str, typer.Option(help="{workloads}, or an Azure LLM trace CSV.")] = "coding",
     duration: Annotated[float, typer.Option(help="Seconds of arrivals per simulation (paper: 120).")] = 120.0,
     seed: Annotated[int, typer.Option(help="Seed of the workload (the same for every configuration).")] = 0,
-    profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); calibrated roofline otherwise.")] = None,
+    profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format), where it has rows for the model, GPU and tp; --perf-model otherwise.")] = None,
+    perf_model: Annotated[str, typer.Option(help="Model of step times where no profile applies: auto (the operator model fitted on measured A100/H100 profiles off the Splitwise grid, the roofline on it and elsewhere), operators or roofline (docs/perf-model.md).")] = "auto",
     max_prompt: Annotated[int, typer.Option(help="Most prompt machines to consider.")] = 70,
     max_token: Annotated[int, typer.Option(help="Most token machines to consider.")] = 70,
     max_machines: Annotated[int, typer.Option(help="Most machines of an unsplit baseline.")] = 140,
@@ -88,7 +89,7 @@ def provision(
             tps=tps, pps=pps, schedulers=schedulers, batch_caps=batch_caps, chunks=chunks,
             rates=RateRange(min_rps, max_rps, RateLattice(tolerance)), workers=workers, backend=backend,
             address=address, cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache,
-            progress=show, catalog=cat)
+            progress=show, catalog=cat, perf_model=perf_model)
         record_run(res, ctx, cat)
         if out is not None:
             write_result(res, out)
@@ -103,7 +104,7 @@ def provision(
                             goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, nodes=nodes, max_pp=max_pp,
                             requests=probe_requests, seed=seed, profile=str(profile) if profile else None,
                             workers=workers, cache_dir=str(cache_dir) if cache_dir else None,
-                            use_cache=not no_cache, catalog=cat)
+                            use_cache=not no_cache, catalog=cat, perf_model=perf_model)
         record_run(res, ctx, cat)
         if out is not None:
             write_result(res, out)
@@ -117,7 +118,8 @@ def provision(
         max_prompt=max_prompt, max_token=max_token, max_machines=max_machines, tolerance=tolerance,
         min_rps=min_rps, max_rps=max_rps, workers=workers, backend=backend, address=address,
         cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache, progress=show,
-        goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, system=policy_system, catalog=cat))
+        goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, system=policy_system, catalog=cat,
+        perf_model=perf_model))
 
 
 def _provision(ctx: typer.Context, cat, out: Path | None, json_out: bool, quiet: bool, req: ProvisionRequest) -> None:

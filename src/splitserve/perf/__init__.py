@@ -27,7 +27,9 @@ from splitserve.perf.power import AnalyticalPowerModel, ProfilePowerModel
 from splitserve.perf.profile import ProfilePerfModel, read_profile_rows
 from splitserve.perf.roofline import RooflinePerfModel
 
-__all__ = ["PerfModel", "PowerModel", "make_perf_model", "ROOFLINE_FIT"]
+__all__ = ["PerfModel", "PowerModel", "make_perf_model", "check_perf_model", "ROOFLINE_FIT"]
+
+PERF_MODELS = ("auto", "operators", "roofline")
 
 ROOFLINE_FIT = frozenset({("llama2-70b", 8), ("bloom-176b", 8)})
 """(model, tp) of the Splitwise profile rows hardware.toml's [fit] roofline constants were fitted on:
@@ -75,12 +77,16 @@ def make_perf_model(
     """
     if tp is None:
         tp = hw.gpus
-    if kind not in ("auto", "operators", "roofline"):
-        raise UserError(f"--perf-model must be auto, operators or roofline, got {kind!r}")
+    check_perf_model(kind)
     perf, power = _one_stage_group(model, hw, tp, profile, ep, kind)
     if pp > 1:
         perf = PipelinePerf(perf, model, hw, tp, pp)
     return perf, power
+
+
+def check_perf_model(kind: str) -> None:
+    if kind not in PERF_MODELS:
+        raise UserError(f"--perf-model must be auto, operators or roofline, got {kind!r}")
 
 
 def _one_stage_group(model: ModelSpec, hw: HardwareSpec, tp: int, profile, ep: int, kind: str) -> tuple[PerfModel, PowerModel]:

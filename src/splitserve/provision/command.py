@@ -145,7 +145,7 @@ def run_provision(req: ProvisionRequest, log=None) -> dict:
         if bar is not None:
             bar.update(task, sims=ev.simulated, hits=ev.cached)
 
-    ev = Evaluator(be, cache, on_done)
+    ev = Evaluator(be, cache, on_done, perf_model=req.perf_model)
     est = estimate(req.objective, [known[n] for n in req.names], req.scenario(), req.limits(), req.rates(),
                    ev.width, req.rps or (req.stress_rps if req.objective == "batch" else None), req.constraint,
                    req.budget_x)

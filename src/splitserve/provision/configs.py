@@ -196,9 +196,9 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
                       profile: str | None, goodput: tuple[float, float] | None, tps: str, pps: str,
                       schedulers: str, batch_caps: str, chunks: str, rates: RateRange, workers: int | None,
                       backend: str, address: str | None, cache_dir: str | None, use_cache: bool,
-                      progress: bool, catalog: Catalog | None = None) -> dict:
+                      progress: bool, catalog: Catalog | None = None, perf_model: str = "auto") -> dict:
     """The search for each design, over the grid the options give; a plain dict for JSON.
-    `catalog`: --catalog (None: the built-in one)."""
+    `catalog`: --catalog (None: the built-in one); `perf_model`: --perf-model."""
     tp_l, pp_l, cap_l, chunk_l = (_ints("--tps", tps), _ints("--pps", pps), _ints("--batch-caps", batch_caps),
                                   _ints("--chunks", chunks) if chunks else [])
     if min(tp_l) < 1 or min(pp_l) < 1:
@@ -209,7 +209,8 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
     be = RayBackend(address) if backend == "ray" else LocalBackend(workers)
     cache = Cache(Path(cache_dir) if cache_dir else default_cache_dir()) if use_cache else None
     bar = _progress(progress)
-    ev = Evaluator(be, cache, lambda job, out, hit: bar and bar.update(task, sims=ev.simulated, hits=ev.cached))
+    ev = Evaluator(be, cache, lambda job, out, hit: bar and bar.update(task, sims=ev.simulated, hits=ev.cached),
+                   perf_model=perf_model)
     t0 = time.perf_counter()
     results, skipped_all = [], {}
     try:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..cluster.designs import Parallelism
 from ..nodes.fingerprint import code_fingerprint
+from ..perf import check_perf_model
 from ..policy.config import PolicyConfig, make_policy
 from ..report.goodput import GoodputSLO
 from ..sim.run import run_simulation
@@ -221,6 +222,9 @@ class Evaluator:
     @property
     def width(self) -> int:
         return self.backend.workers
+
+    def __post_init__(self) -> None:
+        check_perf_model(self.perf_model)
 
     def __call__(self, jobs: list[Job]) -> list[Outcome]:
         if self.perf_model != "auto":

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ..catalog import load_model
 from ..cluster.designs import load_designs
 from ..errors import UserError
+from ..perf import check_perf_model
 from ..policy.systems import system as named_system
 from ..report.goodput import GoodputSLO, from_options
 from ..workload import make_workload
@@ -59,10 +60,12 @@ class ProvisionRequest:
     goodput_tpot: float | None = None
     system: str = ""
     catalog: Catalog | None = None
+    perf_model: str = "auto"
     names: list[str] = field(init=False)
     budget_x: float | None = field(init=False)
 
     def __post_init__(self) -> None:
+        check_perf_model(self.perf_model)
         self.designs = tuple(self.designs or ())
         self._check_question()
         self._check_search()

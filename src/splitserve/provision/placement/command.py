@@ -27,7 +27,7 @@ def run_placement(*, placement: str, rps: float | None, model: str, workload: st
                   nodes: int = 4, max_pp: int | None = None, requests: int = 400, seed: int = 0,
                   profile: str | None = None, tolerance: float = 0.05, min_rps: float = 0.05,
                   max_rps: float = 256.0, workers: int | None = None, cache_dir: str | None = None,
-                  use_cache: bool = True, catalog: Catalog | None = None) -> dict:
+                  use_cache: bool = True, catalog: Catalog | None = None, perf_model: str = "auto") -> dict:
     """Check the question, run Alg. 1 or Alg. 2 on a local process pool (cached), return the
     result with the search's cost. `catalog`: --catalog (None: the built-in one)."""
     if placement not in PLACEMENTS:
@@ -50,7 +50,7 @@ def run_placement(*, placement: str, rps: float | None, model: str, workload: st
                   lo_rps=min_rps, hi_rps=max_rps, catalog=catalog)
     full_node(sc)                                          # the model fits at all
     cache = Cache(Path(cache_dir) if cache_dir else default_cache_dir()) if use_cache else None
-    ev = Evaluator(LocalBackend(workers), cache)
+    ev = Evaluator(LocalBackend(workers), cache, perf_model=perf_model)
     t0 = time.perf_counter()
     try:
         res = (high_affinity if placement == "high-affinity" else low_affinity)(ev, sc, rps)
