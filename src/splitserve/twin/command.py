@@ -12,7 +12,7 @@ from .machine import TERMS, MachineProfile
 from .report import ablation_markdown, compare, write_report
 from .report import samples_from_requests_jsonl as live_samples
 from .run import TwinSpec, loaded, planned, run_live, run_sim, spec_dict
-from .steps import compare_steps, read_steps, steps_markdown
+from .steps import compare_steps, drift, read_steps, steps_markdown
 
 
 def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_dir: Path, out: Path,
@@ -25,8 +25,12 @@ def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_d
     (out / "sim").mkdir(parents=True, exist_ok=True)
     (out / "sim" / "summary.json").write_text(json.dumps(sim, indent=1) + "\n")
     rows = compare(live, sim)
-    without = {t: compare(live, run_sim(spec, machine.without(t))[0]) for t in TERMS}
-    step_rows = compare_steps(read_steps(out / "live" / "steps"), loaded(spec, machine, planned(spec)))
+    steps, under = read_steps(out / "live" / "steps"), loaded(spec, machine, planned(spec))
+    speed = drift(steps, under) if steps else (1.0, 1.0)
+    variants = {f"without {t}": compare(live, run_sim(spec, machine.without(t))[0]) for t in TERMS}
+    variants[f"with the run's own step speed (x{speed[0]:.3f} prompt, x{speed[1]:.3f} decode)"] = \
+        compare(live, run_sim(spec, dataclasses.replace(machine, drift=speed))[0])
+    step_rows = compare_steps(steps, under)
     meta = {"design": f"{spec.design} {spec.workers()}", "model": machine.facts["model"], "machine": machine.name,
             "workload": f"{spec.workload}, {spec.rps:.3g} req/s ({spec.rps / capacity:.0%} of the predicted "
                         f"{capacity:.3g}), {spec.duration:g} s, seed {spec.seed}, prompts <= "
@@ -35,11 +39,11 @@ def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_d
     report = write_report(out, rows, title=f"Twin: {spec.design} {spec.workers()} on {machine.name}", meta=meta,
                           live_samples=live_samples(out / "live" / "requests.jsonl"), sim_samples=sim_samples,
                           steps=steps_markdown(step_rows) if step_rows else "",
-                          ablation=ablation_markdown(rows, without))
+                          ablation=ablation_markdown(rows, variants))
     (out / "twin.json").write_text(json.dumps({"spec": spec_dict(spec), "capacity_rps": capacity, "meta": meta,
                                                "rows": [dataclasses.asdict(r) for r in rows],
-                                               "without": {t: [dataclasses.asdict(r) for r in rs]
-                                                           for t, rs in without.items()},
+                                               "variants": {t: [dataclasses.asdict(r) for r in rs]
+                                                            for t, rs in variants.items()},
                                                "live_server": live.get("server", {}),
                                                "steps": [dataclasses.asdict(r) for r in step_rows]}, indent=1) + "\n")
     return rows, step_rows, report

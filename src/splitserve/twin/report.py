@@ -187,14 +187,14 @@ ABLATED = ("TTFT P50 (s)", "TTFT P90 (s)", "TBT P50 (s)", "TBT P90 (s)", "E2E P5
 
 
 def ablation_markdown(rows: list[Row], without: dict[str, list[Row]]) -> str:
-    """The P50/P90 errors of the model and of the model with each term taken out (`without`:
-    term -> its compare() rows); a term that matters moves them."""
+    """The P50/P90 errors of the model and of its variants (`without`: a row label, e.g. "without
+    corun", -> that simulation's compare() rows); a term that matters moves them."""
     def cells(rs: list[Row]) -> list[str]:
         by = {r.metric: r for r in rs}
         return [f"{by[m].rel_error:+.0%}" + ("" if by[m].ok is not False else " ✗")
                 if m in by and by[m].rel_error is not None else "-" for m in ABLATED]
     table = [["model"] + [m.replace(" (s)", "") for m in ABLATED], ["as measured"] + cells(rows)]
-    table += [[f"without {t}"] + cells(rs) for t, rs in without.items()]
+    table += [[label] + cells(rs) for label, rs in without.items()]
     table.insert(1, ["---"] * len(table[0]))
     return "\n".join("| " + " | ".join(line) + " |" for line in table)
 
@@ -217,8 +217,10 @@ def write_report(out_dir: str | Path, rows: list[Row], *, title: str, meta: dict
         parts += ["## Each modelled term taken out", "",
                   "The same simulation with one term of the measured machine removed (twin/machine.py "
                   "`MachineProfile.without`): corun, the slowdown of a worker next to busy ones; "
-                  "kv_transfer, the KV link's time; path, the serving path's overheads and CPU. "
-                  "Errors against the live run; ✗ outside the bound.", "", ablation, ""]
+                  "kv_transfer, the KV link's time; path, the serving path's overheads and CPU. The last "
+                  "row gives the model the live steps' own speed against the profile's (from the step "
+                  "log, after the fact: it explains, it does not predict). Errors against the live run; "
+                  "✗ outside the bound.", "", ablation, ""]
     if steps:
         parts += ["## Engine steps, live vs model", "",
                   "Each live worker's engine steps (`serve --step-log`) against the time the simulator "
