@@ -85,11 +85,12 @@ def tetriinfer(
     scale: Annotated[str, _scale("seconds")] = "quick",
     seed: Annotated[int, typer.Option(help="Added to every workload seed.")] = 0,
     perf_model: PerfModel = "auto",
+    versus_roofline: Annotated[bool, typer.Option("--versus-roofline", help="Run under the roofline first, into OUT/roofline/, for the claims table's roofline column.")] = False,
 ) -> None:
     """Run TetriInfer's evaluation (2024: Figures 11-15, TTFT, JCT, resource use and perf/$ against vLLM on its five workloads; its instance flip under a load shift) on the simulator and write a report beside its numbers."""
-    from ..reproduce.tetriinfer import reproduce_tetriinfer
+    from ..reproduce.tetriinfer import run_tetriinfer
 
-    typer.echo(f"wrote {reproduce_tetriinfer(out, scale=scale, seed=seed, log=_log, perf_model=perf_model)}")
+    typer.echo(f"wrote {run_tetriinfer(out, scale=scale, seed=seed, log=_log, perf_model=perf_model, versus_roofline=versus_roofline)}")
 
 
 @app.command("ecoserve")
@@ -98,11 +99,12 @@ def ecoserve(
     scale: Annotated[str, _scale("about 2 minutes")] = "quick",
     seed: Seed = 0,
     perf_model: PerfModel = "auto",
+    versus_roofline: Annotated[bool, typer.Option("--versus-roofline", help="Run under the roofline first, into OUT/roofline/, for the claims table's roofline column.")] = False,
 ) -> None:
     """Run EcoServe's key comparison (Figure 10: normalized latency, SLO satisfaction and the rate sustained at the same latency against vLLM and FastGen on Alpaca, ShareGPT and BookCorpus) on the simulator and write a report beside its numbers."""
-    from ..reproduce.ecoserve import reproduce_ecoserve
+    from ..reproduce.ecoserve import run_ecoserve
 
-    typer.echo(f"wrote {reproduce_ecoserve(out, scale=scale, seed=seed, log=_log, perf_model=perf_model)}")
+    typer.echo(f"wrote {run_ecoserve(out, scale=scale, seed=seed, log=_log, perf_model=perf_model, versus_roofline=versus_roofline)}")
 
 
 @app.command("aladdin")
