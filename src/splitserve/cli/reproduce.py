@@ -41,7 +41,7 @@ def _scale(quick: str) -> typer.models.OptionInfo:
 def splitwise(
     out: Annotated[Path, typer.Option(help=OUT_HELP)] = Path("reproduction"),
     quick: Annotated[bool, typer.Option("--quick", help="Smaller grids and shorter traces (minutes on 2 cores).")] = False,
-    profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); calibrated roofline otherwise.")] = None,
+    profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format); the catalog's perf model otherwise (docs/perf-model.md).")] = None,
     workers: Workers = None,
     seed: Seed = 0,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache of the provisioning searches (default ~/.cache/splitserve/provision).")] = None,
