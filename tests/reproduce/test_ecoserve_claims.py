@@ -6,7 +6,7 @@ import json
 
 from splitserve.reproduce.ecoserve import run_ecoserve
 from splitserve.reproduce.ecoserve_claims import claims
-from splitserve.reproduce.ecoserve_experiments import TINY, paper, simulate, sustained
+from splitserve.reproduce.ecoserve_experiments import TINY, paper, requests, simulate, sustained
 
 
 def _rows(text: str, title: str) -> list[list[str]]:
@@ -34,7 +34,7 @@ def test_claims_and_counterfactuals(tmp_path):
     mean = {s: sum(p["ssr"] for p in d["points"][s]) / len(d["points"][s]) for s in ("ecoserve", "vllm")}
     assert ssr.ours == mean["ecoserve"] / mean["vllm"]
     # counterfactuals: vLLM reserving the context is its own runs, the same as simulating it again
-    n = TINY.requests("alpaca", TINY.rates["alpaca"][-1])
+    n = requests(TINY, "vllm-max", "alpaca", TINY.rates["alpaca"][-1])
     again = simulate("vllm-max", "alpaca", TINY.rates["alpaca"][-1], n, 0, "auto")
     assert d["points"]["vllm-max"][-1]["jct"] == sum(again["e2e"]) / n
     cf = {row[1]: row for row in _rows(text, "## Counterfactuals")}

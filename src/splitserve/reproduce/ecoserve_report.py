@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .ecoserve_claims import claims, section
-from .ecoserve_experiments import COUNTERFACTUAL, LABELS, LATENCY_FACTOR, NAMES, SLO_SCALE, Scale
+from .ecoserve_experiments import COUNTERFACTUAL, LABELS, LATENCY_FACTOR, NAMES, ORCA_MAX_REQUESTS, SLO_SCALE, Scale
 from .markdown import Report
 from .plots import plt
 from .versus import claims_table, roofline_results
@@ -91,7 +91,10 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
             "covered at 10/15/20% padding); Oracle: the true lengths. vLLM: `--policy vllm` (prefill-first, a waiting "
             "prompt preempts the youngest decodes) and without preemption; FastGen: `--policy sarathi` (ASSUMED "
             "stand-in: chunked prefill beside the decodes); ORCA: Orca's iteration scheduler with the paper's batch "
-            "of 8, reserving the whole 2,048-token context per request (max-allocation, §2.1).",
+            "of 8, reserving the whole 2,048-token context per request (max-allocation, §2.1); it and `vLLM reserving "
+            f"the context` (Counterfactuals) run at most {ORCA_MAX_REQUESTS:,} requests a point (the time to simulate Orca's scheduler "
+            "grows with the square of its queue here: 1,000 overloaded requests took 0.9 s, 4,000 took 11 s; the full "
+            "scale's 20,000 would take minutes a point), so their overloaded latencies are those of shorter runs.",
             f"- Normalized latency: mean of end-to-end latency / output tokens. SLO: {SLO_SCALE:g} x (t_p + t_g x "
             "output tokens), t_p and t_g from vLLM at the lowest rate. Sustained rate: highest rate with normalized "
             f"latency within {LATENCY_FACTOR:g}x vLLM's at the lowest rate (ASSUMED).", "")
