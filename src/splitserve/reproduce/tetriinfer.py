@@ -2,7 +2,10 @@
 §5.1 Figures 11-15) on splitserve's simulator: average TTFT, average JCT and resource usage time of
 TetriInfer against vLLM on its five workloads (LPLD, LPHD, HPLD, HPHD, Mixed), and perf per dollar,
 beside the paper's numbers (reproduce/tetriinfer_paper.toml); then its instance flip (§3.5) under a
-load shift. Writes DIR/report.md, PNG plots and results.json.
+load shift. Writes DIR/report.md, PNG plots and results.json. The report opens with the claims
+table (tetriinfer_claims.py: each figure of §5.1, ours under this run's step-time model and, with
+`run_tetriinfer(versus_roofline=True)`, under the roofline run into DIR/roofline/) and backs each
+claim's "why" with counterfactual runs (tetriinfer_claims.py; left out of that roofline run).
 
 The setup, as the paper gives it and where it does not (ASSUMED):
 - vLLM: one instance, the `vllm` system (prefill-first iterations, paged KV reserved whole here),
