@@ -49,8 +49,13 @@ def _why(res: dict, a: str, b: str, paper: float) -> str:
              if a in gpus or b in gpus}
     parts = [f"at {rate:g} req/s ours is {_pct(main)}"] + [f"{n}: {_pct(x)}" for n, x in moved.items()]
     hit = [n for n, x in moved.items() if x is not None and abs(x - paper) <= 0.05]
+    past = [f"{n} ({_pct(x)})" for n, x in moved.items()
+            if x is not None and main is not None and (x - paper) * (main - paper) < 0]
     if hit:
         verdict = "moved to within 5 points of the paper's by: " + ", ".join(hit)
+    elif past:
+        verdict = ("moved past the paper's by: " + ", ".join(past) + "; the gap's sign turns on that setting, "
+                   "its size is not explained")
     else:
         near = max(((n, x) for n, x in moved.items() if x is not None), key=lambda t: -abs(t[1] - paper), default=None)
         verdict = "not explained: no run here reaches it" + (f" (nearest: {near[0]}, {_pct(near[1])})" if near else "")
