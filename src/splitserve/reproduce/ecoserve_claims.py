@@ -6,7 +6,7 @@ that brings it nearest the paper, with that run's figure, or says that none does
 
 from __future__ import annotations
 
-from .ecoserve_experiments import LABELS, LATENCY_FACTOR, NAMES
+from .ecoserve_experiments import CONTEXT, LABELS, LATENCY_FACTOR, NAMES, ORCA_BATCH
 from .markdown import Report
 from .versus import Claim
 
@@ -127,3 +127,7 @@ def section(rep: Report, res: dict, pub: dict) -> None:
         for k in readings:
             rows.append([NAMES[ds], k] + [f"{row_for[o][k]:.2f}x" if row_for[o].get(k) else "-" for o in row_for])
     rep.table(["dataset", "reading", "EcoServe / vLLM", "EcoServe / FastGen", "EcoServe / ORCA"], rows)
+    held = res["kv_tokens"] // CONTEXT
+    if held < ORCA_BATCH and all("vllm-max" in d["points"] for d in ds_all):
+        rep.add(f"With {res['kv_tokens']:,} KV tokens a {CONTEXT:,}-token reservation admits {held} requests at once, "
+                f"fewer than ORCA's batch of {ORCA_BATCH}, so `vLLM reserving the context` and ORCA run alike here.", "")
