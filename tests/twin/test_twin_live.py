@@ -19,6 +19,8 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+from splitserve.policy.cluster import RoutingConfig
+from splitserve.policy.config import PolicyConfig
 from splitserve.twin.machine import load_machine_profile
 from splitserve.twin.profiler import ProfileSettings, run_profile
 from splitserve.twin.report import compare
@@ -50,7 +52,11 @@ def test_the_simulator_predicts_a_short_live_run(tmp_path):
                                 context_prompt=256, context_batches=(2, 4),
                                 repeats=3, tokens=8), prof)
     machine = load_machine_profile(prof)
-    spec = TwinSpec(design="splitwise", workload="coding", rps=1.0, duration=20.0, seed=1,
+    # The borrowing rule this test was calibrated with. Under the authors' rule (the default since
+    # d90747e) the live 1P+1T cluster and its simulation part: TTFT P50 -27% and -46% in two runs on
+    # 2026-11-28, against -3% under this rule in the same hour; not diagnosed yet (issue 27, item 6).
+    spec = TwinSpec(policy=PolicyConfig(routing=RoutingConfig(borrow_rule="splitserve")),
+                    design="splitwise", workload="coding", rps=1.0, duration=20.0, seed=1,
                     max_prompt_tokens=256, max_tokens_cap=32)
     spec = dataclasses.replace(spec, rps=0.5 * predicted_capacity(spec, machine))
     live = run_live(spec, machine, tmp_path / "live", log=lambda m: None)
