@@ -129,6 +129,10 @@ class ServeMetrics(SplitwiseSeries, VllmSeries):
             self.bad_messages.labels(f"worker{wid}").set(w.rejected)
         self.bad_messages.labels("router").set(router.chan.rejected)
         self.in_flight.set(len(router.active))
+        borrowed = router.borrowed()
+        if borrowed > self.borrowed_seen:
+            self.borrowed.inc(borrowed - self.borrowed_seen)
+            self.borrowed_seen = borrowed
 
     def render(self, router) -> bytes:
         self.refresh(router)

@@ -21,7 +21,8 @@ splitserve_kv_transfer_seconds_total{mode}, splitserve_kv_transfer_exposed_secon
 (metrics_vllm.py), splitserve_requests_total{outcome},
 splitserve_rejected_total{status}, splitserve_request_restarts_total,
 splitserve_worker_restarts_total, splitserve_instance_flips_total{to} (TetriInfer's instance flip, the
-role taken); splitserve_rejected_internal_messages{where} (router, worker<N>).
+role taken), splitserve_machines_borrowed_total (machines the Splitwise scheduler moved into the mixed
+pool, as the simulator's `borrowed_into_mixed_pool`); splitserve_rejected_internal_messages{where} (router, worker<N>).
 Histograms: splitserve_kv_transfer_time_seconds{mode} (first byte put to last byte in, as the token
 worker measures it), splitserve_kv_transfer_exposed_time_seconds{mode} (its part after the prefill
 ended).
@@ -78,6 +79,8 @@ class SplitwiseSeries:
         self.restarts = Counter("splitserve_request_restarts", "Requests restarted on another worker", registry=r)
         self.worker_restarts = Counter("splitserve_worker_restarts", "Workers replaced", registry=r)
         self.flips = Counter("splitserve_instance_flips", "Workers that flipped role", ["to"], registry=r)
+        self.borrowed = Counter("splitserve_machines_borrowed", "Machines moved into the mixed pool", registry=r)
+        self.borrowed_seen = 0
         self.bad_messages = Gauge("splitserve_rejected_internal_messages",
                                   "Internal messages dropped for a bad MAC (no cluster secret)", ["where"],
                                   registry=r)

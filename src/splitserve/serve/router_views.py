@@ -18,6 +18,10 @@ class RouterViews:
     def cluster_snapshot(self) -> list[dict]:
         return self.cluster.snapshot() if self.cluster is not None else []
 
+    def borrowed(self) -> int:
+        """Machines the cluster scheduler has moved into the mixed pool so far."""
+        return getattr(self.cluster.cls, "borrowed", 0) if self.cluster is not None else 0
+
     def debug_state(self) -> dict:
         return {
             "workers": [{"id": w.id, "home": w.home, "up": w.up, "state": w.state.value, "pid": w.pid,

@@ -124,14 +124,18 @@ def run_live(spec: TwinSpec, machine: MachineProfile, out: Path, log=print) -> d
         metrics = httpx.get(url + "/metrics", timeout=10).text
     summary = json.loads((out / "summary.json").read_text())
     summary["server"] = server_counters(metrics)
+    summary.setdefault("cluster", {}).update(preemptions=int(summary["server"].get("preemptions", 0)),
+                                             borrowed_into_mixed_pool=int(summary["server"].get("borrowed", 0)))
     return summary
 
 
 def server_counters(text: str) -> dict:
-    """Totals from the server's Prometheus text: preemptions, restarts, KV transfers and their time."""
+    """Totals from the server's Prometheus text: preemptions, restarts, KV transfers and their time,
+    machines borrowed into the mixed pool."""
     want = {"splitserve_kv_transfers_total": "kv_transfers", "splitserve_kv_transfer_seconds_total": "kv_transfer_s",
             "splitserve_kv_transfer_exposed_seconds_total": "kv_transfer_exposed_s",
-            "splitserve_request_restarts_total": "restarts", "splitserve_preemptions_total": "preemptions"}
+            "splitserve_request_restarts_total": "restarts", "vllm:num_preemptions_total": "preemptions",
+            "splitserve_machines_borrowed_total": "borrowed"}
     got: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("#"):
