@@ -52,6 +52,7 @@ class Request:
     prompt_started_at: float = -1.0
     token_times: list[float] | None = None   # only when a run asks to keep every token time
     ref_tbt: float = 0.0                     # uncontended reference TBT (SLO slowdowns), seconds
+    log_ref: float = 0.0                     # its logarithm in histogram buckets (sim/metrics.py ref_bucket)
     predicted: int = 0                 # predicted output tokens, the first included (0: none), for the
                                        # policies that schedule by it (policy/predictor.py predict)
     kv_held: int = 0                   # KV tokens it holds on its decode machine when > 0, sized by its

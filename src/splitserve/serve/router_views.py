@@ -20,7 +20,7 @@ class RouterViews:
 
     def borrowed(self) -> int:
         """Machines the cluster scheduler has moved into the mixed pool so far."""
-        return getattr(self.cluster.cls, "borrowed", 0) if self.cluster is not None else 0
+        return self.cluster.cls.borrowed if self.cluster is not None else 0
 
     def debug_state(self) -> dict:
         return {

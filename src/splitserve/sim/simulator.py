@@ -39,7 +39,7 @@ from .events import ARRIVAL, ITER_END, STAGE_FREE, TRANSFER_END, WATCH
 from .handoff import KVHandoff
 from .hosts import CatalogHosts, Hosts
 from .kv_transfer import Link
-from .metrics import MachineStats, Metrics, SimResult
+from .metrics import MachineStats, Metrics, SimResult, ref_bucket
 from .stages import PipelineStages
 
 _NONE: tuple = ()    # a batch with no prompt whose KV streams layer by layer
@@ -128,9 +128,8 @@ class Simulation(KVHandoff, PipelineStages):
         if self.cfg.record_requests:
             r.token_times = []
             self.kept.append(r)
-        n = r.output_tokens
-        ref = self.ref
-        r.ref_tbt = ref.token_time(1, r.prompt_tokens + n // 2)
+        r.ref_tbt = self.ref.token_time(1, r.prompt_tokens + r.output_tokens // 2)
+        r.log_ref = ref_bucket(r.ref_tbt)
         try:
             queued = arrive(self.cls, r, self.predictor, self.pull)
         except DoesNotFit as e:
