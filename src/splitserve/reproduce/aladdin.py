@@ -72,7 +72,8 @@ def _run(out: Path, scale: str, seed: int, log, perf_model: str, counterfactuals
         pool = results["gpus"]["jsq"][i] or sc.max_workers
         results["scaled"][str(rate)] = {"pool": pool, **simulate("aladdin-0.7", pool, rate, sc, seed, window=sc.window)}
     if counterfactuals:
-        results["counterfactuals"] = aladdin_counterfactuals.run(sc, seed, aladdin_counterfactuals.cf_rate(results), log)
+        results["counterfactuals"] = aladdin_counterfactuals.run(sc, seed, aladdin_counterfactuals.cf_rate(results), log,
+                                                                   results)
     results["wall_s"] = time.perf_counter() - t0
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     plot_figures(results, out)

@@ -64,8 +64,10 @@ def pcie_hosts(perf_model: str) -> PcieHosts:
     return PcieHosts(load_model(MODEL), None, 0.9, False, None, perf_model)
 
 
-def run(scale, seed: int, rate: float, log=print) -> dict:
-    """At `rate`: {"rate", "variants": {name: {kind: GPUs or None}}, "runs": {name: {kind: {workers: run}}}}."""
+def run(scale, seed: int, rate: float, log=print, main: dict | None = None) -> dict:
+    """At `rate`: {"rate", "variants": {name: {kind: GPUs or None}}, "runs": {name: {kind: {workers: run}}}}.
+    With `main` (the main runs' results, which hold `rate`), P100 starts from the main runs there:
+    the same simulations, read against another target (a run stopped below 99% is below 100%)."""
     pub = paper()["setup"]
     variants = {
         "paper's SLOs (600 ms / 30 ms)": (KINDS, {"slo": (pub["ttft_slo_s"], pub["atgt_slo_s"])}),
@@ -77,6 +79,8 @@ def run(scale, seed: int, rate: float, log=print) -> dict:
         out["variants"][name], out["runs"][name] = {}, {}
         for kind in kinds:
             runs: dict = {}
+            if main is not None and set(kw) == {"target"}:
+                runs = {int(k): v for k, v in main["runs"][kind][main["rates"].index(rate)].items()}
             n = needed(kind, rate, scale, seed, runs, **kw)
             out["variants"][name][kind] = None if n is None else n * GPUS.get(kind, 1)
             out["runs"][name][kind] = {str(k): v for k, v in sorted(runs.items())}

@@ -65,11 +65,34 @@ def prompt_workers(rate: float) -> int:
     return 1 + math.ceil(rate / 8)
 
 
+class _Missed(Exception):
+    """A run stopped: too many requests have missed the SLOs for it to meet its target."""
+
+
+def _stopper(box: list, n: int, target: float):
+    """A check that stops the run in `box` (_Missed) once more of its `n` requests have completed
+    missing the SLOs than `target` allows (its attainment can then no longer reach `target`)."""
+    def check(*_) -> None:
+        mt = box[0].metrics
+        if (n - (mt.completed - mt.attained)) / n < target:
+            raise _Missed
+    return check
+
+
+def _watched(specs: list, check):
+    """`specs`, `check`ed before each is handed to the simulation (at each arrival)."""
+    for spec in specs:
+        check()
+        yield spec
+
+
 def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, window: float = 0.0,
-             slo: tuple[float, float] | None = None, hosts=None) -> dict:
+             slo: tuple[float, float] | None = None, hosts=None, stop_below: float | None = None) -> dict:
     """One run of `kind` with `workers` workers (token workers for the split kinds) at `rate`;
     `slo` (TTFT, ATGT) in place of slos()'s, `hosts` (sim/hosts.py) in place of the catalog's
-    (aladdin_counterfactuals.py)."""
+    (aladdin_counterfactuals.py). With `stop_below`, the run stops as soon as its attainment can no
+    longer reach it (checked at each arrival and every 65,536 events: the same verdict, sooner); such
+    a run's "attainment" is the most it could have reached, and "stopped" is True."""
     ttft, atgt = slo or slos(scale.perf_model)
     aladdin = dict(cluster_scheduler="aladdin", predictor="tetriinfer-100", aladdin_ttft_slo=ttft,
                    aladdin_atgt_slo=atgt, scale_window=window, aladdin_theta=THETAS.get(kind, 0.9))
@@ -86,8 +109,17 @@ def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, wind
         batching = BatchingConfig()
     cfg = SimConfig(policy=PolicyConfig(batching=batching, routing=routing), goodput=GoodputSLO(ttft, atgt),
                     perf_model=scale.perf_model, machine=hosts)
-    wl = make_workload(WORKLOAD, rps=rate, duration=scale.duration, seed=seed)
-    res = Simulation(cluster, load_model(MODEL), wl, cfg).run()
+    wl = list(make_workload(WORKLOAD, rps=rate, duration=scale.duration, seed=seed))
+    box: list = []
+    check = None if stop_below is None or not wl else _stopper(box, len(wl), stop_below)
+    sim = Simulation(cluster, load_model(MODEL), wl if check is None else _watched(wl, check), cfg)
+    box.append(sim)
+    try:
+        res = sim.run(progress=check)        # and every 65,536 events after the last arrival
+    except _Missed:
+        mt = sim.metrics
+        return {"workers": workers, "attainment": (len(wl) - (mt.completed - mt.attained)) / len(wl),
+                "requests": len(wl), "stopped": True}
     mt = res.metrics
     out = {"workers": workers, "attainment": mt.attained / mt.requests if mt.requests else 1.0,
            "requests": mt.requests}
@@ -100,11 +132,12 @@ def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, wind
 
 def needed(kind: str, rate: float, scale: Scale, seed: int, runs: dict, target: float = TARGET, **sim) -> int | None:
     """The fewest workers of `kind` meeting `target` at `rate` (doubling, then bisection; attainment
-    taken as monotone in workers), None past `scale.max_workers`. Every run lands in `runs`;
-    `sim`: simulate()'s slo and hosts."""
+    taken as monotone in workers), None past `scale.max_workers`. Every run lands in `runs` (one
+    there already is not run again), each stopped once it cannot meet `target`; `sim`: simulate()'s
+    slo and hosts."""
     def ok(n: int) -> bool:
         if n not in runs:
-            runs[n] = simulate(kind, n, rate, scale, seed, **sim)
+            runs[n] = simulate(kind, n, rate, scale, seed, stop_below=target, **sim)
         return runs[n]["attainment"] >= target
 
     hi = 1
