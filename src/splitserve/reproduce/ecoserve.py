@@ -26,6 +26,9 @@ The setup, as the paper gives it and where it does not (ASSUMED):
 - Sustained rate: the highest rate, interpolated between grid points, whose normalized latency is
   at most twice vLLM's at the lowest rate (ASSUMED: the paper compares rates "while maintaining
   similar latencies"); a system that never passes it sustains at least the grid's top ("≥").
+- The full scale stops a system's sweep after two successive rates past every reading's limit
+  (ecoserve_experiments.sweep): the rates after are overloaded, not run, and each mean SSR compared
+  is over the rates both systems ran.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ def reproduce_ecoserve(out: Path, scale: str = "quick", seed: int = 0, log=print
         results.append(dataset_results(ds, sc, seed, log))
     res = {"scale": sc.name, "perf_model": perf_model, "seed": seed, "kv_tokens": results[0]["kv_tokens"],
            "memory_utilization": memory_utilization(), "datasets": results,
-           "simulations": sum(len(sc.rates[d]) for d in sc.datasets) * len(sc.systems),
+           "simulations": sum(len(ps) for d in results for ps in d["points"].values()),
            "wall_s": time.perf_counter() - t0}
     plot_curves(results, out / "curves.png")
     plot_gains(results, pub, out / "gains.png")

@@ -48,6 +48,7 @@ class Scale:
     max_requests: int                     # at most this many requests per point
     rates: dict[str, tuple[float, ...]]   # req/s per dataset
     perf_model: str = "auto"              # the step-time model (simulate --perf-model)
+    cut: bool = False                     # stop a system's sweep once overloaded (`sweep`)
 
     def requests(self, dataset: str, rps: float) -> int:
         return max(50, min(self.max_requests, round(rps * self.duration[dataset])))
@@ -60,7 +61,7 @@ TINY = Scale("tiny", ("alpaca",), ("ecoserve", "vllm", "vllm-max"), {"alpaca": 1
 QUICK = Scale("quick", DATASETS, SYSTEMS + COUNTERFACTUAL, {"alpaca": 60.0, "sharegpt": 400.0, "bookcorpus": 2400.0},
               4000, RATES)
 FULL = Scale("full", DATASETS, SYSTEMS + COUNTERFACTUAL, {"alpaca": 300.0, "sharegpt": 2000.0, "bookcorpus": 12000.0},
-             20000, RATES)
+             20000, RATES, cut=True)
 SCALES = {s.name: s for s in (TINY, QUICK, FULL)}
 
 
@@ -116,11 +117,15 @@ def simulate(system: str, dataset: str, rps: float, n: int, seed: int = 0, perf_
             "preemptions": res.metrics.preemptions, "counts": counts, "kv_tokens": sim.machines[0].kv_capacity}
 
 
+def norm_latency(run: dict) -> float:
+    return sum(e / o for e, o in zip(run["e2e"], run["out"])) / len(run["e2e"])
+
+
 def measure(run: dict, slo: tuple[float, float]) -> dict:
     n = len(run["e2e"])
     t_p, t_g = slo
     met = sum(e <= SLO_SCALE * (t_p + t_g * o) for e, o in zip(run["e2e"], run["out"]))
-    return {"norm_latency": sum(e / o for e, o in zip(run["e2e"], run["out"])) / n,
+    return {"norm_latency": norm_latency(run),
             "jct": sum(run["e2e"]) / n, "throughput": n / run["span"], "ssr": met / n,
             "preemptions": run["preemptions"], "counts": run["counts"]}
 
@@ -135,14 +140,15 @@ def slo_basis(run: dict) -> tuple[float, float]:
 
 def sustained(rates: tuple[float, ...], norms: list[float], limit: float) -> tuple[float, bool]:
     """The highest rate whose normalized latency is within `limit` (linear between grid points),
-    and whether it is censored (never passed on the grid)."""
+    and whether it is censored (never passed on the grid). `norms` may stop short of `rates` (a cut
+    sweep: the rates after it not run)."""
     if norms[0] > limit:
         return rates[0] * limit / norms[0], False
-    for i in range(1, len(rates)):
+    for i in range(1, len(norms)):
         if norms[i] > limit:
             a, b = norms[i - 1], norms[i]
             return rates[i - 1] + (rates[i] - rates[i - 1]) * (limit - a) / (b - a), False
-    return rates[-1], True
+    return rates[len(norms) - 1], True
 
 
 def requests(sc: Scale, system: str, dataset: str, rps: float) -> int:
@@ -151,10 +157,32 @@ def requests(sc: Scale, system: str, dataset: str, rps: float) -> int:
     return min(n, ORCA_MAX_REQUESTS) if system in ORCA_SYSTEMS else n
 
 
+def cut_limit(base: float) -> float:
+    """The largest latency limit any reading of 'sustained' uses, `base` vLLM's lowest-rate normalized latency."""
+    return max(LATENCY_FACTOR, *LIMIT_FACTORS) * base
+
+
+def sweep(system: str, dataset: str, sc: Scale, seed: int, top: float, first: dict | None = None) -> list[dict]:
+    """`system`'s runs on `dataset` up the rate grid (`first`: its lowest-rate run, already made).
+    With `sc.cut`, it stops after two successive rates past `top` (cut_limit): every limit of
+    'sustained' is passed by then, so sustained() reads the same rate off the runs made as off the
+    whole grid; the rates after are not run (absent from the results: overloaded, not run)."""
+    runs, over = [], 0
+    for i, r in enumerate(sc.rates[dataset]):
+        run = first if i == 0 and first is not None else simulate(system, dataset, r, requests(sc, system, dataset, r),
+                                                                  seed, sc.perf_model)
+        runs.append(run)
+        over = over + 1 if norm_latency(run) > top else 0
+        if sc.cut and over >= 2:
+            break
+    return runs
+
+
 def dataset_results(dataset: str, sc: Scale, seed: int, log) -> dict:
     rates = sc.rates[dataset]
-    runs = {s: [simulate(s, dataset, r, requests(sc, s, dataset, r), seed, sc.perf_model) for r in rates]
-            for s in sc.systems}
+    first = simulate("vllm", dataset, rates[0], requests(sc, "vllm", dataset, rates[0]), seed, sc.perf_model)
+    top = cut_limit(norm_latency(first))     # vLLM's lowest rate sets every limit: run before any cut
+    runs = {s: sweep(s, dataset, sc, seed, top, first if s == "vllm" else None) for s in sc.systems}
     basis = slo_basis(runs["vllm"][0])
     points = {s: [measure(run, basis) for run in rs] for s, rs in runs.items()}
     limit = LATENCY_FACTOR * points["vllm"][0]["norm_latency"]
@@ -167,5 +195,6 @@ def dataset_results(dataset: str, sc: Scale, seed: int, log) -> dict:
                for f in LIMIT_FACTORS}
     return {"dataset": dataset, "rates": list(rates), "slo_basis": {"t_p": basis[0], "t_g": basis[1]},
             "latency_limit": limit, "kv_tokens": runs["vllm"][0]["kv_tokens"], "points": points,
+            "cut_limit": top, "not_run": {s: list(rates[len(ps):]) for s, ps in points.items() if len(ps) < len(rates)},
             "sustained": {s: {"rate": v[0], "censored": v[1]} for s, v in sus.items()}, "ecoserve_gain": gains,
             "sustained_by_limit": factors}
