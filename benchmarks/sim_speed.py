@@ -6,6 +6,7 @@ Each case runs in its own process pinned to one core, so its peak RSS is its own
 
 Cases (llama2-70b, the Splitwise authors' profile when ../shared is present, else roofline):
   coding-1h         Splitwise-HH 35P+5T, coding, 70 req/s, 3600 s  (the target: < 60 s on one core)
+  coding-120s       the same for 120 s (8,431 requests: SplitwiseSim's question, issue 29)
   coding-10min      the same for 600 s: peak memory must not grow with trace length
   conversation-1h   Splitwise-HH 25P+15T (the paper's iso-power conversation cluster), 70 req/s, 3600 s
   coding-400m-1h    Splitwise-HH 350P+50T (400 machines), coding, 700 req/s, 3600 s
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT.parent / "shared" / "profiles" / "splitwise_a100_h100_perf_model.csv"
 CASES = {
     "coding-1h": dict(workload="coding", prompt_machines=35, token_machines=5, rps=70, duration=3600),
+    "coding-120s": dict(workload="coding", prompt_machines=35, token_machines=5, rps=70, duration=120),
     "coding-10min": dict(workload="coding", prompt_machines=35, token_machines=5, rps=70, duration=600),
     "conversation-1h": dict(workload="conversation", prompt_machines=25, token_machines=15, rps=70, duration=3600),
     "coding-400m-1h": dict(workload="coding", prompt_machines=350, token_machines=50, rps=700, duration=3600),
@@ -34,7 +36,11 @@ CASES = {
 
 
 def run_case(name: str) -> dict:
-    from splitserve.sim.run import run_simulation
+    try:
+        from splitserve.sim.run import run_simulation
+    except ImportError:             # a tree before the sim/ package (sim_speed_ab.py --old 14cd49c)
+        from splitserve.simulate import run_simulation
+    from splitserve.sim import simulator
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     kw = CASES[name]
@@ -49,7 +55,8 @@ def run_case(name: str) -> dict:
             "requests_per_s": round(s["requests"] / s["sim"]["wall_s"]),
             "peak_rss_mb": round(rss / 1024, 1), "rss_after_import_mb": round(rss0 / 1024, 1),
             "slo_met": s["slo"]["met"], "ttft_p50_s": s["ttft_s"]["p50"], "tbt_p50_s": s["tbt_s"]["p50"],
-            "perf_model": s["sim"]["perf_model"]}
+            "perf_model": s["sim"]["perf_model"],
+            "hot_path": "pure Python" if simulator.__file__.endswith(".py") else "compiled with mypyc"}
 
 
 def machine_info() -> dict:

@@ -107,4 +107,6 @@ def test_dash_h_is_help(capsys, path):
 def test_version(capsys):
     code, out, err = run(capsys, "--version")
     assert code == 0 and err == ""
-    assert out == f"splitserve {version('splitserve')}\n"
+    from splitserve.sim import simulator
+    hot = "pure Python" if simulator.__file__.endswith(".py") else "compiled with mypyc"
+    assert out == f"splitserve {version('splitserve')} (simulator hot path: {hot})\n"

@@ -148,7 +148,7 @@ def test_flips_lose_nothing(sc):
                      SimConfig(policy=policy, record_requests=True, memory_utilization=util))
     cls = sim.cls
     assert isinstance(cls, InstanceFlipScheduler)
-    start, watch = sim._start, cls.watch
+    form, watch = sim.form_batch, cls.watch   # (the batch former: the compiled Simulation's methods are fixed)
 
     def checked():
         for m in sim.machines:
@@ -156,9 +156,10 @@ def test_flips_lose_nothing(sc):
         assert cls.pools[P] and cls.pools[T] and not cls.pools[Pool.MIXED]
         assert sorted(m.id for m in [*cls.pools[P], *cls.pools[T], *cls.draining]) == list(range(len(sim.machines)))
 
-    def checked_start(m, now):
-        start(m, now)
+    def checked_form(m, cfg):
+        batch = form(m, cfg)
         checked()
+        return batch
 
     def checked_watch(now, quiet=None):
         flipped = watch(now, quiet)
@@ -168,7 +169,7 @@ def test_flips_lose_nothing(sc):
         checked()
         return flipped
 
-    sim._start, cls.watch = checked_start, checked_watch
+    sim.form_batch, cls.watch = checked_form, checked_watch
     res = sim.run()
     assert res.metrics.completed == len(specs) == len(res.requests)
     for r, spec in zip(res.requests, specs):

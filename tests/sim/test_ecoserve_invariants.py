@@ -36,10 +36,10 @@ def simulate(specs, machines, util, predictor):
     policy = make_policy({"routing.predictor": predictor}, system="ecoserve")
     cfg = SimConfig(record_requests=True, memory_utilization=util, policy=policy)
     sim = Simulation(make_cluster("baseline-a100", machines=machines), load_model("llama2-70b"), specs, cfg)
-    original = sim._start
+    form = sim.form_batch   # (a batch former, not _start: the compiled Simulation's methods are fixed)
 
-    def checked_start(m, now):              # checked after every scheduling decision
-        original(m, now)
+    def checked_form(m, cfg):              # checked after every scheduling decision
+        batch = form(m, cfg)
         for x in sim.machines:
             assert 0 <= x.kv_used <= x.kv_capacity, (x.id, x.kv_used, x.kv_capacity)
             assert x.pending == x.recount_pending() >= 0
@@ -49,8 +49,9 @@ def simulate(specs, machines, util, predictor):
                     fams.setdefault(id(host(r)), []).append(r)
             for fam in fams.values():
                 assert sum(x.kv_round(r.prompt_tokens + r.generated - 1) for r in fam) <= sum(r.kv_held for r in fam)
+        return batch
 
-    sim._start = checked_start
+    sim.form_batch = checked_form
     return sim, sim.run()
 
 

@@ -44,16 +44,17 @@ def simulate(specs, design, counts, util, chunk):
     sim = Simulation(make_cluster(design, **counts), load_model("llama2-70b"), specs, cfg)
     cap = {m.id: m.kv_capacity for m in sim.machines}
     peak = {}
-    original = sim._start
+    form = sim.form_batch   # (a batch former, not _start: the compiled Simulation's methods are fixed)
 
-    def checked_start(m, now):              # memory is checked after every scheduling decision
-        original(m, now)
+    def checked_form(m, cfg):              # memory is checked after every scheduling decision
+        batch = form(m, cfg)
         for x in sim.machines:
             assert 0 <= x.kv_used <= cap[x.id], (x.id, x.kv_used, cap[x.id])
             assert x.pending == x.recount_pending() >= 0
             peak[x.id] = max(peak.get(x.id, 0), x.kv_used)
+        return batch
 
-    sim._start = checked_start
+    sim.form_batch = checked_form
     return sim.run(), peak
 
 
@@ -140,15 +141,16 @@ def test_pull_and_pipelines_lose_nothing_and_stay_within_memory(sc, pull, pp):
     cfg = SimConfig(record_requests=True, memory_utilization=util if pp == 1 else 0.9, policy=policy)
     sim = Simulation(make_cluster(design, **counts, parallel=Parallelism(tp=8 // pp if pp != 3 else 8, pp=pp)),
                      load_model("llama2-70b"), specs, cfg)
-    original = sim._start
+    form = sim.form_batch   # (a batch former, not _start: the compiled Simulation's methods are fixed)
 
-    def checked_start(m, now):
-        original(m, now)
+    def checked_form(m, cfg):
+        batch = form(m, cfg)
         for x in sim.machines:
             assert 0 <= x.kv_used <= x.kv_capacity
             assert x.pending == x.recount_pending() >= 0
+        return batch
 
-    sim._start = checked_start
+    sim.form_batch = checked_form
     res = sim.run()
     assert res.metrics.completed == len(specs)
     for r, spec in zip(res.requests, specs):
@@ -167,14 +169,15 @@ def test_tetriinfer_dispatch_loses_nothing_with_any_predictor(sc, predictor):
     policy = PolicyConfig(routing=RoutingConfig(decode_dispatch="tetriinfer", predictor=predictor))
     sim = Simulation(make_cluster(design, **counts), load_model("llama2-70b"), specs,
                      SimConfig(record_requests=True, memory_utilization=util, policy=policy))
-    original = sim._start
+    form = sim.form_batch   # (a batch former, not _start: the compiled Simulation's methods are fixed)
 
-    def checked_start(m, now):
-        original(m, now)
+    def checked_form(m, cfg):
+        batch = form(m, cfg)
         for x in sim.machines:
             assert 0 <= x.kv_used <= x.kv_capacity
+        return batch
 
-    sim._start = checked_start
+    sim.form_batch = checked_form
     res = sim.run()
     assert res.metrics.completed == len(specs)
     assert all(r.phase is Phase.DONE and r.generated == s.output_tokens for r, s in zip(res.requests, specs))

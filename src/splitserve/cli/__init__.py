@@ -25,7 +25,9 @@ for command in COMMANDS:
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"splitserve {installed_version('splitserve')}")
+        from ..sim import simulator
+        hot = "pure Python" if simulator.__file__.endswith(".py") else "compiled with mypyc"
+        typer.echo(f"splitserve {installed_version('splitserve')} (simulator hot path: {hot})")
         raise typer.Exit(0)
 
 

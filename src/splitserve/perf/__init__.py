@@ -37,6 +37,8 @@ there the roofline stands in for that profile (the package never reads it); docs
 
 
 class PerfModel(Protocol):
+    source: str    # which model answers: "profile:<path>", "operators" or "roofline"
+
     def prompt_time(self, tokens: int) -> float: ...
 
     def token_time(self, batch: int, context: int) -> float: ...

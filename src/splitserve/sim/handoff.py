@@ -6,15 +6,34 @@ for it (policy/cluster.py admit_freed). A part of `Simulation` (sim/simulator.py
 
 from __future__ import annotations
 
-from ..policy.cluster import admit_freed, pull_kv
+from mypy_extensions import trait
+
+from ..policy.cluster import ClusterScheduler, admit_freed, pull_kv
 from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import kv_landed
+from .chrome_trace import ChromeTrace
 from .events import TRANSFER_END
+from .hosts import Hosts
 from .kv_transfer import Link, layerwise_done, serialized_done
+from .metrics import Metrics
 
 
+@trait
 class KVHandoff:
     """Simulation's hand-over of KV between machines (its state is the simulation's)."""
+    links: dict[tuple[str, str], Link]
+    hosts: Hosts
+    machines: list[Machine]
+    kv_bytes: int
+    metrics: Metrics
+    layers: int
+    links_out: list[float]
+    trace: ChromeTrace | None
+    cls: ClusterScheduler
+
+    def _push(self, t: float, kind: int, obj: object) -> None: ...
+
+    def _start(self, m: Machine, now: float) -> None: ...
 
     def _link(self, src: Machine, dst: Machine) -> Link:
         key = (src.hardware, dst.hardware)

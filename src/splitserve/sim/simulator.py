@@ -162,7 +162,7 @@ class Simulation(KVHandoff, PipelineStages):
             mt.preemptions += 1
         # Splitwise hand-off: with a large batch, KV of prompts finishing now streams to their
         # token machines layer by layer while the batch runs (their KV there is reserved)
-        layerwise = _NONE
+        layerwise: list[Request] | tuple = _NONE
         if batch.prompts:
             mode = choose_mode(batch.prompt_tokens, self.cfg.policy.layerwise_threshold)
             for r, n in zip(batch.prompts, batch.chunks):
@@ -171,7 +171,7 @@ class Simulation(KVHandoff, PipelineStages):
                     mt.queue.add(now - r.arrival)
                 if (mode is TransferMode.LAYERWISE and r.token_machine != mid
                         and r.prefilled + n == r.prefill_len and r.kv_on_token_machine):
-                    if layerwise is _NONE:
+                    if not isinstance(layerwise, list):
                         layerwise = []
                     layerwise.append(r)
         if piped:
@@ -196,7 +196,7 @@ class Simulation(KVHandoff, PipelineStages):
         if m.stages > 1:
             batch, start, dur, _, layerwise = self.flight[m.id].popleft()
         else:
-            batch, start, dur, _, layerwise = self.batches[m.id]
+            batch, start, dur, _, layerwise = self.batches[m.id]  # type: ignore[misc]  # set by _start
             self.batches[m.id] = None
         mt = self.metrics
         tbt, slow = mt.tbt, mt.slow_tbt

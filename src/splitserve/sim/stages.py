@@ -5,21 +5,34 @@ first stage is free. A part of `Simulation` (sim/simulator.py)."""
 
 from __future__ import annotations
 
+from typing import cast
+
+from mypy_extensions import trait
+
+from ..perf.pipeline import PipelinePerf
 from ..perf.step import StepModel
 from ..policy.machine import Batch
 from ..policy.state import Machine
 from .events import STAGE_FREE
 
 
+@trait
 class PipelineStages:
     """Simulation's stages of pipelined machines (its state is the simulation's: `stage_free`,
     when each stage of a machine is free, and `flight`, its batches in flight, oldest first)."""
+
+    stage_free: dict[int, list[float]]
+    machines: list[Machine]
+
+    def _push(self, t: float, kind: int, obj: object) -> None: ...
+
+    def _start(self, m: Machine, now: float) -> None: ...
 
     def _through_stages(self, mid: int, step: StepModel, batch: Batch, now: float) -> tuple[float, float]:
         """Batch `batch` of machine `mid` through its stages from `now`. Returns (the stages'
         compute, when the batch leaves the last stage)."""
         stage = step.stage_time(batch)
-        hop = step.perf.hop_time
+        hop = cast(PipelinePerf, step.perf).hop_time
         tokens = batch.prompt_tokens + batch.decodes
         free = self.stage_free[mid]
         t = now
