@@ -24,6 +24,8 @@ class Gen:
     host: Request | None = None   # the request whose reserved KV it decodes into (itself: it reserved
                                   # its own; None: not decoding in a reservation, or it lost its KV)
     deadline: float = -1.0        # when its SLO ends, seconds (-1: not yet set)
+    pkey: tuple = ()              # its prompt_key, for a prefill of pkey_len tokens
+    pkey_len: int = -1
 
 
 def gen(r: Request) -> Gen:
@@ -62,7 +64,14 @@ def deadline(r: Request) -> float:
 
 
 def prompt_key(r: Request) -> tuple:
-    return (int(deadline(r) // DEADLINE_BUCKET), -r.prefill_len, r.arrival, r.id)
+    """The prompt queue's order: deadline bucket, longer prefill first, then arrival. Kept in its
+    Gen (the deadline is fixed once set; the prefill grows only when a preempted request is
+    requeued), so sorting a long queue again costs no key per request."""
+    s = gen(r)
+    n = r.prefill_len
+    if s.pkey_len != n:
+        s.pkey, s.pkey_len = (int(deadline(r) // DEADLINE_BUCKET), -n, r.arrival, r.id), n
+    return s.pkey
 
 
 def gt_key(r: Request) -> tuple:

@@ -4,6 +4,7 @@ with their reservations and the guests lent a host's, then prompts, and the last
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import attrgetter
 
 from ...machine import Batch, BatchingConfig
 from ...state import Machine, Request
@@ -11,6 +12,8 @@ from ...sized_kv import drop_waiting, note, plan_kv
 from ...transitions import prefill_reservation, start_chunk
 from .order import BUFFER, gt_key, left, predicted, prompt_key, reserve, written
 from .sizing import resume
+
+_PKEY = attrgetter("sched.pkey")   # a request's kept prompt_key
 
 
 def start_gts(m: Machine, cfg: BatchingConfig, seats: float) -> tuple[float, bool]:
@@ -62,7 +65,11 @@ def start_prompts(m: Machine, cfg: BatchingConfig, batch: Batch, seats: float, r
     """Whole prompts in queue order up to the token budget, the seats and `room` KV tokens."""
     q = m.prompt_queue
     if len(q) > 1:
-        order = sorted(q, key=prompt_key)
+        for r in q:   # keys up to date (prompt_key), then sorted by the kept ones
+            s = r.sched
+            if s is None or s.pkey_len != r.prefill_len:
+                prompt_key(r)
+        order = sorted(q, key=_PKEY)
         q.clear()
         q.extend(order)
     budget = cfg.prompt_token_cap
