@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from .aladdin_experiments import NAMES
 from .markdown import Report
-from .versus import Claim, claims_table
+from . import versus
+from .versus import Claim
 
 REDUCTIONS = (  # key, text, ours (system, baseline), the paper's figure's place in aladdin_paper.toml
     ("fig11 vs vllm", "Fig. 11: Aladdin (theta 0.7) GPUs saved against default vLLM, up to", ("aladdin-0.7", "vllm"),
@@ -105,12 +106,8 @@ def claims(res: dict, pub: dict) -> list[Claim]:
 
 
 def claims_section(rep: Report, res: dict, pub: dict, roofline: dict | None) -> None:
-    rep.add("## Claims: the paper, ours under the roofline, ours under the operator model", "")
-    model = "operators" if res.get("perf_model") in ("auto", "operators") else res.get("perf_model", "auto")
-    rep.add(*claims_table(claims(res, pub), claims(roofline, pub) if roofline else None, model))
-    rep.add("The roofline column is `--perf-model roofline`'s run (roofline/results.json, its report beside it); "
-            "without `--versus-roofline` it reads 'not run'. Each 'why' is filled from this run's counterfactual "
-            "runs (section Counterfactuals). Reductions are the largest over the rates, as the paper's 'up to'.", "")
+    versus.claims_section(rep, claims(res, pub), claims(roofline, pub) if roofline else None, res,
+                          " Reductions are the largest over the rates, as the paper's 'up to'.")
 
 
 def counterfactual_section(rep: Report, res: dict) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from .distserve_experiments import EXPERIMENTS
 from .markdown import Report
-from .versus import Claim, claims_table
+from . import versus
+from .versus import Claim
 
 
 def _exp(key: str):
@@ -99,12 +100,7 @@ def claims(res: dict, pub: dict) -> list[Claim]:
 
 
 def claims_section(rep: Report, res: dict, pub: dict, roofline: dict | None) -> None:
-    rep.add("## Claims: the paper, ours under the roofline, ours under the operator model", "")
-    model = "operators" if res.get("perf_model") in ("auto", "operators") else res.get("perf_model", "auto")
-    rep.add(*claims_table(claims(res, pub), claims(roofline, pub) if roofline else None, model))
-    rep.add("The roofline column is `--perf-model roofline`'s run (roofline/results.json, its report beside it); "
-            "without `--versus-roofline` it reads 'not run'. Each 'why' is filled from this run's "
-            "counterfactual runs (section Counterfactuals).", "")
+    versus.claims_section(rep, claims(res, pub), claims(roofline, pub) if roofline else None, res)
 
 
 def counterfactual_section(rep: Report, res: dict, pub: dict) -> None:

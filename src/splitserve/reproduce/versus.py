@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .markdown import _row
+from .markdown import Report, _row
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,17 @@ def claims_table(ours: list[Claim], roofline: list[Claim] | None, model_name: st
         rows.append([c.text, c.paper, _fmt(r) if r is not None else "not run", _fmt(c), c.why or "not explained yet"])
     header = ["claim", "paper", "ours (roofline)", f"ours ({model_name})", "why"]
     return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows), ""]
+
+
+def claims_section(rep: Report, ours: list[Claim], roofline: list[Claim] | None, res: dict, note: str = "") -> None:
+    """A report's opening section: the claims table, its model column named for the run's
+    `perf_model`, and what its columns are (plus `note`)."""
+    rep.add("## Claims: the paper, ours under the roofline, ours under the operator model", "")
+    model = "operators" if res.get("perf_model") in ("auto", "operators") else res.get("perf_model", "auto")
+    rep.add(*claims_table(ours, roofline, model))
+    rep.add("The roofline column is `--perf-model roofline`'s run (roofline/results.json, its report beside it); "
+            "without `--versus-roofline` it reads 'not run'. Each 'why' is filled from this run's counterfactual "
+            "runs (section Counterfactuals)." + note, "")
 
 
 def _fmt(c: Claim) -> str:
