@@ -26,19 +26,18 @@ def say(msg: str) -> None:
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext that installs pure Python when the C compiler fails."""
+    """build_ext that installs pure Python when the C compiler fails: all of HOT or none of it (a
+    module's compiled shim without the shared library would not import)."""
 
     def run(self) -> None:
         try:
             super().run()
         except Exception as e:  # no compiler, no headers: distutils' errors vary by platform
+            for ext in self.extensions:
+                built = self.get_ext_fullpath(ext.name)
+                if os.path.exists(built):
+                    os.remove(built)
             say(f"could not compile the simulator's hot path ({e}); installing pure Python")
-
-    def build_extension(self, ext) -> None:
-        try:
-            super().build_extension(ext)
-        except Exception as e:
-            say(f"could not compile {ext.name} ({e}); installing pure Python")
 
 
 def ext_modules() -> list:
