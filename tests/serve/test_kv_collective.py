@@ -51,8 +51,9 @@ def target(rx, peer: int = 1, ident: str = "w1.1.b"):
     return Target(peer, ident, rx.address, {"region": rx.region, "blocks": None})
 
 
-def drain(rx, n: int, timeout: float = 10.0) -> list:
-    """The next `n` messages `rx` hands over, polled as a worker's loop does."""
+def drain(rx, n: int, timeout: float = 30.0) -> list:
+    """The next `n` messages `rx` hands over, polled as a worker's loop does (30 s: a clean-clone CI
+    run under load once got nothing in 10 s on the first transfer of a new pair, 2026-11-28)."""
     import zmq
 
     poller = zmq.Poller()
