@@ -72,7 +72,10 @@ def test_killing_one_rank_under_load_loses_nothing(server_factory, reference_eng
     want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
     in_flight = []
 
-    def kill_soon():
+    def kill_soon():  # 0.3 s after the first request is in flight (a fixed 0.3 s from the start
+        deadline = time.monotonic() + 30  # once came before any had reached a loaded CI machine)
+        while srv.state()["in_flight"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
         time.sleep(0.3)
         in_flight.append(srv.state()["in_flight"])
         os.kill(victim, signal.SIGKILL)
