@@ -59,46 +59,46 @@ class Metrics:
         tbt, slow = self.tbt, self.slow_tbt
         sc = slow.counts
         t = math.nan            # the group's last-token time (nan: none yet)
-        g = a = 0.0
-        n = 0                   # the group's count
-        xlo, xhi = math.inf, -math.inf   # its smallest and largest log_ref
-        rlo = rhi = inv = 0.0   # their references; the group's sum of 1 / reference
+        g = lg = 0.0            # its gap, and the gap in histogram buckets
+        n = 0                   # its count
+        rlo, rhi, inv = math.inf, -math.inf, 0.0   # its smallest and largest reference, sum of 1 / reference
         gap_sum = 0.0
         for r in rs:
             if r.last_token_at != t:
                 if n:
-                    self._gap_group(g, n, rlo, rhi, inv)
+                    self._gap_group(g, lg, n, rlo, rhi, inv)
                 t = r.last_token_at
                 g = now - t
-                a = math.log(g / _LOW) * _K + 1.0
+                lg = math.log(g / _LOW) * _K
                 n = 0
-                xlo, xhi, inv = math.inf, -math.inf, 0.0
+                rlo, rhi, inv = math.inf, -math.inf, 0.0
             r.last_token_at = now
             n += 1
             gap_sum += g
-            x = r.log_ref
-            j = int(a - x)
+            j = int(lg - r.log_ref) + 1
             sc[j] = sc.get(j, 0) + 1
-            inv += 1.0 / r.ref_tbt
-            if x < xlo:
-                xlo, rlo = x, r.ref_tbt
-            if x > xhi:
-                xhi, rhi = x, r.ref_tbt
+            ref = r.ref_tbt
+            inv += 1.0 / ref
+            if ref < rlo:
+                rlo = ref
+            if ref > rhi:
+                rhi = ref
             if r.token_times is not None:
                 r.token_times.append(now)
         if n:
-            self._gap_group(g, n, rlo, rhi, inv)
+            self._gap_group(g, lg, n, rlo, rhi, inv)
         ngap = len(rs)
         tbt.n += ngap
         tbt.total += gap_sum
         slow.n += ngap
         return ngap
 
-    def _gap_group(self, g: float, n: int, ref_lo: float, ref_hi: float, inv: float) -> None:
-        """`n` decodes made a token `g` after their last: the gap's bucket once; the slowdowns'
-        extremes from the group's smallest and largest references, their sum from `inv`."""
+    def _gap_group(self, g: float, lg: float, n: int, ref_lo: float, ref_hi: float, inv: float) -> None:
+        """`n` decodes made a token `g` (`lg` in buckets) after their last: the gap's bucket once;
+        the slowdowns' extremes from the group's smallest and largest references, their sum from
+        `inv`."""
         tbt, slow = self.tbt, self.slow_tbt
-        i = int(math.log(g / _LOW) * _K) + 1
+        i = int(lg) + 1
         tbt.counts[i] = tbt.counts.get(i, 0) + n
         if g < tbt.lo:
             tbt.lo = g
