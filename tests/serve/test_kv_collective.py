@@ -149,6 +149,33 @@ def test_a_sender_that_dies_fails_its_transfer_at_once(ctx):
         rx.close()
 
 
+def test_a_wake_read_with_the_messages_does_not_silence_the_next(ctx):
+    """A waiter thread that wakes the loop while `recv_all` reads its socket: that wake is read
+    there, and the next one must still reach the socket (else a receive that completes next waits
+    for an unrelated message: CI, 2026-11-28, a whole batch of transfers timed out that way)."""
+    import zmq
+
+    rx = transport(ctx, "w1.1.b")
+    try:
+        inbound, raced = rx.inbound, []
+
+        class Racing:  # the inbound socket, with a waiter thread's wake landing as recv_all reads it
+            def recv_multipart(self, *a, **kw):
+                if not raced:
+                    raced.append(rx._wake())
+                    time.sleep(0.2)  # the wake's frame is now readable
+                return inbound.recv_multipart(*a, **kw)
+
+        rx.inbound = Racing()
+        assert rx.recv_all() == [] and raced
+        rx.inbound = inbound
+        assert not inbound.poll(200)  # that wake was read
+        rx._wake()  # the next receive completes
+        assert inbound.poll(2000) == zmq.POLLIN
+    finally:
+        rx.close()
+
+
 def test_drop_peer_fails_what_waits_for_it(ctx):
     from splitserve.serve.kv.collective import Held
     from splitserve.serve.messages import KvLayer, encode

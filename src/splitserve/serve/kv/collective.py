@@ -102,14 +102,15 @@ class CollectiveTransport(TcpTransport):
         self.failed = 0                                 # transfers whose K/V did not arrive
 
     def _wake(self) -> None:
-        """From a waiter or join thread: make the worker's loop call recv_all."""
+        """From a waiter or join thread: make the worker's loop call recv_all (one wake on the
+        socket at a time: `_woken` says one is there, unread)."""
         with self._wake_lock:
             if not self._woken:
-                self._woken = True
                 try:
                     self._waker.send(WAKE, flags=zmq.NOBLOCK)
+                    self._woken = True
                 except zmq.ZMQError:
-                    pass
+                    pass  # closed: no loop to wake
 
     # ---- the sending side ---------------------------------------------------------------------
     def _link(self, target: Target) -> Link:
@@ -159,14 +160,17 @@ class CollectiveTransport(TcpTransport):
 
     # ---- the receiving side -------------------------------------------------------------------
     def recv_all(self) -> list[tuple[dict, list]]:
-        with self._wake_lock:
-            self._woken = False
         while True:
             try:
                 frames = self.inbound.recv_multipart(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
             if len(frames) == 2 and frames[1].bytes == WAKE:
+                # cleared as the wake is read, not before reading: a wake sent while we read and
+                # read here would otherwise leave the flag set with no wake on the socket, and
+                # silence the next one (its receive then waited for an unrelated message)
+                with self._wake_lock:
+                    self._woken = False
                 continue
             try:
                 header, data = self.codec.decode(frames[1:])
