@@ -27,7 +27,7 @@ def timed(eng: LLMEngine) -> float:
 
 def main() -> None:
     torch.set_num_threads(1)
-    eng = LLMEngine("tiny", tokenizer=None, num_blocks=4096)
+    eng = LLMEngine("tiny", tokenizer=None, num_blocks=4096, prefix_caching=False)
     rid = 0
     pre = []
     for n in (16, 32, 64, 128, 256, 480) * 4:

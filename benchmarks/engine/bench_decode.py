@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> dict:
     total = args.context + args.warmup + args.steps + 2
     eng = LLMEngine(args.model, device=device, dtype=args.dtype, tp=args.tp, max_num_seqs=max(batches),
                     max_model_len=total, num_blocks=max(batches) * -(-total // 16) + 1,
-                    batching=BatchingConfig(prompt_token_cap=max(2048, args.context)), cuda_graphs=graphs)
+                    batching=BatchingConfig(prompt_token_cap=max(2048, args.context)), cuda_graphs=graphs,
+                    prefix_caching=False)
     if args.compile_layers:
         for layer in eng.model.layers:
             layer.compile()

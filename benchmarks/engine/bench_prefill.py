@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     device = torch.device(args.device)
     eng = LLMEngine(args.model, device=device, dtype=args.dtype, tp=args.tp, max_num_seqs=1,
-                    max_model_len=args.tokens + 8, batching=BatchingConfig(prompt_token_cap=args.tokens))
+                    max_model_len=args.tokens + 8, batching=BatchingConfig(prompt_token_cap=args.tokens),
+                    prefix_caching=False)  # each repeat computes the whole prompt
     cfg = eng.cfg
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(3, cfg.vocab_size, (args.tokens,), generator=gen).tolist()

@@ -136,7 +136,8 @@ def engine_step(args) -> dict:
     total = ctx + args.steps + 8
     # configured as serve's workers are (the same CUDA graph buckets and KV cache size)
     eng = LLMEngine(args.model, device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs,
-                    num_blocks=args.num_blocks, cuda_graphs=args.cuda_graphs)
+                    num_blocks=args.num_blocks, cuda_graphs=args.cuda_graphs,
+                    prefix_caching=False)  # steps measure whole prompts
     gen = torch.Generator().manual_seed(0)
     for _ in range(args.streams):
         eng.add_request(torch.randint(3, eng.cfg.vocab_size, (args.prompt_len,), generator=gen).tolist(),

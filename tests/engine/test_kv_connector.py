@@ -270,7 +270,7 @@ def test_the_prompt_side_is_called_in_the_documented_order(threshold, monkeypatc
     drain(b)
 
     # a failed step: each of its requests dropped, then its end
-    a.add_request(PROMPT[:20], GREEDY, "f", prefill_only=True)
+    a.add_request(PROMPT[20:40], GREEDY, "f", prefill_only=True)  # shares no block with PROMPT (cached)
     a_conn.calls.clear()
 
     def boom(*args, **kwargs):

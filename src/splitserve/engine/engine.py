@@ -70,7 +70,8 @@ class LLMEngine(KVHostMixin, Conveniences):
                  max_model_len: int | None = None, max_num_seqs: int = 256,
                  batching: BatchingConfig = BatchingConfig(),
                  cuda_graphs: bool = False, tokenizer: Tokenizer | None | str = "auto",
-                 kv_alloc: KVAllocator | None = None, connector: KVConnector | None = None, tp: int = 1) -> None:
+                 kv_alloc: KVAllocator | None = None, connector: KVConnector | None = None, tp: int = 1,
+                 prefix_caching: bool = True) -> None:
         """model: a Hugging Face checkpoint directory, a preset name (random weights from
         `weight_seed`; see presets.py) or a ModelConfig. device: cpu, cuda[:N] or auto. dtype:
         float32, bfloat16, float16 or auto (float32 on CPU; the checkpoint's dtype, else
@@ -85,7 +86,9 @@ class LLMEngine(KVHostMixin, Conveniences):
         checkpoint's tokenizer.json; the byte-level one for `tiny`). kv_alloc: where the KV cache tensor is
         allocated (default torch.zeros; serve/shm.py puts it in memory a peer can map).
         connector: KV transfer (kv_connector.py), also settable later (`engine.connector = c`).
-        tp: tensor parallel size (rank r on cuda:(N + r) for device cuda:N; all on the CPU else)."""
+        tp: tensor parallel size (rank r on cuda:(N + r) for device cuda:N; all on the CPU else).
+        prefix_caching: a prompt shares the cached K/V of its longest prefix computed before, in
+        whole blocks, and computes only the rest (prefix_cache.py)."""
         self.device = resolve_device(device)
         if cuda_graphs and self.device.type != "cuda":
             raise UserError("cuda_graphs needs a CUDA device")
@@ -115,7 +118,7 @@ class LLMEngine(KVHostMixin, Conveniences):
             weakref.finalize(self, self.ranks.close)  # also at exit: followers stop quietly
         self.shards = KVShards(self.kv, self.group, shard, cfg.num_kv_heads)
         self.model.bind_kv_cache(self.kv.layers())
-        self.blocks = BlockManager(num_blocks, block_size)
+        self.blocks = BlockManager(num_blocks, block_size, caching=prefix_caching)
         self.max_seq_len = min(self.max_model_len, num_blocks * block_size)
         if not batching.max_seqs:
             batching = dataclasses.replace(batching, max_seqs=max_num_seqs)
@@ -271,7 +274,7 @@ class LLMEngine(KVHostMixin, Conveniences):
                     self._connector.request_dropped(seq.request_id)
         return RequestOutput(seq.request_id, seq.prompt_ids, list(seq.output_ids), [tok],
                              reason is not None, reason, seq.text, kv,
-                             list(seq.logits) if seq.params.return_logits else None)
+                             list(seq.logits) if seq.params.return_logits else None, seq.num_cached)
 
     def close(self) -> None:
         """Stop the other ranks of a tensor-parallel group (nothing to do at tp 1)."""

@@ -34,6 +34,7 @@ class RequestOutput:
     text: str | None = None  # set when finished and a tokenizer is known
     kv: KVExport | None = None
     logits: list[torch.Tensor] | None = None  # SamplingParams.return_logits
+    num_cached_tokens: int = 0  # prompt tokens its prefill took from the prefix cache
 
 
 @dataclass

@@ -37,6 +37,7 @@ from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.release import release
 from ..policy.transitions import enqueue_prompt, join_decode, reserve_decode
 from .block_manager import BlockManager
+from .prefix_cache import ROOT, block_hash, extend_hashes
 from .sequence import Sequence, Status
 
 HERE = 0  # the engine's machine id in its own view
@@ -53,6 +54,8 @@ class Scheduler:
         self.batch: Batch | None = None       # the step being run
         self.report = BatchReport()
         self.num_preemptions = 0
+        self.scheduled: list[tuple[Sequence, int]] = []  # the step being run, as the engine runs it
+        self.prefix_queries = self.prefix_hits = 0  # prompt tokens looked up in / found in the prefix cache
         self.sched.record(self.m)             # form_batch records what it reports beyond the batch
 
     def _shadow(self, seq: Sequence, generated: int = 0, predicted: int = 0) -> Request:
@@ -114,7 +117,7 @@ class Scheduler:
         for r in batch.preempted:
             seq = seqs[r.id]
             self.blocks.free(seq.request_id)
-            seq.num_computed = 0
+            seq.num_computed = seq.registered = 0
             seq.preemptions += 1
             seq.status = Status.WAITING
             self.num_preemptions += 1
@@ -125,8 +128,11 @@ class Scheduler:
         for r, n in zip(batch.prompts, batch.chunks):
             seq = seqs[r.id]
             seq.status = Status.RUNNING
+            rep.chunks.append((seq.request_id, n))  # the policy's chunk: its view's KV ends where the engine's does
+            if seq.num_computed == 0 and self.blocks.caching and not self.blocks.has(seq.request_id):
+                n -= self._attach_cached(seq, n)
             scheduled.append((seq, n))
-            rep.chunks.append((seq.request_id, n))
+        self.scheduled = scheduled
         copies: list[tuple[int, int]] = []
         if self.sched.pools_kv:
             pools = self._sync_pools()
@@ -163,8 +169,43 @@ class Scheduler:
                 blocks.set_pool(key, n)
         return pool_of
 
+    def _attach_cached(self, seq: Sequence, n: int) -> int:
+        """A prompt starting with a chunk of `n` tokens: attach its longest cached prefix, less
+        than `n` tokens in whole blocks (the chunk computes one at least: the last prompt token's
+        logits make the first output); the tokens it saves."""
+        bs = self.blocks.block_size
+        hashes = extend_hashes(seq.block_hashes, seq.token_slice(0, n), bs)  # a restart's chunk has its outputs too
+        hits = self.blocks.cached_prefix(hashes[:(n - 1) // bs])
+        self.prefix_queries += len(seq.prompt_ids)
+        saved = len(hits) * bs
+        self.prefix_hits += saved
+        seq.num_cached = min(saved, len(seq.prompt_ids))  # a restart's saved outputs are not its prompt's
+        if not hits:
+            return 0
+        self.blocks.attach(seq.request_id, hits)
+        seq.num_computed, seq.registered = saved, len(hits)
+        return saved
+
+    def _register(self) -> None:
+        """Name the blocks the step filled (K/V written), so that later prompts may share them."""
+        blocks, bs = self.blocks, self.blocks.block_size
+        for seq, _ in self.scheduled:
+            full = seq.num_computed // bs
+            if full <= seq.registered or not blocks.has(seq.request_id):
+                continue
+            hashes, table = seq.block_hashes, blocks.block_table(seq.request_id)
+            while len(hashes) < full:
+                i = len(hashes)
+                hashes.append(block_hash(hashes[-1] if hashes else ROOT, seq.token_slice(i * bs, (i + 1) * bs)))
+            for i in range(seq.registered, full):
+                blocks.register(table[i], hashes[i])
+            seq.registered = full
+
     def step_done(self) -> None:
         """The step ran: every decode made a token, every completed prefill made one."""
+        if self.blocks.caching:
+            self._register()
+        self.scheduled = []
         if self.batch is not None:
             finish_iteration(self.m, self.batch)
             self.batch = None

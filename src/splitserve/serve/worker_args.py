@@ -28,6 +28,8 @@ def worker_argv(cfg: ServeConfig, w, router_address: str) -> list[str]:
         argv += ["--gpus", visible]
     if cfg.cuda_graphs:
         argv += ["--cuda-graphs"]
+    if not cfg.prefix_caching:
+        argv += ["--no-prefix-caching"]
     if cfg.echo_token_delay_s:
         argv += ["--echo-token-delay-s", str(cfg.echo_token_delay_s)]
     if cfg.num_blocks:
@@ -60,6 +62,8 @@ def parse_args(argv=None, description: str = "a splitserve worker") -> argparse.
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel processes of this worker, one per device")
     ap.add_argument("--gpus", default=None, help="the GPUs the launcher gave this worker (its CUDA_VISIBLE_DEVICES)")
     ap.add_argument("--cuda-graphs", action="store_true", help="replay decode-only steps from CUDA graphs")
+    ap.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
+                    help="compute every prompt whole (no K/V shared between requests)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--num-blocks", type=int, default=None)
     ap.add_argument("--max-num-seqs", type=int, default=256)

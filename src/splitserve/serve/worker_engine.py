@@ -27,7 +27,7 @@ def build_engine(args, kv_alloc=None):
     engine = LLMEngine(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                        num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
                        batching=args.policy.batching, tokenizer=None, kv_alloc=kv_alloc,
-                       cuda_graphs=args.cuda_graphs, tp=args.tp)
+                       cuda_graphs=args.cuda_graphs, tp=args.tp, prefix_caching=args.prefix_caching)
     if args.debug_fail_token is not None:
         fail_on_token(engine, args.debug_fail_token)
     return engine

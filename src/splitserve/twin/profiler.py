@@ -105,7 +105,8 @@ def _engine(s: ProfileSettings, prompt_cap: int, max_seqs: int):
     args = argparse.Namespace(model=s.model, device=s.device, dtype=s.dtype, seed=s.seed, num_blocks=s.num_blocks,
                               max_num_seqs=max(256, max_seqs), threads=s.threads, policy=policy,
                               worker_mode="engine", debug_fail_token=None,
-                              cuda_graphs=False, tp=1)  # serve's defaults (a --cuda-graphs server is not profiled yet)
+                              cuda_graphs=False, tp=1,  # serve's defaults (a --cuda-graphs server is not profiled yet)
+                              prefix_caching=False)  # every row computes its prompts whole, repeats alike
     return build_engine(args)
 
 
@@ -247,7 +248,7 @@ import sys, time, torch
 from splitserve.engine.engine import LLMEngine
 from splitserve.engine.sampler import SamplingParams
 torch.set_num_threads(int(sys.argv[4]))
-e = LLMEngine(sys.argv[1], device=sys.argv[2], dtype=sys.argv[3], tokenizer=None)
+e = LLMEngine(sys.argv[1], device=sys.argv[2], dtype=sys.argv[3], tokenizer=None, prefix_caching=False)
 print("ready", flush=True)
 while True:
     for i in range(4):

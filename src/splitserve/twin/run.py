@@ -58,7 +58,8 @@ def serve_command(spec: TwinSpec, machine: MachineProfile, port: int, step_log: 
     f = machine.facts
     cmd = [sys.executable, "-m", "splitserve.cli", "serve", "--model", f["model"], "--port", str(port),
            "--device", f["device"], "--dtype", f["dtype"], "--num-blocks", str(f["num_blocks"]),
-           "--worker-threads", str(f["how"]["threads_per_worker"]), "--transport", spec.transport]
+           "--worker-threads", str(f["how"]["threads_per_worker"]), "--transport", spec.transport,
+           "--no-prefix-caching"]  # the simulator does not model prefix caching yet (issue 28)
     if step_log is not None:
         cmd += ["--step-log", str(step_log)]
     if spec.design == "splitwise":

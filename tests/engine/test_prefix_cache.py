@@ -1,0 +1,159 @@
+"""Prefix caching (engine/prefix_cache.py, block_manager.py, scheduler.py): full blocks named by
+the chained hash of their tokens, shared by later prompts, kept after their last reference and
+evicted least recently freed first, uncached blocks taken before any cached one.
+
+By hand: the block manager's sharing, reference counts and eviction order; the engine's
+hits on a shared prefix (tokens saved in whole blocks, one prompt token always computed).
+Over random request streams with shared prefixes (hypothesis): greedy tokens equal caching off,
+the accounts hold after every step, a block two running sequences hold is a cached full block,
+and every block comes back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splitserve.engine.block_manager import BlockManager
+from splitserve.engine.engine import LLMEngine
+from splitserve.engine.prefix_cache import ROOT, block_hash, extend_hashes
+from splitserve.engine.sampler import SamplingParams
+from splitserve.policy.machine import BatchingConfig
+
+
+def test_chained_names_depend_on_every_token_before():
+    a = extend_hashes([], [1, 2, 3, 4, 5, 6, 7, 8, 9], 4)
+    assert len(a) == 2 and a[0] == block_hash(ROOT, [1, 2, 3, 4]) and a[1] == block_hash(a[0], [5, 6, 7, 8])
+    b = extend_hashes([], [0, 2, 3, 4, 5, 6, 7, 8], 4)
+    assert b[0] != a[0] and b[1] != a[1]  # same second block, different first: a different name
+    assert extend_hashes(a[:1], [1, 2, 3, 4, 5, 6, 7, 8], 4) == a  # extends from where it was
+
+
+def test_sharing_reference_counts_and_eviction_order_by_hand():
+    bm = BlockManager(6, 4, caching=True)
+    h1, h2 = 11, 22
+    bm.allocate("a", 8)                        # blocks 0, 1
+    assert bm.block_table("a") == [0, 1]
+    bm.register(0, h1)
+    bm.register(1, h2)
+    bm.register(1, 99)                         # a block has one name
+    bm.free("a")                               # freed last to first: 1 then 0
+    assert bm.num_free == 6 and bm.num_cached == 2 and bm.cached_prefix([h1, h2, 33]) == [0, 1]
+    bm.attach("b", [0, 1])
+    assert [bm.ref_count(b) for b in (0, 1)] == [1, 1] and bm.num_free == 4 and bm.num_tokens("b") == 8
+    bm.attach("b2", [0])                       # a second sharer of block 0
+    assert bm.ref_count(0) == 2
+    bm.append("b", 10)                         # grows past the shared blocks into a new one
+    assert bm.block_table("b") == [0, 1, 2]
+    bm.allocate("c", 12)                       # the uncached free blocks first: 3, 4, 5
+    assert bm.block_table("c") == [3, 4, 5] and bm.evictions == 0
+    bm.free("b")                               # 2 (uncached) back; 1 cached, free; 0 still held by b2
+    assert bm.ref_count(0) == 1 and bm.num_free == 2
+    bm.free("b2")
+    assert bm.num_free == 3 and bm.cached_prefix([h1, h2]) == [0, 1]
+    bm.allocate("d", 8)                        # uncached 2, then the least recently freed cached: 1
+    assert bm.block_table("d") == [2, 1] and bm.evictions == 1
+    assert bm.cached_prefix([h1, h2]) == [0]   # its prefix stays, its tail went
+    bm.check()
+    for s in ("c", "d"):
+        bm.free(s)
+    assert bm.num_free == 6
+    bm.check()
+    with pytest.raises(ValueError, match="not cached"):
+        bm.attach("e", [3])
+
+
+def test_nothing_is_cached_when_caching_is_off():
+    bm = BlockManager(4, 4)
+    bm.allocate("a", 4)
+    bm.register(0, 11)
+    assert bm.num_cached == 0 and bm.cached_prefix([11]) == []
+
+
+def _run(eng, prompts, params):
+    ids = [eng.add_request(p, params) for p in prompts]
+    done = {}
+    while eng.has_unfinished():
+        for out in eng.step():
+            if out.finished:
+                done[out.request_id] = out
+    return [done[i] for i in ids]
+
+
+def test_a_shared_prefix_is_computed_once():
+    g = torch.Generator().manual_seed(0)
+    system = [1] + torch.randint(3, 259, (40,), generator=g).tolist()          # 41 tokens: 10 full blocks of 4
+    asks = [system + torch.randint(3, 259, (7,), generator=g).tolist() for _ in range(3)]
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    off = [o.token_ids for o in _run(LLMEngine("tiny", block_size=4, prefix_caching=False), asks, params)]
+    eng = LLMEngine("tiny", block_size=4)
+    first = _run(eng, asks[:1], params)[0]
+    assert first.num_cached_tokens == 0 and eng.scheduler.prefix_hits == 0
+    shapes = []
+    eng.on_schedule = lambda rep: shapes.append(list(rep.chunks))
+    rest = _run(eng, asks[1:], params)
+    # the first 40 tokens are 10 full blocks of the first request's prompt: cached; 8 computed
+    assert [o.num_cached_tokens for o in rest] == [40, 40] and eng.scheduler.prefix_hits == 80
+    assert shapes[0] == [(o.request_id, 48) for o in rest]  # the policy's chunks: whole prompts
+    assert [first.token_ids] + [o.token_ids for o in rest] == off
+    # a prompt entirely cached still computes its last token (its logits make the first output)
+    eng.add_request(asks[0], params)
+    outs = eng.step()
+    assert eng.last_shape == [(44, 4)]  # 11 of its 12 full blocks cached: the last one computed
+    while eng.has_unfinished():
+        outs += eng.step()
+    assert outs[-1].num_cached_tokens == 44 and outs[-1].token_ids == off[0]
+    assert eng.scheduler.prefix_hits == 124
+    assert eng.blocks.num_free == eng.blocks.num_blocks
+    eng.blocks.check()
+
+
+PREFIXES = st.lists(st.lists(st.integers(3, 258), min_size=0, max_size=30), min_size=1, max_size=3)
+
+
+@settings(max_examples=25, deadline=None)
+@given(prefixes=PREFIXES,
+       reqs=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 12), st.integers(1, 10), st.integers(0, 3)),
+                     min_size=1, max_size=8),
+       num_blocks=st.integers(8, 24), block_size=st.sampled_from([2, 4, 8]), chunk=st.sampled_from([0, 5, 16]),
+       seed=st.integers(0, 1000))
+def test_random_streams_with_shared_prefixes_equal_caching_off(prefixes, reqs, num_blocks, block_size, chunk, seed):
+    """Requests arrive between steps (`wait` steps after the previous one), each a shared prefix
+    and its own suffix; KV is tight, so prompts preempt and cached blocks are evicted."""
+    g = torch.Generator().manual_seed(seed)
+    cap = num_blocks * block_size
+    work = []
+    for which, suffix, max_tokens, wait in reqs:
+        p = [1] + prefixes[which % len(prefixes)] + torch.randint(3, 259, (suffix,), generator=g).tolist()
+        p = p[: cap - 2]
+        work.append((p, SamplingParams(max_tokens=max_tokens, ignore_eos=True), wait))
+    outs = {}
+    for caching in (False, True):
+        eng = LLMEngine("tiny", num_blocks=num_blocks, block_size=block_size, prefix_caching=caching,
+                        batching=BatchingConfig(chunk_size=chunk, prompt_token_cap=32))
+        done, order = {}, []
+        pending = list(work)
+        while pending or eng.has_unfinished():
+            if pending:
+                p, params, wait = pending.pop(0)
+                order.append(eng.add_request(p, params))
+                steps = wait
+            else:
+                steps = 1
+            for _ in range(steps):
+                if not eng.has_unfinished():
+                    break
+                for out in eng.step():
+                    if out.finished:
+                        done[out.request_id] = out
+                holders: dict[int, set] = {}
+                for seq in eng.scheduler.running:
+                    for b in eng.blocks.block_table(seq.request_id):
+                        holders.setdefault(b, set()).add(seq.request_id)
+                for b, who in holders.items():  # shared only if cached (full, written, named)
+                    assert len(who) == 1 or b in eng.blocks._hash_of, (b, who)
+                eng.blocks.check()
+        assert eng.blocks.num_free == num_blocks  # every block back (cached ones count as free)
+        outs[caching] = [done[r].token_ids for r in order]
+    assert outs[True] == outs[False]
