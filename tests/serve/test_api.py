@@ -57,7 +57,8 @@ def test_text_prompt_non_streaming_and_streaming_agree(split_server, reference_e
     assert js["choices"][0]["token_ids"] == want
     assert js["choices"][0]["text"] == reference_engine.tokenizer.decode(want)
     assert js["choices"][0]["finish_reason"] == "length"
-    assert js["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 10, "total_tokens": len(ids) + 10}
+    assert js["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 10, "total_tokens": len(ids) + 10,
+                           "prompt_tokens_details": {"cached_tokens": 0}}
 
     events = sse(split_server, "/v1/completions", {**body, "stream": True, "stream_options": {"include_usage": True}})
     assert events[-1] == "[DONE]"

@@ -350,7 +350,7 @@ EXAMPLES: dict[type, Message] = {
     KvFail: KvFail(rid="1.0", reason="x"), Err: Err(rid="1.0", msg="x"),
     StepFailed: StepFailed(rids=["1.0"], error="x"),
     Step: Step(chunks=[StepChunk("1.0", 5)], preempted=["2.0"], joined=["3.0"],
-               sched=[[["4.0", "5.0"]], ["6.0"], [["5.0", 16]], [["6.0", 32, "6.0"]], ["1.0"]], at=1.5),
+               sched=[[["4.0", "5.0"]], ["6.0"], [["5.0", 16]], [["6.0", 32, "6.0"]], ["1.0"]], at=1.5, cached=[StepChunk("1.0", 16)]),
     KvStart: KvStart(rid="1.0"), KvLayer: KvLayer(rid="1.0", layer=0, sent_at=1.0, inplace_bytes=5),
     KvDone: KvDone(rid="1.0", first_token=1, prefill_end=1.0, mode="serialized", sent_at=1.0,
                    meta={"num_layers": 1, "num_tokens": 1, "num_kv_heads": 1, "head_dim": 1, "dtype": "float32"},

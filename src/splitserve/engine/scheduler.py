@@ -131,6 +131,7 @@ class Scheduler:
             rep.chunks.append((seq.request_id, n))  # the policy's chunk: its view's KV ends where the engine's does
             if seq.num_computed == 0 and self.blocks.caching and not self.blocks.has(seq.request_id):
                 n -= self._attach_cached(seq, n)
+                rep.cached.append((seq.request_id, seq.num_cached))
             scheduled.append((seq, n))
         self.scheduled = scheduled
         copies: list[tuple[int, int]] = []

@@ -69,7 +69,8 @@ class BatchReport:
     """A formed batch as its machine tells a view of it kept elsewhere (a worker, the router), by
     request id: prefill chunks started (id, tokens), decodes preempted, decodes that joined, and
     the decodes it runs; and its machine scheduler's own report (`sched`: MachineScheduler.report,
-    opaque here; ecoserve's KV sizing), None when it tells nothing. The view applies the same
+    opaque here; ecoserve's KV sizing), None when it tells nothing; and (an engine's) each prompt
+    starting there with the tokens its prefix cache gave it (`cached`: id, tokens). The view applies the same
     transitions (serve/cluster_state.py)."""
 
     chunks: list[tuple[str, int]] = field(default_factory=list)
@@ -77,6 +78,7 @@ class BatchReport:
     joined: list[str] = field(default_factory=list)
     decoding: list[str] = field(default_factory=list)
     sched: Any = None
+    cached: list[tuple[str, int]] = field(default_factory=list)  # an engine's starting prompts: tokens from its prefix cache
 
     def told(self) -> bool:
         """Whether a view kept elsewhere must hear of this batch (it changed something there)."""

@@ -170,7 +170,8 @@ class Completions:
             detok.push(tokens)
         text = detok.text()[0]
         n = len(gen.prompt_ids)
-        usage = {"prompt_tokens": n, "completion_tokens": len(tokens), "total_tokens": n + len(tokens)}
+        usage = {"prompt_tokens": n, "completion_tokens": len(tokens), "total_tokens": n + len(tokens),
+                 "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "finish_reason": reason, "logprobs": None, "token_ids": tokens}
@@ -223,7 +224,8 @@ class Completions:
                     break
                 ev = await req.queue.get()
             if gen.include_usage:
-                usage = {"prompt_tokens": n, "completion_tokens": n_out, "total_tokens": n + n_out}
+                usage = {"prompt_tokens": n, "completion_tokens": n_out, "total_tokens": n + n_out,
+                         "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
                 yield f"data: {head}\"choices\":[],\"usage\":{dumps(usage).decode()}}}\n\n"
             yield "data: [DONE]\n\n"
         finally:

@@ -35,6 +35,12 @@ class ServeMetrics(SplitwiseSeries, VllmSeries):
         self.v_prompt.inc(prompt_tokens)
         self.v_generation.inc(k)
 
+    def prefix_cache(self, queries: int, hits: int) -> None:
+        """A prompt starts on a worker that looked `queries` tokens up in its prefix cache and
+        found `hits` (vLLM's prefix-cache counters; their ratio is the hit rate)."""
+        self.v_cache_queries.inc(queries)
+        self.v_cache_hits.inc(hits)
+
     def tokens(self, gap: float, k: int) -> None:
         """k more tokens of a request reached its client, `gap` seconds after its previous ones."""
         self.v_generation.inc(k)

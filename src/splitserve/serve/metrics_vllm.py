@@ -96,6 +96,9 @@ class VllmSeries:
         self.v_prompt = counter("vllm:prompt_tokens", "Prompt tokens of requests that got their first token")
         self.v_generation = counter("vllm:generation_tokens", "Output tokens handed to clients")
         self.v_preemptions = counter("vllm:num_preemptions", "Decodes preempted by the workers' engines")
+        self.v_cache_queries = counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the workers' prefix "
+                                       "caches (each prompt as its prefill starts)")
+        self.v_cache_hits = counter("vllm:prefix_cache_hits", "Prompt tokens found in the workers' prefix caches")
         success = Counter("vllm:request_success", "Completed requests", ["model_name", "finished_reason"], registry=r)
         self.v_success = {reason: success.labels(model, reason) for reason in REASONS}
         self.v_iteration = hist("vllm:iteration_tokens_total", "Tokens per engine step", ITER)

@@ -47,6 +47,10 @@ class WorkerReports:
                 if not q.scheduled_at and (at is not None or not q.first_at):
                     q.scheduled_at = at if at is not None else now
             chunks = [(q.pr, n) for q, n in chunks]
+            for rid, k in msg.cached or ():  # prompts that start here, and what the worker's prefix cache gave them
+                if (q := get(rid)) is not None:
+                    q.cached_tokens = k
+                    self.metrics.prefix_cache(len(q.prompt_ids), k)
             self.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
             self.cluster.step_started(w.id, chunks, live(msg.preempted), live(msg.joined), msg.sched,
                                       lambda rid: q.pr if (q := get(rid)) is not None else None)

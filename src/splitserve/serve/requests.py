@@ -34,6 +34,7 @@ class LiveRequest:
     last_at: float = 0.0
     parked_at: float = 0.0
     finish_reason: str | None = None
+    cached_tokens: int = 0     # prompt tokens its latest try's prefill took from a prefix cache
 
 
 class RequestTable:

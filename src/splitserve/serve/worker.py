@@ -248,7 +248,7 @@ def step_message(rep, at: float | None = None) -> Step:
     """The `step` message of an engine's step report (policy/machine.py BatchReport), formed at
     `at` (time.perf_counter()), with its scheduler's own report (`sched`, None: left out)."""
     return Step(chunks=[StepChunk(*c) for c in rep.chunks], preempted=list(rep.preempted), joined=list(rep.joined),
-                at=at, sched=rep.sched)
+                at=at, sched=rep.sched, cached=[StepChunk(*c) for c in rep.cached] or None)
 
 
 def _unlink_on_sigterm(region) -> None:

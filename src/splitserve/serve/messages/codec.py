@@ -126,7 +126,7 @@ _CHECKS: dict[type, dict[str, Callable[[Any], Any]]] = {
     KvFail: {"rid": _str, "reason": _str},
     Err: {"rid": _str, "msg": _str},
     StepFailed: {"rids": _strs, "error": _str},
-    Step: {"chunks": _chunks, "preempted": _strs, "joined": _strs, "sched": _list, "at": _float_nn},
+    Step: {"chunks": _chunks, "preempted": _strs, "joined": _strs, "sched": _list, "at": _float_nn, "cached": _chunks},
     KvStart: {"rid": _str},
     KvLayer: {"rid": _str, "layer": _nat, "sent_at": _float_nn, "inplace_bytes": _nat},
     KvDone: {"rid": _str, "first_token": _nat, "prefill_end": _float_nn, "mode": _enum("layerwise", "serialized"),

@@ -192,6 +192,7 @@ class Step(Message):
     sched: list | None = None     # the machine scheduler's own report of the step, left out when None
                                   # (policy/schedulers/base.py MachineScheduler.report; ecoserve's KV sizing)
     at: float | None = None       # the worker's time.perf_counter() when the step was formed
+    cached: list[StepChunk] | None = None  # prompts starting: tokens from the prefix cache (left out when none start)
 
 
 # ---- worker -> worker (KV transport) ---------------------------------------------------------
