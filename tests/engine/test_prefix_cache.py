@@ -6,7 +6,8 @@ By hand: the block manager's sharing, reference counts and eviction order; the e
 hits on a shared prefix (tokens saved in whole blocks, one prompt token always computed).
 Over random request streams with shared prefixes (hypothesis): greedy tokens equal caching off,
 the accounts hold after every step, a block two running sequences hold is a cached full block,
-and every block comes back."""
+and every block comes back. The same tokens under EcoServe's scheduler and at tp 2; an aborted
+sharer gives back only its own blocks; a prompt with a cached prefix hands all its K/V over."""
 
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ def test_a_shared_prefix_is_computed_once():
 PREFIXES = st.lists(st.lists(st.integers(3, 258), min_size=0, max_size=30), min_size=1, max_size=3)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(prefixes=PREFIXES,
        reqs=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 12), st.integers(1, 10), st.integers(0, 3)),
                      min_size=1, max_size=8),
@@ -157,3 +158,86 @@ def test_random_streams_with_shared_prefixes_equal_caching_off(prefixes, reqs, n
         assert eng.blocks.num_free == num_blocks  # every block back (cached ones count as free)
         outs[caching] = [done[r].token_ids for r in order]
     assert outs[True] == outs[False]
+
+
+def _shared_prefix_prompts(n: int, shared: int, own: int, seed: int = 1) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    head = [1] + torch.randint(3, 259, (shared - 1,), generator=g).tolist()
+    return [head + torch.randint(3, 259, (own,), generator=g).tolist() for _ in range(n)]
+
+
+def _one_by_one(eng, prompts, params):
+    """Each request after the previous one's first step (so the later ones find its blocks)."""
+    ids, done = [], {}
+    for p in prompts:
+        ids.append(eng.add_request(p, params))
+        for out in eng.step():
+            if out.finished:
+                done[out.request_id] = out
+    while eng.has_unfinished():
+        for out in eng.step():
+            if out.finished:
+                done[out.request_id] = out
+    return [done[i] for i in ids]
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_tensor_parallel_and_ecoserve_engines_share_prefixes_losslessly(tp):
+    """Rank 0 decides which blocks a prompt shares; every rank's cache holds its heads of them."""
+    prompts = _shared_prefix_prompts(5, 40, 9)
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    want = [o.token_ids for o in _one_by_one(LLMEngine("tiny", block_size=8, prefix_caching=False), prompts, params)]
+    for batching in (BatchingConfig(), BatchingConfig(scheduler="ecoserve", prompt_token_cap=256)):
+        eng = LLMEngine("tiny", block_size=8, num_blocks=64, tp=tp, batching=batching)
+        try:
+            outs = _one_by_one(eng, prompts, params)
+            assert [o.token_ids for o in outs] == want, (tp, batching.scheduler)
+            assert [o.num_cached_tokens for o in outs] == [0, 40, 40, 40, 40]
+            assert eng.blocks.num_free == 64 and not eng.blocks.pools
+            eng.blocks.check()
+        finally:
+            eng.close()
+
+
+def test_an_aborted_sharer_gives_back_only_its_own_blocks():
+    eng = LLMEngine("tiny", block_size=4, num_blocks=32)
+    a, b = _shared_prefix_prompts(2, 24, 6)
+    params = SamplingParams(max_tokens=20, ignore_eos=True)
+    ra = eng.add_request(a, params)
+    eng.step()
+    rb = eng.add_request(b, params)
+    eng.step()
+    shared = eng.blocks.block_table(ra)[:6]
+    assert eng.blocks.block_table(rb)[:6] == shared and all(eng.blocks.ref_count(x) == 2 for x in shared)
+    eng.abort(rb)
+    assert all(eng.blocks.ref_count(x) == 1 for x in shared)  # still a's
+    eng.blocks.check()
+    while eng.has_unfinished():
+        eng.step()
+    assert eng.blocks.num_free == 32
+    eng.blocks.check()
+
+
+@pytest.mark.parametrize("threshold", [0, 10**9], ids=["layerwise", "serialized"])
+def test_a_prompt_with_a_cached_prefix_hands_its_whole_kv_over(threshold):
+    """Prefill on A (whose cache holds the shared prefix), decode on B: B gets every prompt
+    position's K/V, the cached ones included, and decodes what one engine alone would."""
+    from splitserve.engine.kv_memory import InMemoryConnector
+
+    prompts = _shared_prefix_prompts(3, 48, 11)
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    want = [o.token_ids for o in _one_by_one(LLMEngine("tiny", prefix_caching=False), prompts, params)]
+    a_conn, b_conn = InMemoryConnector(threshold=threshold), InMemoryConnector()
+    a, b = LLMEngine("tiny", connector=a_conn), LLMEngine("tiny", connector=b_conn, prefix_caching=False)
+    got, cached = [], []
+    for i, p in enumerate(prompts):
+        rid = f"r{i}"
+        a_conn.send_to(rid, b_conn.reserve(rid, p, params))
+        a.add_request(p, params, rid, prefill_only=True)
+        while a.has_unfinished():
+            cached += [o.num_cached_tokens for o in a.step()]
+        while b.has_unfinished():
+            got += [o.token_ids for o in b.step() if o.finished]
+    assert cached == [0, 48, 48] and got == want
+    mode = "layerwise" if threshold == 0 else "serialized"
+    assert [e for e in b_conn.events if e[0] != "kv_in"] == [] and {e[2] for e in b_conn.events} == {mode}
