@@ -50,6 +50,7 @@ from .device import keep_freed_memory, resolve_device, resolve_dtype
 from .kv_cache import KVAllocator, KVCache, KVExport
 from .kv_connector import KVConnector
 from .kv_host import KVHostMixin
+from .logprobs import prompt_positions, records, score_prompts
 from .model_runner import execute, prepare
 from .outputs import RequestOutput, StepFailed
 from .parallel import GroupFailed, KVShards, RankSpec, start_group
@@ -227,6 +228,7 @@ class LLMEngine(KVHostMixin, Conveniences):
         self.current_batch = batch
         self.last_shape = [(seq.num_computed, n) for seq, n in batch]
         inp, samplers = prepare(self.kv, self.blocks, batch)
+        scored = [(seq, prompt_positions(seq, n)) for seq, n in batch if seq.params.prompt_logprobs is not None]
         inp.copies = copies
         exports = [(seq.request_id, self.kv.slots(self.blocks.block_table(seq.request_id), 0, len(seq.prompt_ids)))
                    for seq, n in batch if seq.prefill_only and seq.export_kv
@@ -245,6 +247,8 @@ class LLMEngine(KVHostMixin, Conveniences):
         for seq, n in batch:
             seq.num_computed += n
         self.scheduler.step_done()
+        if inp.prompt_rows:
+            score_prompts(scored, logits[len(inp.rows):])
         if not samplers:
             return []
         if any(s.params.return_logits for s in samplers):
@@ -252,7 +256,10 @@ class LLMEngine(KVHostMixin, Conveniences):
             for i, s in enumerate(samplers):
                 if s.params.return_logits:
                     s.logits.append(rows[i])
-        tokens = self.sampler(logits, samplers)
+        tokens = self.sampler(logits[:len(inp.rows)], samplers)
+        for i, (s, tok) in enumerate(zip(samplers, tokens)):
+            if s.params.logprobs is not None:
+                s.logprobs += records(logits[i:i + 1], [tok], s.params.logprobs)
         return [self._append_token(seq, tok) for seq, tok in zip(samplers, tokens)]
 
     def _append_token(self, seq: Sequence, tok: int) -> RequestOutput:
@@ -274,7 +281,9 @@ class LLMEngine(KVHostMixin, Conveniences):
                     self._connector.request_dropped(seq.request_id)
         return RequestOutput(seq.request_id, seq.prompt_ids, list(seq.output_ids), [tok],
                              reason is not None, reason, seq.text, kv,
-                             list(seq.logits) if seq.params.return_logits else None, seq.num_cached)
+                             list(seq.logits) if seq.params.return_logits else None, seq.num_cached,
+                             list(seq.logprobs) if seq.params.logprobs is not None else None,
+                             seq.prompt_logprobs if seq.params.prompt_logprobs is not None else None)
 
     def close(self) -> None:
         """Stop the other ranks of a tensor-parallel group (nothing to do at tp 1)."""

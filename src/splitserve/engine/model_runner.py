@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .attention import AttentionMetadata, PrefillSegment
+from .logprobs import prompt_positions
 from .sequence import Sequence
 
 
@@ -20,6 +21,7 @@ class StepInputs:
     pos: list[int] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)             # rows whose logits sample a token
+    prompt_rows: list[int] = field(default_factory=list)      # rows whose logits give prompt logprobs, after `rows`
     dec_tables: list[list[int]] = field(default_factory=list)
     dec_lens: list[int] = field(default_factory=list)
     segs: list[tuple[int, int, int, list[int]]] = field(default_factory=list)  # q0, n, ctx, blocks
@@ -41,6 +43,8 @@ def prepare(kv, blocks, batch: list[tuple[Sequence, int]]) -> tuple[StepInputs, 
             inp.dec_lens.append(c + 1)
         else:
             inp.segs.append((len(inp.ids), n, c + n, table[: blocks.blocks_for(c + n)]))
+        if seq.params.prompt_logprobs is not None:
+            inp.prompt_rows += [len(inp.ids) + q - c for q in prompt_positions(seq, n)]
         inp.ids += seq.token_slice(c, c + n)
         inp.pos += range(c, c + n)
         inp.slots += kv.slots(table, c, c + n)
@@ -64,6 +68,7 @@ def execute(model, kv, graphs, device: torch.device, inp: StepInputs, logits: bo
         meta.decode_context_lens = lt(inp.dec_lens)
     meta.prefills = [PrefillSegment(q0, n, ctx, lt(t) if ctx > n else None) for q0, n, ctx, t in inp.segs]
     hidden = model(lt(inp.ids), lt(inp.pos), meta)
-    if not (logits and inp.rows):
+    rows = inp.rows + inp.prompt_rows
+    if not (logits and rows):
         return None
-    return model.compute_logits(hidden[lt(inp.rows)])
+    return model.compute_logits(hidden[lt(rows)])

@@ -35,6 +35,8 @@ class RequestOutput:
     kv: KVExport | None = None
     logits: list[torch.Tensor] | None = None  # SamplingParams.return_logits
     num_cached_tokens: int = 0  # prompt tokens its prefill took from the prefix cache
+    logprobs: list | None = None         # SamplingParams.logprobs: a record per generated token so far (logprobs.py)
+    prompt_logprobs: list | None = None  # SamplingParams.prompt_logprobs: a record per prompt position from 1
 
 
 @dataclass

@@ -29,6 +29,7 @@ from typing import Mapping, Protocol
 import torch
 
 from ..errors import UserError
+from .logprobs import MAX_LOGPROBS
 
 SAMPLING_EPS = 1e-5  # temperatures below this are greedy (vLLM's _SAMPLING_EPS)
 MAX_LOGIT_BIAS = 100.0  # |bias| limit, as in OpenAI's API
@@ -53,6 +54,8 @@ class SamplingParams:
     # (token id, bias) pairs sorted by token id, added to the logits; a dict is accepted. The
     # engine checks the ids against its vocabulary.
     logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: int | None = None         # each generated token's logprob and the N most likely (logprobs.py)
+    prompt_logprobs: int | None = None  # each prompt token's logprob and the N most likely there
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -69,6 +72,10 @@ class SamplingParams:
                                 f"got {getattr(self, name)}")
         if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
             raise UserError(f"repetition_penalty must be finite and > 0, got {self.repetition_penalty}")
+        for name in ("logprobs", "prompt_logprobs"):
+            n = getattr(self, name)
+            if n is not None and not 0 <= n <= MAX_LOGPROBS:
+                raise UserError(f"{name} must be in [0, {MAX_LOGPROBS}], got {n}")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         object.__setattr__(self, "stop", tuple(self.stop))

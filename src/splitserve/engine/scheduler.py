@@ -129,7 +129,8 @@ class Scheduler:
             seq = seqs[r.id]
             seq.status = Status.RUNNING
             rep.chunks.append((seq.request_id, n))  # the policy's chunk: its view's KV ends where the engine's does
-            if seq.num_computed == 0 and self.blocks.caching and not self.blocks.has(seq.request_id):
+            if (seq.num_computed == 0 and self.blocks.caching and not self.blocks.has(seq.request_id)
+                    and seq.params.prompt_logprobs is None):  # scored prompts are computed whole
                 n -= self._attach_cached(seq, n)
                 rep.cached.append((seq.request_id, seq.num_cached))
             scheduled.append((seq, n))

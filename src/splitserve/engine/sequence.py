@@ -35,6 +35,8 @@ class Sequence:
     block_hashes: list[int] = field(default_factory=list)  # names of its full blocks (prefix_cache.py)
     registered: int = 0     # its leading blocks that are in the prefix cache
     num_cached: int = 0     # prompt tokens its latest prefill took from the prefix cache
+    logprobs: list = field(default_factory=list)         # its generated tokens' records (logprobs.py)
+    prompt_logprobs: list = field(default_factory=list)  # its prompt positions 1.. records
 
     @property
     def num_tokens(self) -> int:
