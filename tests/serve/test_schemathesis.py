@@ -17,12 +17,12 @@ from .conftest import API_KEY, complete, reference
 SCHEMATHESIS = "schemathesis"  # the test extra's pinned release; its command line runs here
 
 
-def test_no_generated_request_makes_a_server_error(server_factory, reference_engine):
+def test_no_generated_request_makes_a_server_error(server_factory, reference_engine, tmp_path):
     srv = server_factory("--prompt-workers", "1", "--token-workers", "1", api_key=API_KEY)
     run = subprocess.run([sys.executable, "-m", f"{SCHEMATHESIS}.cli", "run", srv.url + "/openapi.json",
                           "--checks", "not_a_server_error", "--max-examples", "25", "--generation-deterministic",
                           "--header", f"Authorization: Bearer {API_KEY}"],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)  # its .schemathesis/ there
     tail = run.stdout[-3000:] + run.stderr[-2000:]
     assert run.returncode == 0, tail
     assert "Tested: 10" in run.stdout and " passed" in run.stdout and "failed" not in run.stdout.split("SUMMARY")[-1], tail
