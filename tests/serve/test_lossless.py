@@ -82,7 +82,7 @@ def test_server_matches_generate_cli(split_server, capsys):
     assert body["choices"][0]["token_ids"] == want["token_ids"]
     assert body["choices"][0]["text"] == want["text"]
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": len(want["token_ids"]),
-                             "total_tokens": 3 + len(want["token_ids"])}
+                             "total_tokens": 3 + len(want["token_ids"]), "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 @pytest.mark.parametrize("limit", [3, 0])
