@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_runs import run_to_end
 
 from splitserve.engine.engine import LLMEngine
 from splitserve.engine.sampler import SamplingParams
@@ -17,20 +18,12 @@ PROMPT = [1] + [(11 * i + 5) % 250 + 3 for i in range(30)]
 TOL = 1e-4
 
 
-def run(eng, prompts, params):
-    ids = [eng.add_request(p, params) for p in prompts]
-    done = {}
-    while eng.has_unfinished():
-        for out in eng.step():
-            if out.finished:
-                done[out.request_id] = out
-    return [done[i] for i in ids]
 
 
 def test_logprobs_equal_transformers_log_softmax(checkpoints):
     path, hf = checkpoints["llama"]
     eng = LLMEngine(path, device="cpu", dtype="float32")
-    out = run(eng, [PROMPT], SamplingParams(max_tokens=8, ignore_eos=True, logprobs=5, prompt_logprobs=3))[0]
+    out = run_to_end(eng, [PROMPT], SamplingParams(max_tokens=8, ignore_eos=True, logprobs=5, prompt_logprobs=3))[0]
     with torch.no_grad():
         ref = torch.log_softmax(hf(torch.tensor([PROMPT + out.token_ids[:-1]])).logits[0].float(), -1)
     assert len(out.prompt_logprobs) == len(PROMPT) - 1 and len(out.logprobs) == 8
@@ -50,11 +43,11 @@ def test_the_same_whole_chunked_preempted_or_beside_a_cached_prefix():
     g = torch.Generator().manual_seed(4)
     prompts = [[1] + torch.randint(3, 259, (n,), generator=g).tolist() for n in (40, 70, 25)]
     params = SamplingParams(max_tokens=12, ignore_eos=True, logprobs=2, prompt_logprobs=2)
-    whole = run(LLMEngine("tiny"), prompts, params)
+    whole = run_to_end(LLMEngine("tiny"), prompts, params)
     chunked = LLMEngine("tiny", batching=BatchingConfig(chunk_size=16, prompt_token_cap=64))
     tight = LLMEngine("tiny", num_blocks=9, block_size=16)
     for eng in (chunked, tight):
-        got = run(eng, prompts, params)
+        got = run_to_end(eng, prompts, params)
         for a, b in zip(whole, got):
             assert a.token_ids == b.token_ids
             for x, y in ((a.prompt_logprobs, b.prompt_logprobs), (a.logprobs, b.logprobs)):
@@ -62,11 +55,11 @@ def test_the_same_whole_chunked_preempted_or_beside_a_cached_prefix():
                 assert max(abs(r[1] - s[1]) for r, s in zip(x, y)) < 1e-4
     assert tight.scheduler.num_preemptions > 0
     eng = LLMEngine("tiny")
-    run(eng, [prompts[1]], SamplingParams(max_tokens=2))                # its blocks are cached now
-    again = run(eng, [prompts[1]], params)[0]
+    run_to_end(eng, [prompts[1]], SamplingParams(max_tokens=2))                # its blocks are cached now
+    again = run_to_end(eng, [prompts[1]], params)[0]
     assert again.num_cached_tokens == 0 and len(again.prompt_logprobs) == len(prompts[1]) - 1
     assert max(abs(r[1] - s[1]) for r, s in zip(again.prompt_logprobs, whole[1].prompt_logprobs)) < 1e-4
-    plain = run(LLMEngine("tiny"), prompts, SamplingParams(max_tokens=12, ignore_eos=True))
+    plain = run_to_end(LLMEngine("tiny"), prompts, SamplingParams(max_tokens=12, ignore_eos=True))
     assert [o.token_ids for o in plain] == [o.token_ids for o in whole]
     assert plain[0].logprobs is None and plain[0].prompt_logprobs is None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_runs import run_to_end
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,14 +73,6 @@ def test_nothing_is_cached_when_caching_is_off():
     assert bm.num_cached == 0 and bm.cached_prefix([11]) == []
 
 
-def _run(eng, prompts, params):
-    ids = [eng.add_request(p, params) for p in prompts]
-    done = {}
-    while eng.has_unfinished():
-        for out in eng.step():
-            if out.finished:
-                done[out.request_id] = out
-    return [done[i] for i in ids]
 
 
 def test_a_shared_prefix_is_computed_once():
@@ -87,13 +80,13 @@ def test_a_shared_prefix_is_computed_once():
     system = [1] + torch.randint(3, 259, (40,), generator=g).tolist()          # 41 tokens: 10 full blocks of 4
     asks = [system + torch.randint(3, 259, (7,), generator=g).tolist() for _ in range(3)]
     params = SamplingParams(max_tokens=6, ignore_eos=True)
-    off = [o.token_ids for o in _run(LLMEngine("tiny", block_size=4, prefix_caching=False), asks, params)]
+    off = [o.token_ids for o in run_to_end(LLMEngine("tiny", block_size=4, prefix_caching=False), asks, params)]
     eng = LLMEngine("tiny", block_size=4)
-    first = _run(eng, asks[:1], params)[0]
+    first = run_to_end(eng, asks[:1], params)[0]
     assert first.num_cached_tokens == 0 and eng.scheduler.prefix_hits == 0
     shapes = []
     eng.on_schedule = lambda rep: shapes.append(list(rep.chunks))
-    rest = _run(eng, asks[1:], params)
+    rest = run_to_end(eng, asks[1:], params)
     # the first 40 tokens are 10 full blocks of the first request's prompt: cached; 8 computed
     assert [o.num_cached_tokens for o in rest] == [40, 40] and eng.scheduler.prefix_hits == 80
     assert shapes[0] == [(o.request_id, 48) for o in rest]  # the policy's chunks: whole prompts
