@@ -27,15 +27,12 @@ def records(logits: torch.Tensor, tokens: list[int], n: int) -> list[Record]:
     tok = torch.tensor(tokens, device=lp.device)
     chosen = lp.gather(1, tok[:, None])[:, 0]
     ranks = (lp > chosen[:, None]).sum(-1) + 1
-    out: list[Record] = []
     if n:
         vals, ids = lp.topk(n, dim=-1)
         tops = [list(zip(i, v)) for i, v in zip(ids.tolist(), vals.tolist())]
     else:
         tops = [[] for _ in tokens]
-    for t, c, r, top in zip(tokens, chosen.tolist(), ranks.tolist(), tops):
-        out.append((t, c, r, top))
-    return out
+    return list(zip(tokens, chosen.tolist(), ranks.tolist(), tops))
 
 
 def prompt_positions(seq, n: int) -> range:

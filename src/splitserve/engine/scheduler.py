@@ -37,7 +37,7 @@ from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.release import release
 from ..policy.transitions import enqueue_prompt, join_decode, reserve_decode
 from .block_manager import BlockManager
-from .prefix_cache import ROOT, block_hash, extend_hashes
+from .prefix_cache import extend_hashes
 from .sequence import Sequence, Status
 
 HERE = 0  # the engine's machine id in its own view
@@ -195,10 +195,8 @@ class Scheduler:
             full = seq.num_computed // bs
             if full <= seq.registered or not blocks.has(seq.request_id):
                 continue
-            hashes, table = seq.block_hashes, blocks.block_table(seq.request_id)
-            while len(hashes) < full:
-                i = len(hashes)
-                hashes.append(block_hash(hashes[-1] if hashes else ROOT, seq.token_slice(i * bs, (i + 1) * bs)))
+            hashes = extend_hashes(seq.block_hashes, seq.token_slice(0, full * bs), bs)
+            table = blocks.block_table(seq.request_id)
             for i in range(seq.registered, full):
                 blocks.register(table[i], hashes[i])
             seq.registered = full
