@@ -230,9 +230,9 @@ class Recording(InMemoryConnector):
         self.calls.append(("end_step",))
         super().end_step()
 
-    def request_finished(self, request_id, first_token, export):
+    def request_finished(self, request_id, first_token, export, logprobs=None):
         self.calls.append(("request_finished", request_id, export is None))
-        super().request_finished(request_id, first_token, export)
+        super().request_finished(request_id, first_token, export, logprobs)
 
     def request_dropped(self, request_id):
         self.calls.append(("request_dropped", request_id))

@@ -87,7 +87,12 @@ params = st.builds(
     WireParams, max_tokens=st.integers(1, U64), temperature=finite_nn, top_p=finite,
     top_k=st.integers(-1, U64), ignore_eos=st.booleans(), stop_token_ids=small_ids,
     seed=st.none() | st.integers(-(2**63), U64), presence_penalty=finite, frequency_penalty=finite,
-    repetition_penalty=finite, logit_bias=st.lists(st.tuples(st.integers(0, U64), finite), max_size=4))
+    repetition_penalty=finite, logit_bias=st.lists(st.tuples(st.integers(0, U64), finite), max_size=4),
+    logprobs=st.none() | st.integers(0, 20), prompt_logprobs=st.none() | st.integers(0, 20))
+record = st.tuples(nat, finite | st.just(-math.inf), st.integers(1, U64),
+                   st.lists(st.tuples(nat, finite).map(list), max_size=3)).map(list)
+records = st.none() | st.lists(record, max_size=3)
+lp = st.tuples(records, records).map(list)
 
 gen_full = st.builds(Gen, rid=rid, prompt_ids=ids, params=params, kind=st.just("full"), isolated=st.booleans(),
                      predicted=st.none() | st.integers(1, U64))
@@ -110,10 +115,11 @@ KINDS: dict[type, st.SearchStrategy] = {
     Heartbeat: st.builds(Heartbeat, worker_id=nat, free=nat, blocks=nat, reserved=nat, running=nat, rejected=nat,
                          stray=nat, preempted=nat),
     Out: st.builds(Out, items=st.lists(st.builds(OutItem, rid, ids, st.booleans(), st.none() | st.text(max_size=10)),
-                                       max_size=8)),
+                                       max_size=8), lp=st.none() | st.dictionaries(rid, lp, max_size=3)),
     Reserved: st.builds(Reserved, rid=rid, ok=st.booleans(), blocks=st.none() | ids,
                         msg=st.none() | st.text(max_size=20)),
-    KvIn: st.builds(KvIn, rid=rid, first_token=nat, nbytes=nat, mode=mode, seconds=finite_nn, exposed=finite_nn),
+    KvIn: st.builds(KvIn, rid=rid, first_token=nat, nbytes=nat, mode=mode, seconds=finite_nn, exposed=finite_nn,
+                    lp=st.none() | lp),
     KvFail: st.builds(KvFail, rid=rid, reason=st.text(max_size=40)),
     Err: st.builds(Err, rid=rid, msg=st.text(max_size=40)),
     StepFailed: st.builds(StepFailed, rids=st.lists(rid, max_size=6), error=st.text(max_size=40)),
@@ -123,7 +129,8 @@ KINDS: dict[type, st.SearchStrategy] = {
     KvStart: st.builds(KvStart, rid=rid),
     KvLayer: st.builds(KvLayer, rid=rid, layer=nat, sent_at=finite_nn, inplace_bytes=st.none() | nat),
     KvDone: st.builds(KvDone, rid=rid, first_token=nat, prefill_end=finite_nn, mode=mode, sent_at=finite_nn,
-                      meta=st.none() | meta, inplace_bytes=st.none() | nat, fail=st.none() | st.text(max_size=20)),
+                      meta=st.none() | meta, inplace_bytes=st.none() | nat, fail=st.none() | st.text(max_size=20),
+                      lp=st.none() | lp),
     KvDrop: st.builds(KvDrop, rid=rid),
 }
 any_message = st.one_of(*KINDS.values())
@@ -334,8 +341,8 @@ def test_prepared_params_decode():
 EXAMPLES: dict[type, Message] = {
     Gen: Gen(rid="1.0", prompt_ids=[1, 2], params=WireParams(
         max_tokens=4, temperature=0.0, top_p=1.0, top_k=0, ignore_eos=False, stop_token_ids=[2], seed=1,
-        presence_penalty=0.1, frequency_penalty=0.1, repetition_penalty=1.1, logit_bias=[(1, 1.0)]),
-        kind="prefill", isolated=True, predicted=7, dest=1, dest_ident=W1, dest_addr="tcp://h:1", threshold=512,
+        presence_penalty=0.1, frequency_penalty=0.1, repetition_penalty=1.1, logit_bias=[(1, 1.0)], logprobs=2,
+        prompt_logprobs=1), kind="prefill", isolated=True, predicted=7, dest=1, dest_ident=W1, dest_addr="tcp://h:1", threshold=512,
         region={"kind": "shm"}, blocks=[0]),
     Expect: Expect(rid="1.0", prompt_ids=[1], params=WireParams(
         max_tokens=4, temperature=0.0, top_p=1.0, top_k=0, ignore_eos=False, stop_token_ids=[]), src=0, isolated=True),
@@ -344,9 +351,10 @@ EXAMPLES: dict[type, Message] = {
     Hello: Hello(worker_id=0, pid=1, kv_addr="tcp://h:1", blocks=8, block_size=16, free=8, max_len=512,
                  region={"kind": "shm"}, boot="b"),
     Heartbeat: Heartbeat(worker_id=0, free=1, blocks=2, reserved=3, running=4, rejected=5, stray=6, preempted=7),
-    Out: Out(items=[OutItem("1.0", [1], True, "stop")]),
+    Out: Out(items=[OutItem("1.0", [1], True, "stop")], lp={"1.0": [[[1, -0.5, 1, [[1, -0.5]]]], None]}),
     Reserved: Reserved(rid="1.0", ok=False, blocks=[1], msg="no"),
-    KvIn: KvIn(rid="1.0", first_token=1, nbytes=2, mode="layerwise", seconds=0.1, exposed=0.2),
+    KvIn: KvIn(rid="1.0", first_token=1, nbytes=2, mode="layerwise", seconds=0.1, exposed=0.2,
+               lp=[[[1, -0.5, 1, []]], [[2, -1.5, 3, []]]]),
     KvFail: KvFail(rid="1.0", reason="x"), Err: Err(rid="1.0", msg="x"),
     StepFailed: StepFailed(rids=["1.0"], error="x"),
     Step: Step(chunks=[StepChunk("1.0", 5)], preempted=["2.0"], joined=["3.0"],
@@ -354,7 +362,7 @@ EXAMPLES: dict[type, Message] = {
     KvStart: KvStart(rid="1.0"), KvLayer: KvLayer(rid="1.0", layer=0, sent_at=1.0, inplace_bytes=5),
     KvDone: KvDone(rid="1.0", first_token=1, prefill_end=1.0, mode="serialized", sent_at=1.0,
                    meta={"num_layers": 1, "num_tokens": 1, "num_kv_heads": 1, "head_dim": 1, "dtype": "float32"},
-                   inplace_bytes=4, fail="x"),
+                   inplace_bytes=4, fail="x", lp=[None, [[2, -1.5, 3, [[4, -0.1]]]]]),
     KvDrop: KvDrop(rid="1.0"),
 }
 FULL = {cls: wire(m) for cls, m in EXAMPLES.items()}  # every field present

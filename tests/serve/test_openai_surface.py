@@ -27,7 +27,7 @@ LIMITS = RequestLimits()
 
 # one value per refused field that asks for something (a realistic one where the field has a shape)
 ASKING = {
-    "best_of": 2, "logprobs": 1, "top_logprobs": 2, "suffix": "tail",
+    "best_of": 2, "suffix": "tail",
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
     "tool_choice": "auto", "functions": [{"name": "f"}], "function_call": "auto", "parallel_tool_calls": False,
     "response_format": {"type": "json_object"}, "audio": {"voice": "alloy", "format": "wav"},
@@ -35,7 +35,7 @@ ASKING = {
     "safety_identifier": "h1", "metadata": {"k": "v"}, "store": True, "service_tier": "flex",
     "reasoning_effort": "low", "verbosity": "low", "web_search_options": {}, "moderation": {"model": "m"},
     "prompt_cache_key": "k", "prompt_cache_retention": "24h", "prompt_cache_options": {"k": 1},
-    "min_p": 0.1, "min_tokens": 4, "prompt_logprobs": 1, "use_beam_search": True, "length_penalty": 0.5,
+    "min_p": 0.1, "min_tokens": 4, "use_beam_search": True, "length_penalty": 0.5,
     "guided_json": {"type": "object"}, "guided_regex": "a+", "guided_choice": ["a", "b"], "guided_grammar": "g",
     "guided_decoding_backend": "xgrammar", "guided_whitespace_pattern": " ", "structured_outputs": {"regex": "a"},
     "structural_tag": "{}", "include_stop_str_in_output": True, "skip_special_tokens": False,
@@ -292,8 +292,6 @@ def test_the_client_gets_a_400_naming_each_unimplemented_field(client):
         "response_format": lambda: client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "Hi"}], response_format={"type": "json_object"}),
         "user": lambda: client.completions.create(model="tiny", prompt="Hi", max_tokens=2, user="u1"),
-        "logprobs": lambda: client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "Hi"}], logprobs=True),
     }
     for field in UNSUPPORTED:   # the rest as a vLLM user sends them: extra_body
         calls.setdefault(field, lambda f=field: client.completions.create(

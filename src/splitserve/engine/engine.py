@@ -50,7 +50,7 @@ from .device import keep_freed_memory, resolve_device, resolve_dtype
 from .kv_cache import KVAllocator, KVCache, KVExport
 from .kv_connector import KVConnector
 from .kv_host import KVHostMixin
-from .logprobs import prompt_positions, records, score_prompts
+from .logprobs import handed, prompt_positions, records, score_prompts
 from .model_runner import execute, prepare
 from .outputs import RequestOutput, StepFailed
 from .parallel import GroupFailed, KVShards, RankSpec, start_group
@@ -257,9 +257,12 @@ class LLMEngine(KVHostMixin, Conveniences):
                 if s.params.return_logits:
                     s.logits.append(rows[i])
         tokens = self.sampler(logits[:len(inp.rows)], samplers)
-        for i, (s, tok) in enumerate(zip(samplers, tokens)):
-            if s.params.logprobs is not None:
-                s.logprobs += records(logits[i:i + 1], [tok], s.params.logprobs)
+        scored_out = [i for i, s in enumerate(samplers) if s.params.logprobs is not None]
+        if scored_out:  # one pass over their rows, each keeping its own top N
+            recs = records(logits[scored_out], [tokens[i] for i in scored_out],
+                           max(samplers[i].params.logprobs for i in scored_out))
+            for i, (tok, lp, rank, top) in zip(scored_out, recs):
+                samplers[i].logprobs.append((tok, lp, rank, top[:samplers[i].params.logprobs]))
         return [self._append_token(seq, tok) for seq, tok in zip(samplers, tokens)]
 
     def _append_token(self, seq: Sequence, tok: int) -> RequestOutput:
@@ -276,7 +279,7 @@ class LLMEngine(KVHostMixin, Conveniences):
             del self._seqs[seq.request_id]
             if seq.prefill_only and self._connector is not None:
                 if reason == "prefill":  # its KV goes on to where it decodes
-                    self._connector.request_finished(seq.request_id, tok, kv)
+                    self._connector.request_finished(seq.request_id, tok, kv, handed(seq))
                 else:                    # it ended at its first token: nothing to hand over
                     self._connector.request_dropped(seq.request_id)
         return RequestOutput(seq.request_id, seq.prompt_ids, list(seq.output_ids), [tok],

@@ -163,10 +163,13 @@ class KVConnector(ABC):
 
     # ---- scheduler role: whole requests ------------------------------------------------------
     @abstractmethod
-    def request_finished(self, request_id: str, first_token: int, export: KVExport | None) -> None:
+    def request_finished(self, request_id: str, first_token: int, export: KVExport | None,
+                         logprobs: list | None = None) -> None:
         """A prefill-only request's prompt completed in this step and made `first_token` (the
         decode goes on elsewhere): close its transfer. `export`: the prompt's whole K/V when it
-        was not streamed, None when it was. The engine has freed the request's blocks."""
+        was not streamed, None when it was. `logprobs`: where the request asks for them,
+        [the first token's records, the prompt's records] (logprobs.py `handed`), to go with
+        the first token. The engine has freed the request's blocks."""
 
     @abstractmethod
     def request_dropped(self, request_id: str) -> None:
@@ -209,7 +212,8 @@ class TokenSideOnly(KVConnector):
     def end_step(self) -> None:
         pass
 
-    def request_finished(self, request_id: str, first_token: int, export: KVExport | None) -> None:
+    def request_finished(self, request_id: str, first_token: int, export: KVExport | None,
+                         logprobs: list | None = None) -> None:
         pass
 
     def request_dropped(self, request_id: str) -> None:
@@ -237,8 +241,9 @@ class BothSides(KVConnector):
     def end_step(self) -> None:
         self.prompt.end_step()
 
-    def request_finished(self, request_id: str, first_token: int, export: KVExport | None) -> None:
-        self.prompt.request_finished(request_id, first_token, export)
+    def request_finished(self, request_id: str, first_token: int, export: KVExport | None,
+                         logprobs: list | None = None) -> None:
+        self.prompt.request_finished(request_id, first_token, export, logprobs)
 
     def request_dropped(self, request_id: str) -> None:
         self.prompt.request_dropped(request_id)

@@ -112,7 +112,8 @@ class InMemoryConnector(KVConnector):
     def end_step(self) -> None:
         self.streaming = set()
 
-    def request_finished(self, request_id: str, first_token: int, export: KVExport | None) -> None:
+    def request_finished(self, request_id: str, first_token: int, export: KVExport | None,
+                         logprobs: list | None = None) -> None:
         where = self.plans.pop(request_id, None)
         if where is None:
             return

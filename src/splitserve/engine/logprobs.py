@@ -23,16 +23,25 @@ Record = tuple[int, float, int, list[tuple[int, float]]]
 
 def records(logits: torch.Tensor, tokens: list[int], n: int) -> list[Record]:
     """One record per row of `logits` (rows, vocab) for the token of that row."""
-    lp = torch.log_softmax(logits.float(), dim=-1)
-    tok = torch.tensor(tokens, device=lp.device)
-    chosen = lp.gather(1, tok[:, None])[:, 0]
-    ranks = (lp > chosen[:, None]).sum(-1) + 1
+    x = logits.float()
+    lse = torch.logsumexp(x, dim=-1, keepdim=True)  # log-softmax = x - lse, never materialised whole
+    chosen = x.gather(1, torch.tensor(tokens, device=x.device)[:, None])
+    ranks = (x > chosen).sum(-1) + 1
     if n:
-        vals, ids = lp.topk(n, dim=-1)
-        tops = [list(zip(i, v)) for i, v in zip(ids.tolist(), vals.tolist())]
+        vals, ids = x.topk(n, dim=-1)
+        tops = [list(zip(i, v)) for i, v in zip(ids.tolist(), (vals - lse).tolist())]
     else:
         tops = [[] for _ in tokens]
-    return list(zip(tokens, chosen.tolist(), ranks.tolist(), tops))
+    return list(zip(tokens, (chosen - lse)[:, 0].tolist(), ranks.tolist(), tops))
+
+
+def handed(seq) -> list | None:
+    """What goes with a prefill-only sequence's first token to where it decodes: [that token's
+    record, the prompt's records], each None where not asked; None when neither is."""
+    if seq.params.logprobs is None and seq.params.prompt_logprobs is None:
+        return None
+    return [seq.logprobs[-1:] if seq.params.logprobs is not None else None,
+            seq.prompt_logprobs if seq.params.prompt_logprobs is not None else None]
 
 
 def prompt_positions(seq, n: int) -> range:

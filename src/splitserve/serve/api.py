@@ -118,6 +118,7 @@ def create_app(cfg: ServeConfig, log=None) -> App:
     from contextlib import asynccontextmanager
 
     info = ModelInfo.load(cfg.model)
+    info.scores = cfg.worker_mode == "engine"
     metrics = ServeMetrics(info.name, info.max_model_len)
     router = Router(cfg, metrics)
     prep = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="splitserve-prep")

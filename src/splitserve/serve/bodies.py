@@ -54,6 +54,8 @@ class Sampling(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, description="only 1 is supported")
+    prompt_logprobs: int | None = Field(None, ge=0, le=20, description="vLLM's: each prompt token's logprob and "
+                                                                       "the N most likely there")
 
 
 class CompletionRequest(Sampling):
@@ -62,6 +64,8 @@ class CompletionRequest(Sampling):
     prompt: Prompt = None
     max_tokens: int | None = Field(None, ge=1, description="default 16")
     echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=20, description="each token's logprob and the N most likely "
+                                                                "(with echo: the prompt's too)")
     add_special_tokens: bool = Field(True, description="vLLM's: add the tokenizer's special tokens (BOS) to a "
                                                        "text prompt")
 
@@ -72,6 +76,8 @@ class ChatCompletionRequest(Sampling):
     messages: Messages = None
     max_tokens: int | None = Field(None, ge=1, description="default: all that fits the context")
     max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20, description="with logprobs: the N most likely tokens")
     add_generation_prompt: bool = Field(True, description="vLLM's: end the prompt with the assistant's turn")
     add_special_tokens: bool | None = Field(None, description="vLLM's: add the tokenizer's special tokens; "
                                                               "default: only with the default chat template")

@@ -8,11 +8,8 @@ and their API key checked, alike.
 In order, a request's handler checks the API key (401), the announced body size (413), reads the
 body up to the limit (413), checks and tokenizes the request (schema.py; on a thread when the body
 is large, so that the event loop, which also runs the router and its heartbeats, never stalls on
-one request), submits it to the router, and answers: one JSON body, or server-sent events, one
-chunk per step's tokens, the finish reason in the last chunk, `usage` in a final chunk when
-`stream_options.include_usage` is set (and in every chunk with vLLM's `continuous_usage_stats`),
-then `data: [DONE]`; a stream that fails (or is cut by shutdown) ends with an error event and
-`data: [DONE]` too. A client that disconnects before its answer cancels its request.
+one request), submits it to the router, and answers: one JSON body, or server-sent events
+(responses.py). A client that disconnects before its answer cancels its request.
 """
 
 from __future__ import annotations
@@ -29,6 +26,7 @@ from .config import ServeConfig
 from .detokenize import Detokenizer
 from .metrics import ServeMetrics
 from .openai_io import ApiError, ModelInfo, dumps
+from .responses import body, server_error, stream
 from .router import Overloaded, Router, TooLarge, Unavailable
 from .schema import GenRequest, detokenize, prepare, tokenize
 
@@ -43,13 +41,6 @@ def json_response(obj, status: int = 200, headers: dict | None = None) -> Respon
 
 def error_response(e: ApiError) -> Response:
     return json_response(e.body(), e.status, e.headers or None)
-
-
-def _server_error(ev: tuple) -> ApiError:
-    """The router's ("error", message, status[, code]) event as an ApiError."""
-    status = ev[2]
-    return ApiError(status, ev[1], "server_error" if status >= 500 else "invalid_request_error", None,
-                    ev[3] if len(ev) > 3 else None)
 
 
 def too_large(limit: int) -> ApiError:
@@ -140,17 +131,20 @@ class Completions:
             self.router.cancel(req)
             raise
         if first[0] == "error":
-            raise _server_error(first)
+            raise server_error(first)
         if gen.stream:
-            return StreamingResponse(self._stream(req, first, rid, created, chat, gen, detok),
+            return StreamingResponse(stream(self.router, self.info, req, first, rid, created, chat, gen, detok),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         tokens: list[int] = []
+        recs: list = []
         ev = first
         try:
             while True:
                 if ev[0] == "tokens":
                     tokens += ev[1]
+                    if ev[2] is not None:
+                        recs += ev[2]
                     if gen.stop:  # else the text is decoded once, at the end
                         detok.push(ev[1])
                     if detok.stopped:
@@ -161,75 +155,15 @@ class Completions:
                     reason = ev[1]
                     break
                 else:
-                    raise _server_error(ev)
+                    raise server_error(ev)
                 ev = await req.queue.get()
         except BaseException:
             self.router.cancel(req)
             raise
         if not gen.stop:
             detok.push(tokens)
-        text = detok.text()[0]
-        n = len(gen.prompt_ids)
-        usage = {"prompt_tokens": n, "completion_tokens": len(tokens), "total_tokens": n + len(tokens),
-                 "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
-        if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "finish_reason": reason, "logprobs": None, "token_ids": tokens}
-            return json_response({"id": rid, "object": "chat.completion", "created": created,
-                                  "model": self.info.name, "choices": [choice], "usage": usage})
-        if gen.echo_text is not None:
-            text = gen.echo_text + text
-        choice = {"index": 0, "text": text, "token_ids": tokens, "logprobs": None, "finish_reason": reason}
-        return json_response({"id": rid, "object": "text_completion", "created": created, "model": self.info.name,
-                              "choices": [choice], "usage": usage})
+        return json_response(body(self.info, rid, created, chat, gen, req, tokens, recs, detok.text()[0], reason))
 
-    async def _stream(self, req, first, rid, created, chat, gen: GenRequest, detok: Detokenizer):
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        head = f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{dumps(self.info.name).decode()},'
-
-        def chunk(text: str, toks: list[int], reason: str | None) -> str:
-            if chat:
-                delta = {"content": text} if text or toks else {}
-                c = {"index": 0, "delta": delta, "token_ids": toks, "logprobs": None, "finish_reason": reason}
-            else:
-                c = {"index": 0, "text": text, "token_ids": toks, "logprobs": None, "finish_reason": reason}
-            return f"data: {head}\"choices\":[{dumps(c).decode()}]{usage_so_far()}}}\n\n"
-
-        def usage_so_far() -> str:  # vLLM's continuous_usage_stats: the usage in every chunk
-            if not gen.continuous_usage:
-                return ""
-            return f',"usage":{{"prompt_tokens":{n},"completion_tokens":{n_out},"total_tokens":{n + n_out}}}'
-
-        n, n_out = len(gen.prompt_ids), 0
-        ev = first
-        try:
-            if chat:
-                yield f"data: {head}\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]{usage_so_far()}}}\n\n"
-            elif gen.echo_text:
-                yield chunk(gen.echo_text, [], None)
-            while True:
-                if ev[0] == "tokens":
-                    n_out += len(ev[1])
-                    text = detok.push(ev[1])
-                    if detok.stopped:
-                        self.router.cancel(req)
-                        yield chunk(text, ev[1], "stop")
-                        break
-                    yield chunk(text, ev[1], None)
-                elif ev[0] == "done":
-                    yield chunk(detok.push([], final=True), [], ev[1])
-                    break
-                else:
-                    yield f"data: {dumps(_server_error(ev).body()).decode()}\n\n"
-                    break
-                ev = await req.queue.get()
-            if gen.include_usage:
-                usage = {"prompt_tokens": n, "completion_tokens": n_out, "total_tokens": n + n_out,
-                         "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
-                yield f"data: {head}\"choices\":[],\"usage\":{dumps(usage).decode()}}}\n\n"
-            yield "data: [DONE]\n\n"
-        finally:
-            self.router.cancel(req)  # a no-op once the request has ended; stops the work if the client left
 
     def handler(self, chat: bool):
         """The ASGI handler of one generation endpoint (chat: True for /v1/chat/completions)."""

@@ -27,6 +27,8 @@ class EchoOutput:
     finished: bool
     finish_reason: str | None
     kv: object = None
+    logprobs: None = None         # never computed here (serve refuses logprobs with --worker-mode echo)
+    prompt_logprobs: None = None
 
 
 @dataclass

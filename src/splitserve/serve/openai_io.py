@@ -83,6 +83,7 @@ class ModelInfo:
     chat_template: str | None = None
     bos_token: str = ""
     eos_token: str = ""
+    scores: bool = True            # its workers compute logits (False with --worker-mode echo): logprobs served
 
     @property
     def max_prompt_chars(self) -> int:

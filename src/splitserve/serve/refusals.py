@@ -1,6 +1,6 @@
 """What this server does not implement, refused by name: every field of the OpenAI API (as the
 official `openai` client sends it) and of vLLM's extensions that splitserve does not implement
-(`n` > 1, `best_of`, `logprobs`, `suffix`, tools, JSON output, `user`, `store`, ...; the table
+(`n` > 1, `best_of`, `suffix`, tools, JSON output, `user`, `store`, ...; the table
 UNSUPPORTED) is refused with 400 `unsupported`, naming the field, when it asks for anything but the
 default, never accepted and ignored; so are the keys of a chat message other than `role` and
 `content` (`name`, `tool_calls`, ...) and OpenAI's `stream_options.include_obfuscation`. Names that
@@ -17,7 +17,7 @@ from .openai_io import bad
 # chat is refused in prepare (vLLM's chat echo means something else).
 UNSUPPORTED = {
     # OpenAI
-    "best_of": (None, 1), "logprobs": (None, False, 0), "top_logprobs": (None, 0), "suffix": (None, ""),
+    "best_of": (None, 1), "suffix": (None, ""),
     "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
     "parallel_tool_calls": (None, True), "response_format": (None, {"type": "text"}), "audio": (None,),
     "modalities": (None, ["text"]), "prediction": (None,), "user": (None,), "safety_identifier": (None,),
@@ -25,7 +25,7 @@ UNSUPPORTED = {
     "reasoning_effort": (None,), "verbosity": (None,), "web_search_options": (None,), "moderation": (None,),
     "prompt_cache_key": (None,), "prompt_cache_retention": (None,), "prompt_cache_options": (None,),
     # vLLM's extensions
-    "min_p": (None, 0, 0.0), "min_tokens": (None, 0), "prompt_logprobs": (None, 0), "use_beam_search": (None, False),
+    "min_p": (None, 0, 0.0), "min_tokens": (None, 0), "use_beam_search": (None, False),
     "length_penalty": (None, 1.0), "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
     "guided_grammar": (None,), "guided_decoding_backend": (None,), "guided_whitespace_pattern": (None,),
     "structured_outputs": (None,), "structural_tag": (None,), "include_stop_str_in_output": (None, False),

@@ -29,7 +29,7 @@ class WorkerReports:
         w.last_seen = time.monotonic()
         get = self.reqs.by_wire.get
         if type(msg) is Out:
-            self._on_step_end(w, msg.items)
+            self._on_step_end(w, msg.items, msg.lp or {})
         elif type(msg) is Step:
             bad = self.cluster.sched.check_report(msg.sched)   # the machine scheduler's own report
             if bad is not None:
@@ -100,12 +100,12 @@ class WorkerReports:
         if req.stage is Stage.PREFILL:  # the token worker may report before the prompt worker's word
             self.cluster.first_from_token_worker(req.pr)
             req.stage = Stage.HANDOFF
-            self._deliver(req, [msg.first_token])
+            self._deliver(req, [msg.first_token], msg.lp)
         if req.stage is Stage.HANDOFF:
             self._dispatch_all(self.cluster.kv_landed(req.pr))
             req.stage = Stage.DECODE
 
-    def _on_step_end(self, w: WorkerInfo, items: list) -> None:
+    def _on_step_end(self, w: WorkerInfo, items: list, lps: dict) -> None:
         """A step of w's ended with these tokens: the view's transitions for the whole step first
         (as the simulator's iteration end), then each request's tokens go to its client."""
         mine, made, prefills = [], 0, 0
@@ -126,7 +126,7 @@ class WorkerReports:
                 if req.split and finished:  # it ended at its first token: the token worker's blocks go
                     self.chan.send(self.workers[req.pr.token_machine], Cancel(rid=req.wire))
                 req.stage = Stage.DECODE
-            if self._deliver(req, toks) and finished:
+            if self._deliver(req, toks, lps.get(req.wire)) and finished:
                 self._complete(req, reason or "stop")
         self._dispatch_all(admitted)
 

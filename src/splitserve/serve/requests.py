@@ -35,6 +35,7 @@ class LiveRequest:
     parked_at: float = 0.0
     finish_reason: str | None = None
     cached_tokens: int = 0     # prompt tokens its latest try's prefill took from a prefix cache
+    prompt_logprobs: list | None = None  # its prompt's logprob records, where it asked (with its first token)
 
 
 class RequestTable:

@@ -220,7 +220,10 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
                 self._dispatch(req)
 
     # ---- the client's side -------------------------------------------------------------------
-    def _deliver(self, req: LiveRequest, toks: list[int]) -> bool:
+    def _deliver(self, req: LiveRequest, toks: list[int], lp: list | None = None) -> bool:
+        """Send the client `toks`, those of them it does not have yet (a restarted try makes them
+        again), with their logprob records where it asked (`lp`: [records of `toks`, the prompt's
+        records or None], messages/kinds.py Out.lp)."""
         fresh = []
         for tok in toks:
             i = req.produced
@@ -243,7 +246,12 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
                 self.metrics.tokens(now - req.last_at, len(fresh))
             req.last_at = now
             req.delivered.extend(fresh)
-            req.queue.put_nowait(("tokens", fresh))
+            recs = None
+            if lp is not None:
+                if req.prompt_logprobs is None:
+                    req.prompt_logprobs = lp[1]
+                recs = lp[0][len(lp[0]) - len(fresh):] if lp[0] is not None else None
+            req.queue.put_nowait(("tokens", fresh, recs))
         return True
 
     def _complete(self, req: LiveRequest, reason: str) -> None:

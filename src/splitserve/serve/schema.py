@@ -40,6 +40,8 @@ class GenRequest:
     stop: list[str]                # stop strings, cut by the front end's Detokenizer
     echo_text: str | None = None   # completions with echo: the prompt's text, sent before the output
     continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats: usage in every chunk
+    logprobs: int | None = None     # completions' logprobs N, chat's top_logprobs N (logprobs: true); None: off
+    prompt_logprobs: int | None = None  # vLLM's prompt_logprobs N, as asked (echo's come through params)
 
 
 def _stop_strings(stop: str | list[str] | None, info: ModelInfo, limits: RequestLimits) -> list[str]:
@@ -101,6 +103,23 @@ def _max_tokens(m: CompletionRequest | ChatCompletionRequest, chat: bool, n_prom
     return mt
 
 
+def _logprobs(m: CompletionRequest | ChatCompletionRequest, chat: bool, info: ModelInfo) -> tuple:
+    """(logprobs N for the output, the prompt's N for the engine): completions' `logprobs` with
+    `echo` scores the prompt too (as vLLM); chat's `top_logprobs` needs `logprobs: true`."""
+    if chat:
+        if m.top_logprobs and not m.logprobs:
+            raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value")
+        n = (m.top_logprobs or 0) if m.logprobs else None
+        prompt_n = m.prompt_logprobs
+    else:
+        n, prompt_n = m.logprobs, m.prompt_logprobs
+        if m.echo and n is not None:
+            prompt_n = max(prompt_n or 0, n)
+    if (n is not None or prompt_n is not None) and not info.scores:
+        raise bad("logprobs need workers that run the model (--worker-mode engine)", "logprobs", "unsupported")
+    return n, prompt_n
+
+
 def check_model(name: str | None, info: ModelInfo) -> None:
     if name is not None and name != info.name:
         raise ApiError(404, f"the model '{name}' does not exist; this server serves '{info.name}'",
@@ -125,16 +144,18 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
         ids, text = prompt_ids(m.prompt, info, m.add_special_tokens)
         if m.echo:
             echo_text = text if text is not None else (info.tokenizer.decode(ids) if info.tokenizer else "")
+    n_lp, prompt_lp = _logprobs(m, chat, info)
     params = WireParams(max_tokens=_max_tokens(m, chat, len(ids), info), temperature=m.temperature, top_p=m.top_p,
                         top_k=m.top_k if 0 < m.top_k < info.vocab_size else 0,  # -1, 0 and >= vocab: off
                         ignore_eos=m.ignore_eos,
                         stop_token_ids=_token_list(m.stop_token_ids or [], info, limits, "stop_token_ids"),
                         seed=m.seed, presence_penalty=m.presence_penalty, frequency_penalty=m.frequency_penalty,
                         repetition_penalty=m.repetition_penalty,
-                        logit_bias=_logit_bias(m.logit_bias, info, limits) if m.logit_bias else [])
+                        logit_bias=_logit_bias(m.logit_bias, info, limits) if m.logit_bias else [],
+                        logprobs=n_lp, prompt_logprobs=prompt_lp)
     so = m.stream_options or StreamOptions()
     return GenRequest(ids, params, m.stream, so.include_usage, stop, echo_text,
-                      so.include_usage and so.continuous_usage_stats)
+                      so.include_usage and so.continuous_usage_stats, n_lp, m.prompt_logprobs)
 
 
 def tokenize(raw: bytes, info: ModelInfo) -> dict:

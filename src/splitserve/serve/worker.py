@@ -4,11 +4,10 @@
     (started by `splitserve serve`; the cluster secret comes in SPLITSERVE_CLUSTER_SECRET)
 
 The pool is the router's business: any worker runs what it is sent. "gen" with kind "full" runs
-a request here from prompt to last token (mixed / baseline); kind "prefill" runs the prompt only
-and ships its KV to the token worker named in the message (see kv/); "expect" reserves
-blocks for KV that is about to arrive, after which the request decodes here. Batching and
-preemption inside are the simulator's machine-level policy, run by the engine's scheduler
-(policy/machine.py).
+a request here from prompt to last token (mixed / baseline); kind "prefill" runs the prompt only and
+ships its KV to the token worker named in the message (see kv/); "expect" reserves blocks for KV
+that is about to arrive, after which the request decodes here. Batching and preemption inside are
+the simulator's machine-level policy, run by the engine's scheduler (policy/machine.py).
 
 Loop: wait for messages (not at all while the engine has work), handle them, run one engine step,
 send that step's tokens to the router in one message, expire late KV reservations, heartbeat.
@@ -45,7 +44,7 @@ from .messages import (Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail
                        PeerDown, Ping, Reserved, Step, StepChunk, StepFailed, Stop)
 from .protocol import Codec, boot_id, control_message_limit, secret_from_env, worker_identity
 from .worker_args import parse_args
-from .worker_engine import build_engine, sampling_params
+from .worker_engine import build_engine, item_logprobs, sampling_params
 from .worker_link import RouterLink
 
 HEARTBEAT_S = 0.2
@@ -71,7 +70,7 @@ class Worker:
         engine.connector = BothSides(self.sender, self.receiver)  # the engine drives both (engine/kv_connector.py)
         self.kinds: dict[str, str] = {}  # rid -> "full" | "prefill" | "decode"
         self.items: list[OutItem] = []  # tokens for the router, into the outbox once per loop
-        self.item_tokens = 0
+        self.item_tokens, self.lps = 0, {}  # and their count; logprob records, rid -> (Out.lp)
         self.running = True
         self.echo = args.worker_mode == "echo"
         self.step_failures = 0  # in a row
@@ -192,6 +191,8 @@ class Worker:
             kind = self.kinds.get(rid)
             if kind is None:
                 continue  # aborted meanwhile
+            if (lp := item_logprobs(o)) is not None:
+                self.lps[rid] = lp
             if o.finish_reason == "prefill":  # the engine closed its transfer (connector.request_finished)
                 del self.kinds[rid]
                 self.items.append(OutItem(rid, o.new_token_ids, False, "prefill"))
@@ -205,8 +206,8 @@ class Worker:
 
     def flush(self) -> None:
         if self.items or self.stepped:
-            self.send(Out(items=self.items))
-            self.items, self.item_tokens, self.stepped = [], 0, False
+            self.send(Out(items=self.items, lp=self.lps or None))
+            self.items, self.item_tokens, self.stepped, self.lps = [], 0, False, {}
 
     def run(self) -> None:
         poller = zmq.Poller()

@@ -42,7 +42,18 @@ def sampling_params(p: WireParams, echo: bool = False):
     return SamplingParams(max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
                           seed=p.seed, stop_token_ids=tuple(p.stop_token_ids), ignore_eos=p.ignore_eos,
                           presence_penalty=p.presence_penalty, frequency_penalty=p.frequency_penalty,
-                          repetition_penalty=p.repetition_penalty, logit_bias=tuple(p.logit_bias))
+                          repetition_penalty=p.repetition_penalty, logit_bias=tuple(p.logit_bias),
+                          logprobs=p.logprobs, prompt_logprobs=p.prompt_logprobs)
+
+
+def item_logprobs(o) -> list | None:
+    """An output's logprob records for `out`: [its new tokens' records, its prompt's records with
+    its first output token only], each None where not asked; None when neither is."""
+    if o.logprobs is None and o.prompt_logprobs is None:
+        return None
+    first = len(o.token_ids) == len(o.new_token_ids)  # a token worker's outputs start after the first
+    return [o.logprobs[len(o.logprobs) - len(o.new_token_ids):] if o.logprobs is not None else None,
+            o.prompt_logprobs if first and o.prompt_logprobs is not None else None]
 
 
 def fail_on_token(engine, token: int) -> None:

@@ -84,6 +84,7 @@ class Landed:
     nbytes: int
     seconds: float
     exposed: float
+    lp: list | None = None  # the first token's logprob records (KvDone's), for the router
 
 
 class KVReceiver(TokenSideOnly):
@@ -247,7 +248,7 @@ class KVReceiver(TokenSideOnly):
         del self.inbound[rid]
         now = time.time()
         self.landed[rid] = Landed(msg.first_token, msg.mode, inb.nbytes, max(now - inb.sent_at, 0.0),
-                                  max(now - msg.prefill_end, 0.0))
+                                  max(now - msg.prefill_end, 0.0), msg.lp)
 
     # ---- deadlines -----------------------------------------------------------------------------
     def expire(self) -> int:
@@ -282,4 +283,4 @@ class KVReceiver(TokenSideOnly):
             self.notify(KvFail(rid=request_id, reason=error))
         else:
             self.notify(KvIn(rid=request_id, first_token=ld.first, nbytes=ld.nbytes, mode=ld.mode,
-                             seconds=ld.seconds, exposed=ld.exposed))
+                             seconds=ld.seconds, exposed=ld.exposed, lp=ld.lp))

@@ -108,7 +108,8 @@ class KVSender(PromptSideOnly):
         self._streaming = {}
 
     # ---- the contract: scheduler role ------------------------------------------------------
-    def request_finished(self, request_id: str, first_token: int, export: KVExport | None) -> None:
+    def request_finished(self, request_id: str, first_token: int, export: KVExport | None,
+                         logprobs: list | None = None) -> None:
         plan = self.plans.pop(request_id, None)
         if plan is None:
             return
@@ -122,7 +123,7 @@ class KVSender(PromptSideOnly):
             put = Put()  # nothing goes with the kvd
         msg = KvDone(rid=request_id, first_token=first_token, prefill_end=end, mode=mode,
                      sent_at=plan.sent_at or end, meta=put.meta, inplace_bytes=put.inplace_bytes,
-                     fail=plan.error or None)
+                     fail=plan.error or None, lp=logprobs)
         plan.ok &= self.transport.send(plan.target, encode(msg), *put.frames)
         if self.on_done is not None:
             self.on_done({"rid": request_id, "ok": plan.ok and not plan.error, "mode": mode, "error": plan.error})

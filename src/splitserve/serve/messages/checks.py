@@ -189,6 +189,62 @@ def _items(v: Any) -> list[OutItem]:
     return out
 
 
+_RECORD = "[token: int, logprob: number, rank: int >= 1, top: list of [token: int, logprob: number]]"
+
+
+def _logprob(v: Any) -> float:
+    if type(v) is float and v == v or type(v) is int:
+        return float(v)
+    raise _Bad(f"expected a logprob (a number, -inf allowed), got {v!r:.40}")
+
+
+def _records(v: Any) -> list:
+    """Log-probability records (engine/logprobs.py), as lists."""
+    out = []
+    for i, r in enumerate(_seq(v, f"a list of {_RECORD}")):
+        if (type(r) is list or isinstance(r, tuple)) and len(r) == 4:
+            tok, lp, rank, top = r
+            if type(tok) is int and tok >= 0 and type(rank) is int and rank >= 1:
+                try:
+                    out.append([tok, _logprob(lp), rank,
+                                [[t, _logprob(x)] for t, x in (_pair(p) for p in _seq(top, "a list"))]])
+                    continue
+                except _Bad:
+                    pass
+        raise _Bad(f"record {i}: expected {_RECORD}, got {r!r:.80}")
+    return out
+
+
+def _pair(p: Any) -> tuple:
+    if (type(p) is list or isinstance(p, tuple)) and len(p) == 2 and type(p[0]) is int and p[0] >= 0:
+        return p
+    raise _Bad("a top entry")
+
+
+def _lp(v: Any) -> list:
+    """One request's log-probabilities in a message: [its new tokens' records or nil, its prompt's
+    records or nil] (the prompt's come with its first output token only)."""
+    v = _seq(v, "[token records or nil, prompt records or nil]")
+    if len(v) != 2:
+        raise _Bad(f"expected [token records or nil, prompt records or nil], got {len(v)} items")
+    return [None if x is None else _records(x) for x in v]
+
+
+def _lps(v: Any) -> dict:
+    """request id -> its log-probabilities in an `out` (_lp)."""
+    if type(v) is not dict:
+        raise _Bad(f"expected a map of request id -> logprobs, got {_got(v)}")
+    out = {}
+    for rid, x in v.items():
+        if type(rid) is not str:
+            raise _Bad(f"expected request ids as keys, got {rid!r:.40}")
+        try:
+            out[rid] = _lp(x)
+        except _Bad as e:
+            raise _Bad(f"{rid}: {e.why}") from None
+    return out
+
+
 def _chunks(v: Any) -> list[StepChunk]:
     if type(v) is not list:
         v = _seq(v, "a list of [rid: str, n: int]")

@@ -9,7 +9,7 @@ from dataclasses import MISSING, fields
 from typing import Any, Callable, Container
 
 from .checks import (_Bad, _bool, _chunks, _enum, _float, _float_nn, _got, _ids, _int, _int_at_least, _items, _list,
-                     _map, _meta, _nat, _pos, _str, _strs, _bias)
+                     _lp, _lps, _map, _meta, _nat, _pos, _str, _strs, _bias)
 from .kinds import (_CLASSES, MESSAGES, WIRE_NAMES, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvDone, KvDrop,
                     KvFail, KvIn, KvLayer, KvStart, MalformedMessage, Message, Out, PeerDown, Ping, Reserved,
                     Step, StepFailed, Stop)
@@ -95,7 +95,8 @@ def _decoder(cls: type, checks: dict[str, Callable[[Any], Any]]) -> Callable[[di
 # has no default; a field whose default is None also takes nil on the wire (as absent).
 _PARAMS_CHECKS = {"max_tokens": _pos, "temperature": _float_nn, "top_p": _float, "top_k": _int_at_least(-1),
                   "ignore_eos": _bool, "stop_token_ids": _ids, "seed": _int, "presence_penalty": _float,
-                  "frequency_penalty": _float, "repetition_penalty": _float, "logit_bias": _bias}
+                  "frequency_penalty": _float, "repetition_penalty": _float, "logit_bias": _bias,
+                  "logprobs": _nat, "prompt_logprobs": _nat}
 _decode_params = _decoder(WireParams, _PARAMS_CHECKS)
 
 
@@ -119,10 +120,10 @@ _CHECKS: dict[type, dict[str, Callable[[Any], Any]]] = {
             "max_len": _pos, "region": _map, "boot": _str},
     Heartbeat: {"worker_id": _nat, "free": _nat, "blocks": _nat, "reserved": _nat, "running": _nat,
                 "rejected": _nat, "stray": _nat, "preempted": _nat},
-    Out: {"items": _items},
+    Out: {"items": _items, "lp": _lps},
     Reserved: {"rid": _str, "ok": _bool, "blocks": _ids, "msg": _str},
     KvIn: {"rid": _str, "first_token": _nat, "nbytes": _nat, "mode": _enum("layerwise", "serialized"),
-           "seconds": _float_nn, "exposed": _float_nn},
+           "seconds": _float_nn, "exposed": _float_nn, "lp": _lp},
     KvFail: {"rid": _str, "reason": _str},
     Err: {"rid": _str, "msg": _str},
     StepFailed: {"rids": _strs, "error": _str},
@@ -130,7 +131,7 @@ _CHECKS: dict[type, dict[str, Callable[[Any], Any]]] = {
     KvStart: {"rid": _str},
     KvLayer: {"rid": _str, "layer": _nat, "sent_at": _float_nn, "inplace_bytes": _nat},
     KvDone: {"rid": _str, "first_token": _nat, "prefill_end": _float_nn, "mode": _enum("layerwise", "serialized"),
-             "sent_at": _float_nn, "meta": _meta, "inplace_bytes": _nat, "fail": _str},
+             "sent_at": _float_nn, "meta": _meta, "inplace_bytes": _nat, "fail": _str, "lp": _lp},
     KvDrop: {"rid": _str},
 }
 

@@ -140,6 +140,7 @@ class Heartbeat(Message):
 class Out(Message):
     T: ClassVar[str] = "out"
     items: list[OutItem]
+    lp: dict | None = None  # request id -> [its new tokens' logprob records, its prompt's] (those that ask)
 
 
 @_msg
@@ -160,6 +161,7 @@ class KvIn(Message):
     mode: Literal["layerwise", "serialized"]
     seconds: float
     exposed: float
+    lp: list | None = None  # the first token's logprob records, as KvDone brought them
 
 
 @_msg
@@ -222,6 +224,7 @@ class KvDone(Message):
     meta: dict | None = None
     inplace_bytes: int | None = None
     fail: str | None = None
+    lp: list | None = None  # [the first token's logprob record, the prompt's records] where asked
 
 
 @_msg

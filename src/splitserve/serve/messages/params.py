@@ -26,6 +26,8 @@ class WireParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: list[tuple[int, float]] = field(default_factory=list)
+    logprobs: int | None = None         # each generated token's logprob and the N most likely (engine/logprobs.py)
+    prompt_logprobs: int | None = None  # each prompt token's logprob and the N most likely there
 
     def to_wire(self) -> dict[str, Any]:
         """The map on the wire: optional fields at their defaults left out."""
@@ -41,4 +43,8 @@ class WireParams:
             d["repetition_penalty"] = self.repetition_penalty
         if self.logit_bias:
             d["logit_bias"] = self.logit_bias
+        if self.logprobs is not None:
+            d["logprobs"] = self.logprobs
+        if self.prompt_logprobs is not None:
+            d["prompt_logprobs"] = self.prompt_logprobs
         return d
