@@ -118,7 +118,7 @@ BAD = [
     ("temperature wrong type", {"prompt": [1, 2], "temperature": "hot"}, None, 400, "invalid_type"),
     ("temperature out of range", {"prompt": [1, 2], "temperature": -1}, None, 400, "invalid_value"),
     ("stream wrong type", {"prompt": [1, 2], "stream": "yes"}, None, 400, "invalid_type"),
-    ("n > 1", {"prompt": [1, 2], "n": 2}, None, 400, "unsupported"),
+    ("n > 16", {"prompt": [1, 2], "n": 17}, None, 400, "invalid_value"),
     ("unknown model", {"model": "gpt-17", "prompt": [1, 2]}, None, 404, "model_not_found"),
 ]
 

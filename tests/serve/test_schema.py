@@ -41,7 +41,7 @@ def err(body, chat: bool = False, raw: bytes | None = None) -> ApiError:
     ("stop_token_ids", "2", "invalid_type"), ("logit_bias", {"5": 101}, "invalid_value"),
     ("logit_bias", {"999": 1}, "invalid_value"), ("logit_bias", {"x": 1}, "invalid_type"),
     ("stream", "yes", "invalid_type"), ("stream_options", {"include_usage": 1}, "invalid_type"),
-    ("n", 2, "unsupported"), ("best_of", 3, "unsupported"), ("logprobs", 21, "invalid_value"),
+    ("n", 17, "invalid_value"), ("best_of", 0, "invalid_value"), ("logprobs", 21, "invalid_value"),
     ("suffix", "tail", "unsupported"), ("min_tokens", 4, "unsupported"), ("min_p", 0.1, "unsupported"),
 ])
 def test_each_field_is_checked_by_type_and_range(field, value, code):

@@ -60,6 +60,7 @@ from .scheduler import Scheduler
 from .sequence import Sequence, Status
 from .sharding import Shard
 from .stopping import finish_text, stop_reason
+from .structured import Grammars, consume
 from .tokenizer import Tokenizer
 
 
@@ -104,6 +105,8 @@ class LLMEngine(KVHostMixin, Conveniences):
             tokenizer = default_tokenizer(model, path, cfg)
         self.tokenizer: Tokenizer | None = tokenizer  # type: ignore[assignment]
         self.eos_ids = set(cfg.eos_token_ids)
+        self.grammars = Grammars(lambda: self.tokenizer or default_tokenizer(model, path, cfg), cfg.vocab_size,
+                                 cfg.eos_token_ids)
 
         num_blocks = num_blocks or default_num_blocks(cfg, self.dtype, self.device, self.max_model_len, block_size,
                                                       max_num_seqs, kv_cache_bytes, shard.kv_heads)
@@ -160,7 +163,8 @@ class LLMEngine(KVHostMixin, Conveniences):
         rid = request_id if request_id is not None else str(next(self._ids))
         if rid in self._seqs:
             raise UserError(f"request id {rid!r} is already in use")
-        seq = Sequence(rid, ids, params, next(self._arrivals), self.max_seq_len, isolated=isolated)
+        seq = Sequence(rid, ids, params, next(self._arrivals), self.max_seq_len, isolated=isolated,
+                       matcher=self.grammars.matcher(params.grammar) if params.grammar else None)
         self._seqs[rid] = seq
         return seq
 
@@ -256,7 +260,8 @@ class LLMEngine(KVHostMixin, Conveniences):
             for i, s in enumerate(samplers):
                 if s.params.return_logits:
                     s.logits.append(rows[i])
-        tokens = self.sampler(logits[:len(inp.rows)], samplers)
+        tokens = self.sampler(self.grammars.mask(logits[:len(inp.rows)], samplers), samplers)
+        consume(samplers, tokens)
         scored_out = [i for i, s in enumerate(samplers) if s.params.logprobs is not None]
         if scored_out:  # one pass over their rows, each keeping its own top N
             recs = records(logits[scored_out], [tokens[i] for i in scored_out],

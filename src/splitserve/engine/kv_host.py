@@ -170,6 +170,8 @@ class KVHostMixin:
             self.release_kv(request_id)
             raise UserError(f"first token {first_token} is outside the vocabulary")
         seq.output_ids.append(first_token)
+        if seq.matcher is not None:
+            seq.matcher.consume_token(first_token)
         if stop_reason(seq, first_token, self.eos_ids, self.tokenizer) is not None:
             self.release_kv(request_id)
             raise UserError("the request already finished at its first token; nothing to decode")

@@ -56,6 +56,7 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: int | None = None         # each generated token's logprob and the N most likely (logprobs.py)
     prompt_logprobs: int | None = None  # each prompt token's logprob and the N most likely there
+    grammar: str | None = None          # an llguidance grammar its output must follow (structured.py)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

@@ -37,6 +37,7 @@ class Sequence:
     num_cached: int = 0     # prompt tokens its latest prefill took from the prefix cache
     logprobs: list = field(default_factory=list)         # its generated tokens' records (logprobs.py)
     prompt_logprobs: list = field(default_factory=list)  # its prompt positions 1.. records
+    matcher: object = None  # params.grammar's matcher, at its tokens so far (structured.py)
 
     @property
     def num_tokens(self) -> int:

@@ -4,12 +4,13 @@ before a stop string)."""
 from __future__ import annotations
 
 from .sequence import Sequence
+from .structured import complete
 
 
 def stop_reason(seq: Sequence, tok: int, eos_ids: set[int], tokenizer) -> str | None:
     """"stop" (EOS unless ignored, a stop token or string), "length" (max_tokens, context), or None."""
     p = seq.params
-    if (tok in eos_ids and not p.ignore_eos) or tok in p.stop_token_ids:
+    if (tok in eos_ids and not p.ignore_eos) or tok in p.stop_token_ids or complete(seq):
         return "stop"
     if p.stop and stop_string_at(seq, tokenizer) is not None:
         return "stop"

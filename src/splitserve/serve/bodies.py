@@ -6,7 +6,7 @@ schema.py checks a body with them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
@@ -35,6 +35,22 @@ class StreamOptions(BaseModel):
                                                             "include_usage)")
 
 
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True)
+    name: str = ""
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(None, alias="schema", description="the JSON schema of the output")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's response_format: the output as free text, any JSON object, or JSON following a schema."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class Sampling(BaseModel):
     """Fields common to both endpoints (sampling, stopping, streaming)."""
 
@@ -53,9 +69,12 @@ class Sampling(BaseModel):
     ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, description="only 1 is supported")
+    n: int = Field(1, ge=1, le=16, description="choices, each sampled on its own (seed + i)")
+    best_of: int | None = Field(None, ge=1, le=16, description="sample this many (>= n), answer the n of "
+                                                               "highest cumulative logprob; not with stream")
     prompt_logprobs: int | None = Field(None, ge=0, le=20, description="vLLM's: each prompt token's logprob and "
                                                                        "the N most likely there")
+    response_format: ResponseFormat | None = None
 
 
 class CompletionRequest(Sampling):

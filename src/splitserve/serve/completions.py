@@ -26,6 +26,7 @@ from .config import ServeConfig
 from .detokenize import Detokenizer
 from .metrics import ServeMetrics
 from .openai_io import ApiError, ModelInfo, dumps
+from .choices import Choice, Failed, Tagged, child_params, collect
 from .responses import body, server_error, stream
 from .router import Overloaded, Router, TooLarge, Unavailable
 from .schema import GenRequest, detokenize, prepare, tokenize
@@ -92,9 +93,16 @@ class Completions:
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.key):
             raise ApiError(401, "incorrect API key", "invalid_request_error", None, "invalid_api_key")
 
-    def submit(self, gen: GenRequest, name: str):
+    def submit(self, gen: GenRequest, name: str, q: asyncio.Queue, children: range) -> list:
+        """These children of the request (n, or best_of) to the router, their events into `q`
+        (choices.py); none of them if any is refused."""
+        k = gen.best_of or gen.n
+        reqs = []
         try:
-            return self.router.submit(gen.prompt_ids, gen.params, name)
+            for i in children:
+                params = gen.params if k == 1 else child_params(gen.params, i, k > gen.n)
+                reqs.append(self.router.submit(gen.prompt_ids, params, name, Tagged(q, i)))
+            return reqs
         except Overloaded as e:
             self.metrics.rejected.labels("429").inc()
             raise ApiError(429, f"server overloaded: {e}; retry later", "rate_limit_error", None,
@@ -105,6 +113,10 @@ class Completions:
             self.metrics.rejected.labels("503").inc()
             raise ApiError(503, f"service unavailable: {e}", "server_error", None, "unavailable",
                            {"Retry-After": str(self.cfg.retry_after_s)}) from None
+        finally:
+            if len(reqs) < len(children):
+                for r in reqs:
+                    self.router.cancel(r)
 
     async def _prepared(self, fn, raw: bytes, *args):
         """fn(raw, *args): on the event loop for a small body, else on the prep threads."""
@@ -122,47 +134,34 @@ class Completions:
         """The response to one completion (chat: True) request; ApiError for bad input."""
         gen = await self._prepared(prepare, raw, chat, self.info, self.limits)
         rid = f"{'chatcmpl-' if chat else 'cmpl-'}{_ids.getrandbits(96):024x}"
-        req = self.submit(gen, rid)
+        q: asyncio.Queue = asyncio.Queue()
+        k = gen.best_of or gen.n
+        # with prefix caches, the other children follow the first one's first token, as SGLang's
+        # parallel sampling does: its prompt's full blocks are cached by then (choices.py)
+        reqs = self.submit(gen, rid, q, range(1 if self.cfg.prefix_caching else k))
         created = int(time.time())
-        detok = Detokenizer(self.info.tokenizer, gen.stop)
+        choices = [Choice(Detokenizer(self.info.tokenizer, gen.stop)) for _ in range(k)]
         try:
-            first = await req.queue.get()
-        except BaseException:
-            self.router.cancel(req)
+            first = await q.get()
+            if first[1][0] == "error":
+                raise Failed(first[1])
+            if len(reqs) < k:
+                reqs += self.submit(gen, rid, q, range(1, k))
+            if gen.stream:
+                return StreamingResponse(stream(self.router, self.info, reqs, q, choices, first, rid, created, chat,
+                                                gen), media_type="text/event-stream",
+                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            await collect(self.router, reqs, q, choices, first)
+        except BaseException as e:
+            for r in reqs:
+                self.router.cancel(r)
+            if isinstance(e, Failed):
+                raise server_error(e.ev) from None
             raise
-        if first[0] == "error":
-            raise server_error(first)
-        if gen.stream:
-            return StreamingResponse(stream(self.router, self.info, req, first, rid, created, chat, gen, detok),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        tokens: list[int] = []
-        recs: list = []
-        ev = first
-        try:
-            while True:
-                if ev[0] == "tokens":
-                    tokens += ev[1]
-                    if ev[2] is not None:
-                        recs += ev[2]
-                    if gen.stop:  # else the text is decoded once, at the end
-                        detok.push(ev[1])
-                    if detok.stopped:
-                        self.router.cancel(req)
-                        reason = "stop"
-                        break
-                elif ev[0] == "done":
-                    reason = ev[1]
-                    break
-                else:
-                    raise server_error(ev)
-                ev = await req.queue.get()
-        except BaseException:
-            self.router.cancel(req)
-            raise
-        if not gen.stop:
-            detok.push(tokens)
-        return json_response(body(self.info, rid, created, chat, gen, req, tokens, recs, detok.text()[0], reason))
+        for c in choices:
+            if not c.detok.stop:
+                c.detok.push(c.tokens)
+        return json_response(body(self.info, rid, created, chat, gen, reqs, choices))
 
 
     def handler(self, chat: bool):

@@ -19,6 +19,7 @@ class RequestLimits:
     max_stop_strings: int = 16        # OpenAI allows 4; vLLM has no limit
     max_stop_chars: int = 256         # per stop string
     max_token_list: int = 1024        # entries of stop_token_ids and of logit_bias
+    max_schema_bytes: int = 16 << 10  # response_format's JSON schema (as JSON), and the grammar made of it
 
 
 @dataclass(slots=True)

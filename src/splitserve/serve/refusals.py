@@ -1,6 +1,6 @@
 """What this server does not implement, refused by name: every field of the OpenAI API (as the
 official `openai` client sends it) and of vLLM's extensions that splitserve does not implement
-(`n` > 1, `best_of`, `suffix`, tools, JSON output, `user`, `store`, ...; the table
+(`suffix`, tools, `user`, `store`, ...; the table
 UNSUPPORTED) is refused with 400 `unsupported`, naming the field, when it asks for anything but the
 default, never accepted and ignored; so are the keys of a chat message other than `role` and
 `content` (`name`, `tool_calls`, ...) and OpenAI's `stream_options.include_obfuscation`. Names that
@@ -17,9 +17,9 @@ from .openai_io import bad
 # chat is refused in prepare (vLLM's chat echo means something else).
 UNSUPPORTED = {
     # OpenAI
-    "best_of": (None, 1), "suffix": (None, ""),
+    "suffix": (None, ""),
     "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
-    "parallel_tool_calls": (None, True), "response_format": (None, {"type": "text"}), "audio": (None,),
+    "parallel_tool_calls": (None, True), "audio": (None,),
     "modalities": (None, ["text"]), "prediction": (None,), "user": (None,), "safety_identifier": (None,),
     "metadata": (None, {}), "store": (None, False), "service_tier": (None, "auto", "default"),
     "reasoning_effort": (None,), "verbosity": (None,), "web_search_options": (None,), "moderation": (None,),

@@ -18,7 +18,7 @@ class LiveRequest:
     prompt_ids: list[int]
     params: WireParams
     created: float
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)   # events for the HTTP handler
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)   # events for the HTTP handler (put_nowait)
     delivered: list[int] = field(default_factory=list)
     produced: int = 0          # tokens seen from the current try
     tries: int = 0             # tries so far; each has its own wire id <id>.<try>
@@ -52,8 +52,10 @@ class RequestTable:
     def __len__(self) -> int:
         return len(self.active)
 
-    def new(self, name: str, prompt_ids: list[int], params: WireParams, now: float) -> LiveRequest:
+    def new(self, name: str, prompt_ids: list[int], params: WireParams, now: float, queue=None) -> LiveRequest:
         req = LiveRequest(next(self._ids), name, list(prompt_ids), params, now)
+        if queue is not None:
+            req.queue = queue
         self.active[req.id] = req
         return req
 

@@ -6,13 +6,14 @@ then `data: [DONE]`; a stream that fails (or is cut by shutdown) ends with an er
 `data: [DONE]` too. Log-probabilities, where asked, in the forms of logprobs_io.py: a chunk's
 with its tokens, the prompt's (echo, vLLM's prompt_logprobs) with the first.
 
-The router's events: ("tokens", ids, their logprob records or None), ("done", finish reason),
-("error", message, status[, code]).
+The router's events, one queue for all the request's children (choices.py), each as (child index,
+event): ("tokens", ids, their logprob records or None), ("done", finish reason), ("error", message,
+status[, code]).
 """
 
 from __future__ import annotations
 
-from .detokenize import Detokenizer
+from .choices import Choice, best
 from .logprobs_io import TokenTexts, chat_logprobs, completion_logprobs, prompt_logprobs
 from .openai_io import ApiError, ModelInfo, dumps
 from .schema import GenRequest
@@ -37,52 +38,62 @@ def _prompt_logprobs(names: TokenTexts, gen: GenRequest, req) -> dict:
     return {"prompt_logprobs": prompt_logprobs(names, req.prompt_logprobs or [], gen.prompt_logprobs)}
 
 
-def _usage(gen: GenRequest, req, n_out: int) -> dict:
+def _usage(gen: GenRequest, reqs: list, n_out: int) -> dict:
+    """Usage of the request: its prompt once, the tokens of every child (`best_of` too), and the
+    prompt tokens the first child's prefill took from a prefix cache."""
     n = len(gen.prompt_ids)
     return {"prompt_tokens": n, "completion_tokens": n_out, "total_tokens": n + n_out,
-            "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": reqs[0].cached_tokens}}
 
 
-def body(info: ModelInfo, rid: str, created: int, chat: bool, gen: GenRequest, req, tokens: list[int],
-         recs: list, text: str, reason: str) -> dict:
-    """The JSON body of a finished request: its tokens, their records `recs` and its text."""
+def body(info: ModelInfo, rid: str, created: int, chat: bool, gen: GenRequest, reqs: list,
+         choices: list[Choice]) -> dict:
+    """The JSON body of a finished request from its children's `choices` (their texts decoded)."""
     names = TokenTexts(info.tokenizer)
-    lps = None if gen.logprobs is None else chat_logprobs(names, recs, gen.logprobs) if chat else \
-        completion_logprobs(names, recs, 0, gen.logprobs, _echoed(gen, req))
-    if chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "finish_reason": reason, "logprobs": lps, "token_ids": tokens}
-    else:
-        if gen.echo_text is not None:
-            text = gen.echo_text + text
-        choice = {"index": 0, "text": text, "token_ids": tokens, "logprobs": lps, "finish_reason": reason}
-    choice.update(_prompt_logprobs(names, gen, req))
+    out = []
+    for index, c in enumerate(best(choices, gen.n)):
+        req = reqs[choices.index(c)]
+        text = c.detok.text()[0]
+        lps = None if gen.logprobs is None else chat_logprobs(names, c.recs, gen.logprobs) if chat else \
+            completion_logprobs(names, c.recs, 0, gen.logprobs, _echoed(gen, req))
+        if chat:
+            choice = {"index": index, "message": {"role": "assistant", "content": text},
+                      "finish_reason": c.reason, "logprobs": lps, "token_ids": c.tokens}
+        else:
+            if gen.echo_text is not None:
+                text = gen.echo_text + text
+            choice = {"index": index, "text": text, "token_ids": c.tokens, "logprobs": lps, "finish_reason": c.reason}
+        choice.update(_prompt_logprobs(names, gen, req))
+        out.append(choice)
     return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
-            "model": info.name, "choices": [choice], "usage": _usage(gen, req, len(tokens))}
+            "model": info.name, "choices": out, "usage": _usage(gen, reqs, sum(len(c.tokens) for c in choices))}
 
 
-async def stream(router, info: ModelInfo, req, first: tuple, rid: str, created: int, chat: bool, gen: GenRequest,
-                 detok: Detokenizer):
-    """The server-sent events of a request whose first event is `first`."""
+async def stream(router, info: ModelInfo, reqs: list, q, choices: list[Choice], first: tuple, rid: str,
+                 created: int, chat: bool, gen: GenRequest):
+    """The server-sent events of a request's children (`best_of` is n here) from the first event
+    `first` on: each chunk is one child's (its index), a chunk with the finish reason ends it."""
     obj = "chat.completion.chunk" if chat else "text_completion"
     head = f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{dumps(info.name).decode()},'
-    names, at = TokenTexts(info.tokenizer), [0]  # at: the text offset of the next token (completions' logprobs)
-    extra = _prompt_logprobs(names, gen, req)   # into the first chunk
+    names = TokenTexts(info.tokenizer)
+    at = [0] * len(reqs)  # the text offset of each choice's next token (completions' logprobs)
+    extra = [_prompt_logprobs(names, gen, req) for req in reqs]   # into each choice's first chunk
 
-    def chunk(text: str, toks: list[int], reason: str | None, recs: list | None = None, echoed=None) -> str:
+    def chunk(i: int, text: str, toks: list[int], reason: str | None, recs: list | None = None,
+              echoed=None) -> str:
         lp = None
         if gen.logprobs is not None and (recs or echoed):
             lp = chat_logprobs(names, recs, gen.logprobs) if chat else \
-                completion_logprobs(names, recs or [], at[0], gen.logprobs, echoed)
+                completion_logprobs(names, recs or [], at[i], gen.logprobs, echoed)
             if not chat:
-                at[0] = lp["text_offset"][-1] + len(lp["tokens"][-1])
+                at[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
         if chat:
             delta = {"content": text} if text or toks else {}
-            c = {"index": 0, "delta": delta, "token_ids": toks, "logprobs": lp, "finish_reason": reason}
+            c = {"index": i, "delta": delta, "token_ids": toks, "logprobs": lp, "finish_reason": reason}
         else:
-            c = {"index": 0, "text": text, "token_ids": toks, "logprobs": lp, "finish_reason": reason}
-        c.update(extra)
-        extra.clear()
+            c = {"index": i, "text": text, "token_ids": toks, "logprobs": lp, "finish_reason": reason}
+        c.update(extra[i])
+        extra[i] = {}
         return f"data: {head}\"choices\":[{dumps(c).decode()}]{usage_so_far()}}}\n\n"
 
     def usage_so_far() -> str:  # vLLM's continuous_usage_stats: the usage in every chunk
@@ -90,34 +101,41 @@ async def stream(router, info: ModelInfo, req, first: tuple, rid: str, created: 
             return ""
         return f',"usage":{{"prompt_tokens":{n},"completion_tokens":{n_out},"total_tokens":{n + n_out}}}'
 
-    n, n_out = len(gen.prompt_ids), 0
-    ev = first
+    n, n_out, left = len(gen.prompt_ids), 0, len(reqs)
+    i, ev = first
     try:
-        if chat:
-            role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                    "finish_reason": None, **extra}
-            extra.clear()
-            yield f"data: {head}\"choices\":[{dumps(role).decode()}]{usage_so_far()}}}\n\n"
-        elif gen.echo_text:
-            yield chunk(gen.echo_text, [], None, None, _echoed(gen, req))
+        for k, req in enumerate(reqs):
+            if chat:
+                role = {"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                        "finish_reason": None, **extra[k]}
+                extra[k] = {}
+                yield f"data: {head}\"choices\":[{dumps(role).decode()}]{usage_so_far()}}}\n\n"
+            elif gen.echo_text:
+                yield chunk(k, gen.echo_text, [], None, None, _echoed(gen, req))
         while True:
-            if ev[0] == "tokens":
-                n_out += len(ev[1])
-                text = detok.push(ev[1])
-                if detok.stopped:
-                    router.cancel(req)
-                    yield chunk(text, ev[1], "stop", ev[2])
+            c = choices[i]
+            if c.reason is None:
+                if ev[0] == "tokens":
+                    n_out += len(ev[1])
+                    text = c.detok.push(ev[1])
+                    if c.detok.stopped:
+                        router.cancel(reqs[i])
+                        c.reason = "stop"
+                    yield chunk(i, text, ev[1], c.reason, ev[2])
+                elif ev[0] == "done":
+                    c.reason = ev[1]
+                    yield chunk(i, c.detok.push([], final=True), [], ev[1])
+                else:
+                    yield f"data: {dumps(server_error(ev).body()).decode()}\n\n"
                     break
-                yield chunk(text, ev[1], None, ev[2])
-            elif ev[0] == "done":
-                yield chunk(detok.push([], final=True), [], ev[1])
-                break
-            else:
-                yield f"data: {dumps(server_error(ev).body()).decode()}\n\n"
-                break
-            ev = await req.queue.get()
+                if c.reason is not None:
+                    left -= 1
+                    if not left:
+                        break
+            i, ev = await q.get()
         if gen.include_usage:
-            yield f"data: {head}\"choices\":[],\"usage\":{dumps(_usage(gen, req, n_out)).decode()}}}\n\n"
+            yield f"data: {head}\"choices\":[],\"usage\":{dumps(_usage(gen, reqs, n_out)).decode()}}}\n\n"
         yield "data: [DONE]\n\n"
     finally:
-        router.cancel(req)  # a no-op once the request has ended; stops the work if the client left
+        for req in reqs:
+            router.cancel(req)  # a no-op once the request has ended; stops the work if the client left

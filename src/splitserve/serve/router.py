@@ -161,7 +161,8 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
             self._max_request = min(min(w.max_len, w.kv_tokens) for w in holders)
         return self._max_request
 
-    def submit(self, prompt_ids: list[int], params: WireParams, name: str = "") -> LiveRequest:
+    def submit(self, prompt_ids: list[int], params: WireParams, name: str = "", queue=None) -> LiveRequest:
+        """Admit one request; its events go to `queue` (its own asyncio.Queue when None)."""
         if not self.ready or self.closing or self.draining:
             raise Unavailable("the server is starting or shutting down")
         if len(self.reqs) >= self.cfg.max_queue:
@@ -172,7 +173,7 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
                            f"max_tokens {params.max_tokens}); a worker holds at most {self._max_request}")
         if not any(w.up for w in self.workers):
             raise Unavailable("no worker is up")
-        req = self.reqs.new(name, prompt_ids, params, time.perf_counter())
+        req = self.reqs.new(name, prompt_ids, params, time.perf_counter(), queue)
         self._begin(req)
         return req
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .bodies import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse, StreamOptions,
-                     TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse, validate)
+from .bodies import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse, ResponseFormat,
+                     StreamOptions, TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse, validate)
 from .config import RequestLimits
 from .messages import WireParams
-from .openai_io import ApiError, ModelInfo, bad, parse_json
+from .openai_io import ApiError, ModelInfo, bad, dumps, parse_json
 from .prompts import chat_ids, check_text, encode_text, prompt_ids
 from .refusals import refuse_unsupported
 
@@ -42,6 +42,8 @@ class GenRequest:
     continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats: usage in every chunk
     logprobs: int | None = None     # completions' logprobs N, chat's top_logprobs N (logprobs: true); None: off
     prompt_logprobs: int | None = None  # vLLM's prompt_logprobs N, as asked (echo's come through params)
+    n: int = 1                      # choices answered
+    best_of: int | None = None      # children sampled (> n: the n best answered), None: n
 
 
 def _stop_strings(stop: str | list[str] | None, info: ModelInfo, limits: RequestLimits) -> list[str]:
@@ -120,6 +122,43 @@ def _logprobs(m: CompletionRequest | ChatCompletionRequest, chat: bool, info: Mo
     return n, prompt_n
 
 
+# JSON output without whitespace between its tokens (llguidance allows any by default): a model
+# cannot stall on whitespace, as small ones do
+COMPACT_JSON = {"whitespace_flexible": False}
+
+
+def _grammar(rf: ResponseFormat | None, info: ModelInfo, limits: RequestLimits) -> str | None:
+    """The llguidance grammar of `response_format` (engine/structured.py), None for free text:
+    checked here, so that a schema the workers cannot follow is refused before it reaches them."""
+    if rf is None or rf.type == "text":
+        return None
+    if not info.scores:
+        raise bad("response_format needs workers that run the model (--worker-mode engine)", "response_format",
+                  "unsupported")
+    schema = {"type": "object"} if rf.type == "json_object" else (rf.json_schema and rf.json_schema.json_schema)
+    if schema is None:
+        raise bad("'response_format.json_schema.schema' is required for type json_schema", "response_format",
+                  "missing_field")
+    import llguidance
+
+    size = len(dumps(schema))
+    if size > limits.max_schema_bytes:
+        raise bad(f"the JSON schema has {size} bytes; at most {limits.max_schema_bytes} are allowed",
+                  "response_format", "invalid_value")
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=COMPACT_JSON)
+        error = llguidance.LLMatcher.validate_grammar(grammar)
+    except (ValueError, TypeError) as e:
+        error = str(e)
+    if error:
+        raise bad(f"response_format: the JSON schema cannot be used: {error[:300]}", "response_format",
+                  "invalid_value")
+    if len(grammar) > limits.max_schema_bytes:
+        raise bad(f"the JSON schema's grammar has {len(grammar)} bytes; at most {limits.max_schema_bytes} are "
+                  "allowed", "response_format", "invalid_value")
+    return grammar
+
+
 def check_model(name: str | None, info: ModelInfo) -> None:
     if name is not None and name != info.name:
         raise ApiError(404, f"the model '{name}' does not exist; this server serves '{info.name}'",
@@ -132,8 +171,12 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
     m = validate(ChatCompletionRequest if chat else CompletionRequest, body)
     check_model(m.model, info)
     refuse_unsupported(body)
-    if m.n != 1:
-        raise bad("only n=1 is supported", "n", "unsupported")
+    if m.best_of is not None and m.best_of < m.n:
+        raise bad(f"'best_of' ({m.best_of}) must be at least 'n' ({m.n})", "best_of", "invalid_value")
+    if m.stream and m.best_of is not None and m.best_of > m.n:
+        raise bad("'best_of' larger than 'n' cannot be streamed", "best_of", "invalid_value")
+    if m.best_of is not None and m.best_of > m.n and not info.scores:
+        raise bad("'best_of' needs workers that run the model (--worker-mode engine)", "best_of", "unsupported")
     stop = _stop_strings(m.stop, info, limits)
     echo_text = None
     if chat:
@@ -152,10 +195,11 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
                         seed=m.seed, presence_penalty=m.presence_penalty, frequency_penalty=m.frequency_penalty,
                         repetition_penalty=m.repetition_penalty,
                         logit_bias=_logit_bias(m.logit_bias, info, limits) if m.logit_bias else [],
-                        logprobs=n_lp, prompt_logprobs=prompt_lp)
+                        logprobs=n_lp, prompt_logprobs=prompt_lp, grammar=_grammar(m.response_format, info, limits))
     so = m.stream_options or StreamOptions()
     return GenRequest(ids, params, m.stream, so.include_usage, stop, echo_text,
-                      so.include_usage and so.continuous_usage_stats, n_lp, m.prompt_logprobs)
+                      so.include_usage and so.continuous_usage_stats, n_lp, m.prompt_logprobs, m.n,
+                      m.best_of if m.best_of is not None and m.best_of > m.n else None)
 
 
 def tokenize(raw: bytes, info: ModelInfo) -> dict:

@@ -96,7 +96,7 @@ def _decoder(cls: type, checks: dict[str, Callable[[Any], Any]]) -> Callable[[di
 _PARAMS_CHECKS = {"max_tokens": _pos, "temperature": _float_nn, "top_p": _float, "top_k": _int_at_least(-1),
                   "ignore_eos": _bool, "stop_token_ids": _ids, "seed": _int, "presence_penalty": _float,
                   "frequency_penalty": _float, "repetition_penalty": _float, "logit_bias": _bias,
-                  "logprobs": _nat, "prompt_logprobs": _nat}
+                  "logprobs": _nat, "prompt_logprobs": _nat, "grammar": _str}
 _decode_params = _decoder(WireParams, _PARAMS_CHECKS)
 
 

@@ -28,6 +28,7 @@ class WireParams:
     logit_bias: list[tuple[int, float]] = field(default_factory=list)
     logprobs: int | None = None         # each generated token's logprob and the N most likely (engine/logprobs.py)
     prompt_logprobs: int | None = None  # each prompt token's logprob and the N most likely there
+    grammar: str | None = None          # an llguidance grammar the output follows (engine/structured.py)
 
     def to_wire(self) -> dict[str, Any]:
         """The map on the wire: optional fields at their defaults left out."""
@@ -47,4 +48,6 @@ class WireParams:
             d["logprobs"] = self.logprobs
         if self.prompt_logprobs is not None:
             d["prompt_logprobs"] = self.prompt_logprobs
+        if self.grammar is not None:
+            d["grammar"] = self.grammar
         return d
