@@ -91,7 +91,8 @@ else
   KV=(--model tiny --device cpu --dtype float32 --requests 2 --prompt-tokens 64 --num-blocks 64 --startup-timeout 60)
   TWIN_MODEL=small; TWIN_DUR=15
   PROF=()
-  if [ $QUICK = 1 ]; then
+  if [ $QUICK = 1 ]; then  # CI's smoke run of the whole script: the smallest model everywhere
+    MODEL=tiny
     SERVE=(--model tiny --device cpu --dtype float32 --prompt-len 32 --output-tokens 48 --rounds 1)
   fi
 fi

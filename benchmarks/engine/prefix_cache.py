@@ -6,7 +6,7 @@
    one alone; alternated, `--repeats` pairs, medians;
 2. what naming and looking blocks up costs a decode step (target: at most 2%): a decode-only run
    of `--batch` sequences, the scheduler's `_register` (hashing each block as it fills) and
-   `_attach_cached` timed inside the steps, against the steps' own time.
+   `attach_cached` timed inside the steps, against the steps' own time.
 
     python benchmarks/engine/prefix_cache.py [--model small] [--prompt 1024] [--out FILE.json]
 """
@@ -84,7 +84,7 @@ def main() -> None:
         return wrapper
 
     sched._register = timed("register", sched._register)
-    sched._attach_cached = timed("attach", sched._attach_cached)
+    sched.attach_cached = timed("attach", sched.attach_cached)
     ctx = 256
     for _ in range(a.batch):
         on.add_request(torch.randint(3, 1000, (ctx,), generator=g).tolist(),

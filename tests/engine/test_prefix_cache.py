@@ -234,3 +234,37 @@ def test_a_prompt_with_a_cached_prefix_hands_its_whole_kv_over(threshold):
     assert cached == [0, 48, 48] and got == want
     mode = "layerwise" if threshold == 0 else "serialized"
     assert [e for e in b_conn.events if e[0] != "kv_in"] == [] and {e[2] for e in b_conn.events} == {mode}
+
+
+@pytest.mark.parametrize("threshold", [0, 10**9], ids=["layerwise", "serialized"])
+def test_the_token_side_takes_a_conversations_earlier_turn_from_its_own_cache(threshold):
+    """Turn 1 (40 prompt tokens, 10 out) is prefilled on A and decoded on B; B computed its
+    positions 0..48, so 3 full blocks (48 tokens) are in B's cache. Turn 2's prompt is turn 1's
+    prompt, its answer and 12 new tokens (62): B's reservation takes those 48 tokens' blocks from
+    its cache and only positions 48.. are handed over; both turns decode as one engine alone."""
+    from splitserve.engine.kv_memory import InMemoryConnector
+
+    g = torch.Generator().manual_seed(3)
+    turn1 = [1] + torch.randint(3, 259, (39,), generator=g).tolist()
+    ask = torch.randint(3, 259, (12,), generator=g).tolist()
+    params = SamplingParams(max_tokens=10, ignore_eos=True)
+    alone = LLMEngine("tiny", prefix_caching=False)
+    answer1 = alone.generate([turn1], [params])[0].token_ids
+    turn2 = turn1 + answer1 + ask
+    want2 = alone.generate([turn2], [params])[0].token_ids
+    a_conn, b_conn = InMemoryConnector(threshold=threshold), InMemoryConnector()
+    a, b = LLMEngine("tiny", connector=a_conn), LLMEngine("tiny", connector=b_conn)
+    got, skipped = [], []
+    for rid, p in (("t1", turn1), ("t2", turn2)):
+        a_conn.send_to(rid, b_conn.reserve(rid, p, params))
+        skipped.append(b.kv_cached(rid))
+        a.add_request(p, params, rid, prefill_only=True)
+        while a.has_unfinished():
+            a.step()
+        while b.has_unfinished():
+            got += [o.token_ids for o in b.step() if o.finished]
+    assert skipped == [0, 48] and got == [answer1, want2]
+    assert all(e[0] == "kv_in" for e in b_conn.events)
+    for eng in (a, b):
+        eng.blocks.check()
+        assert eng.blocks.num_free == eng.blocks.num_blocks

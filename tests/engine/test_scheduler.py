@@ -134,7 +134,7 @@ def workloads(draw):
     return bs, num_blocks, reqs, cfg
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(workloads())
 def test_the_view_covers_every_block_and_tokens_are_unchanged(w):
     bs, num_blocks, reqs, cfg = w

@@ -77,15 +77,19 @@ def test_best_of_answers_the_most_likely_children(server, reference_engine):
 
 
 @pytest.mark.parametrize("caching", [True, False])
-def test_children_share_the_prompt_through_the_prefix_cache(server_factory, caching):
-    srv = server_factory("--prompt-workers", "1", "--token-workers", "1",
-                         *(() if caching else ("--no-prefix-caching",)))
-    r = client_of(srv).completions.create(n=4, **KW)
+def test_children_share_the_prompt_through_the_prefix_cache(server_factory, split_server, caching):
+    """The first child computes the prompt; the three others follow its first token and take its
+    2 full blocks (32 of the 41 tokens) from the prompt worker's cache (the session's 1P + 1T
+    server); with --no-prefix-caching nothing is looked up."""
+    srv = split_server if caching else server_factory("--prompt-workers", "1", "--token-workers", "1",
+                                                      "--no-prefix-caching")
+    names = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
+    before = [srv.metric(n) for n in names]
+    prompt = [1] + [(5 * i + 99) % 250 + 3 for i in range(40)]  # not sent before in this session
+    r = client_of(srv).completions.create(n=4, **{**KW, "prompt": prompt})
     assert len(r.choices) == 4
-    # the first child computes the prompt; the three others follow its first token and take its
-    # 2 full blocks (32 of the 41 tokens) from the prompt worker's cache
-    assert srv.metric("vllm:prefix_cache_queries_total") == (4 * len(PROMPT) if caching else 0)
-    assert srv.metric("vllm:prefix_cache_hits_total") == (3 * 32 if caching else 0)
+    got = [srv.metric(n) - b for n, b in zip(names, before)]
+    assert got == ([4 * 41, 3 * 32] if caching else [0, 0])
 
 
 def test_refusals(split_server):

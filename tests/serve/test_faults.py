@@ -127,7 +127,7 @@ def test_transfer_timeout_frees_blocks_on_both_sides(reference_engine):
     free0 = tok.blocks.num_free
     events = []
     tok.connector = rx = KVReceiver(timeout_s=0.2, notify=events.append)
-    assert rx.expect("r1", prompt, params) == {}  # tcp: nothing for the writer to know
+    assert rx.expect("r1", prompt, params) == {"skip": 0}  # tcp: no blocks for the writer; none of it cached
     assert tok.blocks.num_free == free0 - tok.blocks.blocks_for(len(prompt) + 1)
 
     # a prompt worker streams layer 0 to a peer that is gone (nobody listens there)

@@ -99,7 +99,7 @@ gen_full = st.builds(Gen, rid=rid, prompt_ids=ids, params=params, kind=st.just("
 gen_prefill = st.builds(Gen, rid=rid, prompt_ids=ids, params=params, kind=st.just("prefill"),
                         isolated=st.booleans(), dest=nat, dest_ident=st.text(max_size=30),
                         dest_addr=st.text(max_size=30), threshold=nat, region=st.none() | opaque,
-                        blocks=st.none() | ids)
+                        blocks=st.none() | ids, skip=st.none() | nat)
 
 KINDS: dict[type, st.SearchStrategy] = {
     Gen: gen_full | gen_prefill,
@@ -117,9 +117,9 @@ KINDS: dict[type, st.SearchStrategy] = {
     Out: st.builds(Out, items=st.lists(st.builds(OutItem, rid, ids, st.booleans(), st.none() | st.text(max_size=10)),
                                        max_size=8), lp=st.none() | st.dictionaries(rid, lp, max_size=3)),
     Reserved: st.builds(Reserved, rid=rid, ok=st.booleans(), blocks=st.none() | ids,
-                        msg=st.none() | st.text(max_size=20)),
+                        msg=st.none() | st.text(max_size=20), skip=st.none() | nat),
     KvIn: st.builds(KvIn, rid=rid, first_token=nat, nbytes=nat, mode=mode, seconds=finite_nn, exposed=finite_nn,
-                    lp=st.none() | lp),
+                    lp=st.none() | lp, skipped=st.none() | nat),
     KvFail: st.builds(KvFail, rid=rid, reason=st.text(max_size=40)),
     Err: st.builds(Err, rid=rid, msg=st.text(max_size=40)),
     StepFailed: st.builds(StepFailed, rids=st.lists(rid, max_size=6), error=st.text(max_size=40)),
@@ -343,7 +343,7 @@ EXAMPLES: dict[type, Message] = {
         max_tokens=4, temperature=0.0, top_p=1.0, top_k=0, ignore_eos=False, stop_token_ids=[2], seed=1,
         presence_penalty=0.1, frequency_penalty=0.1, repetition_penalty=1.1, logit_bias=[(1, 1.0)], logprobs=2,
         prompt_logprobs=1), kind="prefill", isolated=True, predicted=7, dest=1, dest_ident=W1, dest_addr="tcp://h:1", threshold=512,
-        region={"kind": "shm"}, blocks=[0]),
+        region={"kind": "shm"}, blocks=[0], skip=16),
     Expect: Expect(rid="1.0", prompt_ids=[1], params=WireParams(
         max_tokens=4, temperature=0.0, top_p=1.0, top_k=0, ignore_eos=False, stop_token_ids=[]), src=0, isolated=True),
     Cancel: Cancel(rid="1.0"), Abort: Abort(rid="1.0", prefill_sent=True), PeerDown: PeerDown(peer=1),
@@ -352,9 +352,9 @@ EXAMPLES: dict[type, Message] = {
                  region={"kind": "shm"}, boot="b"),
     Heartbeat: Heartbeat(worker_id=0, free=1, blocks=2, reserved=3, running=4, rejected=5, stray=6, preempted=7),
     Out: Out(items=[OutItem("1.0", [1], True, "stop")], lp={"1.0": [[[1, -0.5, 1, [[1, -0.5]]]], None]}),
-    Reserved: Reserved(rid="1.0", ok=False, blocks=[1], msg="no"),
+    Reserved: Reserved(rid="1.0", ok=False, blocks=[1], msg="no", skip=32),
     KvIn: KvIn(rid="1.0", first_token=1, nbytes=2, mode="layerwise", seconds=0.1, exposed=0.2,
-               lp=[[[1, -0.5, 1, []]], [[2, -1.5, 3, []]]]),
+               lp=[[[1, -0.5, 1, []]], [[2, -1.5, 3, []]]], skipped=48),
     KvFail: KvFail(rid="1.0", reason="x"), Err: Err(rid="1.0", msg="x"),
     StepFailed: StepFailed(rids=["1.0"], error="x"),
     Step: Step(chunks=[StepChunk("1.0", 5)], preempted=["2.0"], joined=["3.0"],
@@ -512,14 +512,14 @@ def test_malformed(t, change, name, words):
 
 def test_gen_fields_by_kind():
     full = {k: v for k, v in header_of("gen").items() if k not in ("dest", "dest_ident", "addr", "thr", "region",
-                                                                    "blocks")}
+                                                                    "blocks", "skip")}
     assert decode({**full, "kind": "full"}).kind == "full"
     for k in ("dest", "dest_ident", "addr", "thr"):
         e = refused({**header_of("gen"), k: None})
         assert e.field == k and "missing (kind 'prefill')" in e.reason
         e = refused({**full, "kind": "prefill"})
         assert e.field == "dest"
-    for k in ("dest", "dest_ident", "addr", "thr", "region", "blocks"):
+    for k in ("dest", "dest_ident", "addr", "thr", "region", "blocks", "skip"):
         e = refused({**full, "kind": "full", k: header_of("gen")[k]})
         assert e.field == k and e.reason == f"gen: field {k!r}: only for kind 'prefill'"
     assert decode({**full, "kind": "full", "region": None}).region is None  # nil: absent

@@ -16,6 +16,7 @@ import random
 
 import httpx
 import openai
+import pytest
 
 from .conftest import complete, reference
 
@@ -72,3 +73,30 @@ def test_forty_conversations_at_once_are_lossless(server_factory, reference_engi
     assert srv.metric("splitserve_kv_transfer_failures_total") == 0
     for w in srv.state()["workers"]:  # every block back (a cached block counts as free)
         assert w["free"] == w["blocks"], w
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["tcp-layerwise", "local-serialized"])
+def test_the_token_worker_keeps_a_conversations_earlier_turn(server_factory, split_server, reference_engine, own):
+    """Turn 1: 40 prompt tokens, 10 out, decoded on the token worker, which computed positions
+    0..48: 3 full blocks (48 tokens) stay in its cache. Turn 2 (turn 1, its answer, 12 new tokens:
+    62) reserves them there, so the hand-over skips 48 tokens; the prompt worker's cache gives it
+    turn 1's 2 full blocks (32 tokens). Both answers are the engine's. On the session's 1P + 1T
+    server (tcp, layer by layer) and on one of --transport local with serialized transfers."""
+    srv = server_factory("--prompt-workers", "1", "--token-workers", "1", "--transport", "local",
+                         "--layerwise-threshold", "1000000") if own else split_server
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.api_key or "none", max_retries=0)
+    rng = random.Random(9)
+    turn1 = [1] + [rng.randrange(3, 259) for _ in range(39)]
+    ask = [rng.randrange(3, 259) for _ in range(12)]
+    before = [srv.metric("splitserve_kv_transfer_skipped_tokens_total"), srv.metric("vllm:prefix_cache_hits_total")]
+    answers = []
+    for prompt in (turn1, None):
+        prompt = prompt or turn1 + answers[0] + ask
+        r = client.completions.create(model="tiny", prompt=prompt, max_tokens=10, temperature=0,
+                                      extra_body={"ignore_eos": True})
+        answers.append(r.choices[0].model_extra["token_ids"])
+        assert answers[-1] == reference(reference_engine, [prompt], [10], ignore_eos=True)[0]
+    assert srv.metric("splitserve_kv_transfer_skipped_tokens_total") - before[0] == 48
+    assert srv.metric("vllm:prefix_cache_hits_total") - before[1] == 32
+    st = srv.wait_settled()
+    assert all(w["free"] == w["blocks"] for w in st["workers"]), st["workers"]

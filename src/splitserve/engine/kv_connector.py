@@ -113,8 +113,14 @@ class KVHost(Protocol):
 
     def reserve_kv(self, prompt_ids: list[int], params, request_id: str, isolated: bool = False) -> list[int]:
         """Reserve room for a request prefilled elsewhere (the scheduler's policy reservation of
-        its whole decode) and allocate the blocks of its prompt and first token; their ids.
-        UserError when it does not fit. Applies the connector's `get_finished` first."""
+        its whole decode) and allocate the blocks of its prompt and first token; their ids. With
+        prefix caching its longest cached prefix is attached first (`kv_cached` tokens: whole
+        blocks, fewer than the prompt), and only the rest needs writing. UserError when it does
+        not fit. Applies the connector's `get_finished` first."""
+
+    def kv_cached(self, request_id: str) -> int:
+        """A reservation's leading prompt tokens whose K/V this engine already holds (its prefix
+        cache): a writer sends positions from there on."""
 
     def write_kv_layer(self, request_id: str, layer: int, data: torch.Tensor, start: int = 0) -> None:
         """Write layer `layer`'s K/V (2, tokens, kv_heads, head_dim) of positions start.. into a

@@ -136,9 +136,16 @@ class KVHostMixin:
         except UserError:
             del self._seqs[seq.request_id]
             raise
-        self.blocks.allocate(seq.request_id, len(seq.prompt_ids) + 1)  # within the reservation
+        if self.blocks.caching:  # its longest cached prefix, below the last prompt token, is not sent
+            self.scheduler.attach_cached(seq, len(seq.prompt_ids))
+        self.blocks.append(seq.request_id, len(seq.prompt_ids) + 1)  # within the reservation
         self._reserved.add(seq.request_id)
         return seq.request_id
+
+    def kv_cached(self, request_id: str) -> int:
+        """A reservation's leading prompt tokens already in this engine's prefix cache (not sent)."""
+        seq = self._seqs.get(request_id)
+        return seq.num_computed if seq is not None and request_id in self._reserved else 0
 
     def write_kv_layer(self, request_id: str, layer: int, data: torch.Tensor, start: int = 0) -> None:
         """Write layer `layer`'s K/V (2, tokens, kv_heads, head_dim) of positions start.. into a

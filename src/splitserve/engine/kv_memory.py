@@ -81,7 +81,8 @@ class InMemoryConnector(KVConnector):
         if inc is None:
             self.stray += 1
             return
-        self.host.write_kv_layer(rid, layer, kv)
+        skip = self.host.kv_cached(rid)  # positions its prefix cache holds: not written again
+        self.host.write_kv_layer(rid, layer, kv[:, skip:], skip)
         inc.got.add(layer)
 
     def _done(self, rid: str, first_token: int, mode: str) -> None:

@@ -131,7 +131,7 @@ class Scheduler:
             rep.chunks.append((seq.request_id, n))  # the policy's chunk: its view's KV ends where the engine's does
             if (seq.num_computed == 0 and self.blocks.caching and not self.blocks.has(seq.request_id)
                     and seq.params.prompt_logprobs is None):  # scored prompts are computed whole
-                n -= self._attach_cached(seq, n)
+                n -= self.attach_cached(seq, n)
                 rep.cached.append((seq.request_id, seq.num_cached))
             scheduled.append((seq, n))
         self.scheduled = scheduled
@@ -171,7 +171,7 @@ class Scheduler:
                 blocks.set_pool(key, n)
         return pool_of
 
-    def _attach_cached(self, seq: Sequence, n: int) -> int:
+    def attach_cached(self, seq: Sequence, n: int) -> int:
         """A prompt starting with a chunk of `n` tokens: attach its longest cached prefix, less
         than `n` tokens in whole blocks (the chunk computes one at least: the last prompt token's
         logits make the first output); the tokens it saves."""

@@ -93,6 +93,9 @@ class EchoEngine:
     def write_kv_layer(self, rid, layer, data, start=0):
         pass
 
+    def kv_cached(self, rid):
+        return 0  # no cache: every transfer is whole
+
     def release_kv(self, rid):
         return self._reserved.pop(rid, None) is not None
 

@@ -35,11 +35,15 @@ class ServeMetrics(SplitwiseSeries, VllmSeries):
         self.v_prompt.inc(prompt_tokens)
         self.v_generation.inc(k)
 
-    def prefix_cache(self, queries: int, hits: int) -> None:
-        """A prompt starts on a worker that looked `queries` tokens up in its prefix cache and
-        found `hits` (vLLM's prefix-cache counters; their ratio is the hit rate)."""
-        self.v_cache_queries.inc(queries)
-        self.v_cache_hits.inc(hits)
+    def prefix_queried(self, tokens: int) -> None:
+        """A prompt of `tokens` went to a worker that looks it up in its prefix cache (vLLM's
+        prefix_cache_queries; with the hits, the hit rate)."""
+        self.v_cache_queries.inc(tokens)
+
+    def prefix_hit(self, tokens: int) -> None:
+        """A worker's step started a prompt with `tokens` of it from its prefix cache (counted
+        whether or not the request is still followed: its first token may overtake the report)."""
+        self.v_cache_hits.inc(tokens)
 
     def tokens(self, gap: float, k: int) -> None:
         """k more tokens of a request reached its client, `gap` seconds after its previous ones."""
@@ -92,9 +96,10 @@ class ServeMetrics(SplitwiseSeries, VllmSeries):
         if prompt is not None or made:
             self.v_iteration.observe((prompt or 0) + made - prefills)
 
-    def transfer(self, mode: str, nbytes: int, seconds: float, exposed: float) -> None:
+    def transfer(self, mode: str, nbytes: int, seconds: float, exposed: float, skipped: int = 0) -> None:
         self.transfers.labels(mode).inc()
         self.transfer_bytes.labels(mode).inc(nbytes)
+        self.transfer_skipped.labels(mode).inc(skipped)
         self.transfer_s.labels(mode).inc(seconds)
         self.transfer_exposed.labels(mode).inc(exposed)
         self.transfer_time.labels(mode).observe(seconds)

@@ -17,7 +17,8 @@ pool's engines ran, recomputations included), splitserve_tokens_generated_total{
 pool's engines made: in a split cluster the prompt pool makes each request's first token),
 splitserve_kv_transfers_total{mode}, splitserve_kv_transfer_bytes_total{mode},
 splitserve_kv_transfer_seconds_total{mode}, splitserve_kv_transfer_exposed_seconds_total{mode}
-(the non-overlapped part), splitserve_kv_transfer_failures_total, splitserve_requests_schedule_unseen_total
+(the non-overlapped part), splitserve_kv_transfer_skipped_tokens_total{mode} (prompt tokens not sent:
+the token worker's prefix cache held them), splitserve_kv_transfer_failures_total, splitserve_requests_schedule_unseen_total
 (metrics_vllm.py), splitserve_requests_total{outcome},
 splitserve_rejected_total{status}, splitserve_request_restarts_total,
 splitserve_worker_restarts_total, splitserve_instance_flips_total{to} (TetriInfer's instance flip, the
@@ -63,6 +64,8 @@ class SplitwiseSeries:
                                  ["pool"], registry=r)
         self.transfers = Counter("splitserve_kv_transfers", "KV transfers", ["mode"], registry=r)
         self.transfer_bytes = Counter("splitserve_kv_transfer_bytes", "KV bytes moved", ["mode"], registry=r)
+        self.transfer_skipped = Counter("splitserve_kv_transfer_skipped_tokens", "Prompt tokens not sent: the token "
+                                        "worker's prefix cache held them", ["mode"], registry=r)
         self.transfer_s = Counter("splitserve_kv_transfer_seconds", "KV transfer time", ["mode"], registry=r)
         self.transfer_exposed = Counter("splitserve_kv_transfer_exposed_seconds",
                                         "Non-overlapped KV transfer time", ["mode"], registry=r)
@@ -86,10 +89,10 @@ class SplitwiseSeries:
                                   registry=r)
         for name in ("queue", "pending", "running", "waiting", "pool_kv", "worker_kv", "blocks_used", "blocks_free",
                      "blocks_total", "worker_up", "prompt_computed", "generated", "transfers", "transfer_bytes",
-                     "transfer_s", "transfer_exposed", "transfer_time", "transfer_exposed_time", "requests",
+                     "transfer_skipped", "transfer_s", "transfer_exposed", "transfer_time", "transfer_exposed_time", "requests",
                      "rejected", "bad_messages"):
             setattr(self, name, Children(getattr(self, name)))
         for mode in ("layerwise", "serialized"):
-            for c in (self.transfers, self.transfer_bytes, self.transfer_s, self.transfer_exposed,
+            for c in (self.transfers, self.transfer_bytes, self.transfer_skipped, self.transfer_s, self.transfer_exposed,
                       self.transfer_time, self.transfer_exposed_time):
                 c.labels(mode)

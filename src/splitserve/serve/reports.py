@@ -48,9 +48,9 @@ class WorkerReports:
                     q.scheduled_at = at if at is not None else now
             chunks = [(q.pr, n) for q, n in chunks]
             for rid, k in msg.cached or ():  # prompts that start here, and what the worker's prefix cache gave them
+                self.metrics.prefix_hit(k)
                 if (q := get(rid)) is not None:
                     q.cached_tokens = k
-                    self.metrics.prefix_cache(len(q.prompt_ids), k)
             self.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
             self.cluster.step_started(w.id, chunks, live(msg.preempted), live(msg.joined), msg.sched,
                                       lambda rid: q.pr if (q := get(rid)) is not None else None)
@@ -58,7 +58,7 @@ class WorkerReports:
             req = get(msg.rid)
             if req is not None and req.stage is Stage.RESERVING:
                 if msg.ok:
-                    self._send_prefill(req, msg.blocks)
+                    self._send_prefill(req, msg.blocks, msg.skip)
                 else:
                     self._restart(req, f"token worker could not reserve KV: {msg.msg}")
         elif type(msg) is KvIn:
@@ -94,7 +94,7 @@ class WorkerReports:
                 self._begin(req)
 
     def _on_kv_in(self, msg: KvIn, req: LiveRequest | None) -> None:
-        self.metrics.transfer(msg.mode, msg.nbytes, msg.seconds, msg.exposed)
+        self.metrics.transfer(msg.mode, msg.nbytes, msg.seconds, msg.exposed, msg.skipped or 0)
         if req is None:
             return
         if req.stage is Stage.PREFILL:  # the token worker may report before the prompt worker's word

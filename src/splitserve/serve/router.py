@@ -201,18 +201,26 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
                                      isolated=req.isolated))
         else:
             req.stage = Stage.PREFILL
+            self._queried(req)
             self.chan.send(p, Gen(rid=req.wire, prompt_ids=req.prompt_ids, params=req.params, kind="full",
                                   isolated=req.isolated, predicted=r.predicted or None))
 
-    def _send_prefill(self, req: LiveRequest, blocks: list[int] | None = None) -> None:
+    def _queried(self, req: LiveRequest) -> None:
+        """Its prompt goes to a worker that looks it up in its prefix cache (a scored prompt is not)."""
+        if self.cfg.prefix_caching and self.cfg.worker_mode == "engine" and req.params.prompt_logprobs is None:
+            self.metrics.prefix_queried(len(req.prompt_ids))
+
+    def _send_prefill(self, req: LiveRequest, blocks: list[int] | None = None, skip: int | None = None) -> None:
+        """The prompt worker's `gen` (kind prefill): the KV to the token worker (`blocks`: one-sided; `skip`: held)."""
         r = req.pr
         t = self.workers[r.token_machine]
         req.stage = Stage.PREFILL
+        self._queried(req)
         one_sided = t.kv_region is not None  # the prompt worker writes into these blocks
         self.chan.send(self.workers[r.prompt_machine], Gen(
             rid=req.wire, prompt_ids=req.prompt_ids, params=req.params, kind="prefill", isolated=req.isolated,
             dest=t.id, dest_ident=t.ident.decode(), dest_addr=t.kv_addr, threshold=self.cfg.policy.layerwise_threshold,
-            region=t.kv_region if one_sided else None, blocks=blocks if one_sided else None))
+            region=t.kv_region if one_sided else None, blocks=blocks if one_sided else None, skip=skip))
 
     def _dispatch_all(self, admitted: list[Request]) -> None:
         for r in admitted:

@@ -111,7 +111,7 @@ class Worker:
                 self.kinds[rid] = kind
                 if kind == "prefill":
                     self.sender.plan(rid, msg.dest, msg.dest_ident, msg.dest_addr, msg.threshold,
-                                     where={"region": msg.region, "blocks": msg.blocks})
+                                     where={"region": msg.region, "blocks": msg.blocks}, skip=msg.skip or 0)
             case Expect(rid=rid):
                 try:
                     where = self.receiver.expect(rid, msg.prompt_ids, sampling_params(msg.params, self.echo),
@@ -120,7 +120,7 @@ class Worker:
                     self.send(Reserved(rid=rid, ok=False, msg=str(e)))
                     return
                 # `where`: one-sided, the blocks the prompt worker writes into
-                self.send(Reserved(rid=rid, ok=True, blocks=where.get("blocks")))
+                self.send(Reserved(rid=rid, ok=True, blocks=where.get("blocks"), skip=where.get("skip") or None))
             case Abort(rid=rid, prefill_sent=sent):
                 self.drop(rid, sent)
             case Cancel(rid=rid):

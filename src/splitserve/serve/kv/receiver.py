@@ -62,6 +62,7 @@ class Inbound:
     num_tokens: int
     deadline: float
     writer: int | None = None  # the prompt worker the router named (one-sided: it writes the blocks)
+    skip: int = 0              # leading prompt tokens already held (prefix cache): positions skip.. come
     got: set = field(default_factory=set)
     nbytes: int = 0
     sent_at: float = 0.0
@@ -85,6 +86,7 @@ class Landed:
     seconds: float
     exposed: float
     lp: list | None = None  # the first token's logprob records (KvDone's), for the router
+    skipped: int = 0        # leading prompt tokens not sent (this worker's prefix cache had them)
 
 
 class KVReceiver(TokenSideOnly):
@@ -111,10 +113,13 @@ class KVReceiver(TokenSideOnly):
     def expect(self, rid: str, prompt_ids: list[int], params, writer: int | None = None,
                isolated: bool = False) -> dict:
         """Reserve room now; the `reserved` answer's fields that tell a writer where to write
-        ({"blocks": ids} one-sided, {} on tcp). UserError when it does not fit."""
+        ({"blocks": ids} one-sided) and from which prompt position ({"skip": n}: the tokens before
+        it are in this worker's prefix cache already). UserError when it does not fit."""
         blocks = self.host.reserve_kv(prompt_ids, params, rid, isolated)
-        self.inbound[rid] = Inbound(rid, len(prompt_ids), time.monotonic() + max(self.start_s, self.timeout_s), writer)
-        return {"blocks": blocks} if self.one_sided else {}
+        skip = self.host.kv_cached(rid)
+        self.inbound[rid] = Inbound(rid, len(prompt_ids), time.monotonic() + max(self.start_s, self.timeout_s), writer,
+                                    skip=skip)
+        return {"blocks": blocks, "skip": skip} if self.one_sided else {"skip": skip}
 
     def release(self, rid: str, prefill_sent: bool = True) -> bool:
         """The router dropped the request (abort, cancel). `prefill_sent`: its prompt worker was
@@ -192,12 +197,12 @@ class KVReceiver(TokenSideOnly):
             self._reject("kvl", "layer")
             return
         if data:
-            kv = _as_kv(data[0], layout.dtype, layout.layer_shape(inb.num_tokens))
+            kv = _as_kv(data[0], layout.dtype, layout.layer_shape(inb.num_tokens - inb.skip))
             if kv is None:
                 self._reject("kvl", "size")
                 return
             try:
-                self.host.write_kv_layer(inb.rid, msg.layer, kv)
+                self.host.write_kv_layer(inb.rid, msg.layer, kv, inb.skip)
             except UserError:
                 self._reject("kvl", "write")
                 return
@@ -221,7 +226,7 @@ class KVReceiver(TokenSideOnly):
             from ..shm import DTYPES
 
             meta = msg.meta
-            shape = (layout.num_layers, *layout.layer_shape(inb.num_tokens))
+            shape = (layout.num_layers, *layout.layer_shape(inb.num_tokens - inb.skip))
             whole = None
             if (meta is not None and meta["dtype"] in DTYPES
                     and (meta["num_layers"], 2, meta["num_tokens"], meta["num_kv_heads"], meta["head_dim"]) == shape):
@@ -232,7 +237,7 @@ class KVReceiver(TokenSideOnly):
             kv = KVExport(whole)
             try:
                 for i in range(kv.num_layers):
-                    self.host.write_kv_layer(rid, i, kv.layer(i))
+                    self.host.write_kv_layer(rid, i, kv.layer(i), inb.skip)
                     inb.got.add(i)
             except UserError as e:
                 self._fail(rid, str(e))
@@ -248,7 +253,7 @@ class KVReceiver(TokenSideOnly):
         del self.inbound[rid]
         now = time.time()
         self.landed[rid] = Landed(msg.first_token, msg.mode, inb.nbytes, max(now - inb.sent_at, 0.0),
-                                  max(now - msg.prefill_end, 0.0), msg.lp)
+                                  max(now - msg.prefill_end, 0.0), msg.lp, inb.skip)
 
     # ---- deadlines -----------------------------------------------------------------------------
     def expire(self) -> int:
@@ -283,4 +288,4 @@ class KVReceiver(TokenSideOnly):
             self.notify(KvFail(rid=request_id, reason=error))
         else:
             self.notify(KvIn(rid=request_id, first_token=ld.first, nbytes=ld.nbytes, mode=ld.mode,
-                             seconds=ld.seconds, exposed=ld.exposed, lp=ld.lp))
+                             seconds=ld.seconds, exposed=ld.exposed, lp=ld.lp, skipped=ld.skipped or None))

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 class Outbound:
     target: Target
     threshold: int
+    skip: int = 0    # leading prompt positions the receiver holds already: not sent
     layerwise: bool = False
     sent_at: float = 0.0
     ok: bool = True  # every message went out
@@ -60,10 +61,11 @@ class KVSender(PromptSideOnly):
         self._streaming: dict[str, Outbound] = {}  # prompts finishing layer-wise in the running step
 
     def plan(self, rid: str, dest: int, dest_ident: str, address: str, threshold: int,
-             where: dict | None = None) -> None:
+             where: dict | None = None, skip: int = 0) -> None:
         """The request's KV goes to worker `dest` (its identity, its KV endpoint); `where`: the
-        token worker's "where to write" for a one-sided transport ({"region", "blocks"})."""
-        self.plans[rid] = Outbound(Target(dest, dest_ident, address, where), threshold)
+        token worker's "where to write" for a one-sided transport ({"region", "blocks"}); `skip`:
+        the leading prompt positions it holds already (its prefix cache), not sent."""
+        self.plans[rid] = Outbound(Target(dest, dest_ident, address, where, skip=skip), threshold, skip)
 
     def _put(self, plan: Outbound, layer: int | None, kv: torch.Tensor) -> Put | None:
         """Put `kv` for `plan`; None (and plan.error set) on failure."""
@@ -97,7 +99,7 @@ class KVSender(PromptSideOnly):
                 continue
             if layer == 0:
                 plan.sent_at = time.time()
-            put = self._put(plan, layer, t)
+            put = self._put(plan, layer, t[:, plan.skip:] if plan.skip else t)
             if put is not None:
                 msg = KvLayer(rid=rid, layer=layer, sent_at=plan.sent_at, inplace_bytes=put.inplace_bytes)
                 plan.ok &= self.transport.send(plan.target, encode(msg), *put.frames)
@@ -118,7 +120,7 @@ class KVSender(PromptSideOnly):
         put = None
         if not plan.layerwise and export is not None and not plan.error:
             plan.sent_at = end
-            put = self._put(plan, None, export.data)
+            put = self._put(plan, None, export.data[:, :, plan.skip:] if plan.skip else export.data)
         if put is None or plan.error:
             put = Put()  # nothing goes with the kvd
         msg = KvDone(rid=request_id, first_token=first_token, prefill_end=end, mode=mode,

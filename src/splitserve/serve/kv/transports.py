@@ -67,6 +67,7 @@ class Target:
     address: str
     where: dict | None = None
     slots: torch.Tensor | None = field(default=None, repr=False)  # cached destination slot ids (one-sided)
+    skip: int = 0  # the K/V put starts at this prompt position (the peer holds those before it)
 
 
 @dataclass(slots=True)
@@ -236,11 +237,12 @@ class LocalTransport(TcpTransport):
             nb, bs = dst.shape[2] - 1, dst.shape[3]  # the last block is the peer's null block
             if bs != self.block_size:
                 raise TransportError(f"the token worker's blocks hold {bs} tokens, ours {self.block_size}")
-            if len(blocks) * bs < tokens or any(not 0 <= b < nb for b in blocks):
-                raise TransportError(f"the token worker's blocks {blocks[:8]}... do not hold {tokens} tokens "
+            end = target.skip + tokens  # positions skip.. (those before are in the peer's cache)
+            if len(blocks) * bs < end or any(not 0 <= b < nb for b in blocks):
+                raise TransportError(f"the token worker's blocks {blocks[:8]}... do not hold {end} tokens "
                                      f"in its {nb} blocks")
             with torch.inference_mode(False):  # cached across steps, in and out of inference mode
-                target.slots = self.slot_ids(blocks, tokens).to(dst.device)
+                target.slots = self.slot_ids(blocks, end)[target.skip:].to(dst.device)
         return target.slots
 
     def put(self, target: Target, layer: int | None, kv: torch.Tensor) -> Put:

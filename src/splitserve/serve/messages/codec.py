@@ -109,7 +109,8 @@ def _params(v: Any) -> WireParams:
 
 _CHECKS: dict[type, dict[str, Callable[[Any], Any]]] = {
     Gen: {"rid": _str, "prompt_ids": _ids, "params": _params, "kind": _enum("full", "prefill"), "isolated": _bool,
-          "predicted": _pos, "dest": _nat, "dest_ident": _str, "dest_addr": _str, "threshold": _nat, "region": _map, "blocks": _ids},
+          "predicted": _pos, "dest": _nat, "dest_ident": _str, "dest_addr": _str, "threshold": _nat, "region": _map, "blocks": _ids,
+          "skip": _nat},
     Expect: {"rid": _str, "prompt_ids": _ids, "params": _params, "src": _nat, "isolated": _bool},
     Cancel: {"rid": _str},
     Abort: {"rid": _str, "prefill_sent": _bool},
@@ -121,9 +122,9 @@ _CHECKS: dict[type, dict[str, Callable[[Any], Any]]] = {
     Heartbeat: {"worker_id": _nat, "free": _nat, "blocks": _nat, "reserved": _nat, "running": _nat,
                 "rejected": _nat, "stray": _nat, "preempted": _nat},
     Out: {"items": _items, "lp": _lps},
-    Reserved: {"rid": _str, "ok": _bool, "blocks": _ids, "msg": _str},
+    Reserved: {"rid": _str, "ok": _bool, "blocks": _ids, "msg": _str, "skip": _nat},
     KvIn: {"rid": _str, "first_token": _nat, "nbytes": _nat, "mode": _enum("layerwise", "serialized"),
-           "seconds": _float_nn, "exposed": _float_nn, "lp": _lp},
+           "seconds": _float_nn, "exposed": _float_nn, "lp": _lp, "skipped": _nat},
     KvFail: {"rid": _str, "reason": _str},
     Err: {"rid": _str, "msg": _str},
     StepFailed: {"rids": _strs, "error": _str},
@@ -145,7 +146,7 @@ def _fail(kind: str, field: str | None, why: str, h: Any) -> MalformedMessage:
     return MalformedMessage(where + why, kind, field, rid if type(rid) is str else None)
 
 
-_PREFILL_ONLY = ("dest", "dest_ident", "addr", "thr", "region", "blocks")
+_PREFILL_ONLY = ("dest", "dest_ident", "addr", "thr", "region", "blocks", "skip")
 _PREFILL_NEEDS = (("dest", "dest"), ("dest_ident", "dest_ident"), ("addr", "dest_addr"), ("thr", "threshold"))
 
 

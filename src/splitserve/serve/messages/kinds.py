@@ -67,6 +67,7 @@ class Gen(Message):
     threshold: int | None = None
     region: dict | None = None         # kind prefill, one-sided transport
     blocks: list[int] | None = None
+    skip: int | None = None            # kind prefill: leading prompt tokens the token worker holds (not sent)
 
 
 @_msg
@@ -150,6 +151,7 @@ class Reserved(Message):
     ok: bool
     blocks: list[int] | None = None
     msg: str | None = None
+    skip: int | None = None  # leading prompt tokens whose KV this worker's prefix cache holds already
 
 
 @_msg
@@ -162,6 +164,7 @@ class KvIn(Message):
     seconds: float
     exposed: float
     lp: list | None = None  # the first token's logprob records, as KvDone brought them
+    skipped: int | None = None  # leading prompt tokens not sent: the token worker's prefix cache had them
 
 
 @_msg
