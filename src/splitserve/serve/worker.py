@@ -47,8 +47,8 @@ from .worker_args import parse_args
 from .worker_engine import build_engine, item_logprobs, sampling_params
 from .worker_link import RouterLink
 
-HEARTBEAT_S = 0.2
-MAX_STEP_FAILURES = 3
+HEARTBEAT_S, MAX_STEP_FAILURES = 0.2, 3
+IDLE_WAIT_MS = 50  # an idle worker wakes at once for a message; this only paces heartbeats and deadlines
 
 
 class Worker:
@@ -217,7 +217,7 @@ class Worker:
         next_hb = time.monotonic() + HEARTBEAT_S
         while self.running:
             busy = self.engine.has_unfinished()
-            ready = dict(poller.poll(0 if busy else 20))
+            ready = dict(poller.poll(0 if busy else IDLE_WAIT_MS))
             if self.link.sock in ready:
                 for msg in self.link.receive():
                     self.on_ctl(msg)
