@@ -75,5 +75,3 @@ def consume(seqs: list, tokens: list[int]) -> None:
 def complete(seq) -> bool:
     """Its grammar is complete: nothing but EOS could follow."""
     return seq.matcher is not None and seq.matcher.is_stopped()
-
-

@@ -4,8 +4,9 @@ batched, restarted like any request). The prompt's KV is shared through the work
 caches: with them on (`serve --prefix-caching`, the default), the first child goes alone and the
 others follow its first token (as SGLang's parallel sampling caches the prefix first), so that
 those routed to the worker that ran its prompt take its full blocks from the cache (all of them
-with one prompt worker; with several, the cluster's routing decides). Child i samples with `seed + i` when a seed is given (ASSUMED: the
-OpenAI API does not say; the same seed for all would give n equal choices).
+with one prompt worker; with several, the cluster's routing decides). Child i samples with
+`seed + i` when a seed is given (ASSUMED: the OpenAI API does not say; the same seed for all would
+give n equal choices).
 
 Their events reach the handler through one queue, tagged with the child's index (`Tagged`), so
 that a response is built from whichever child speaks next. `best_of` > n: every child is scored
@@ -40,7 +41,7 @@ def child_params(p: WireParams, i: int, scored: bool) -> WireParams:
     return replace(p, seed=seed, logprobs=p.logprobs if p.logprobs is not None or not scored else 0)
 
 
-@dataclass(eq=False)
+@dataclass
 class Choice:
     """What one child has produced so far."""
 
@@ -55,15 +56,16 @@ class Choice:
 
 
 def best(choices: list[Choice], n: int) -> list[Choice]:
-    """The n choices of highest cumulative logprob, best first (all of them, in order, when n covers them)."""
+    """The n choices of highest cumulative logprob, best first (all of them, in order, when n
+    covers them)."""
     if n >= len(choices):
         return choices
     return sorted(choices, key=lambda c: c.score, reverse=True)[:n]
 
 
 async def collect(router, reqs: list, q: asyncio.Queue, choices: list[Choice], first: tuple) -> None:
-    """Every child's events into `choices` until all are done (the ApiError of a failed child
-    is raised by the caller's check of `first` and of each event: see `failed`)."""
+    """Every child's events, from `first` on, into `choices` until all are done; `Failed` at a
+    child's error event."""
     left = len(reqs)
     i, ev = first
     while True:

@@ -22,11 +22,11 @@ from concurrent.futures import Executor
 
 from fastapi.responses import Response, StreamingResponse
 
+from .choices import Choice, Failed, Tagged, child_params, collect
 from .config import ServeConfig
 from .detokenize import Detokenizer
 from .metrics import ServeMetrics
 from .openai_io import ApiError, ModelInfo, dumps
-from .choices import Choice, Failed, Tagged, child_params, collect
 from .responses import body, server_error, stream
 from .router import Overloaded, Router, TooLarge, Unavailable
 from .schema import GenRequest, detokenize, prepare, tokenize

@@ -26,16 +26,21 @@ def server_error(ev: tuple) -> ApiError:
                     ev[3] if len(ev) > 3 else None)
 
 
-def _echoed(gen: GenRequest, req) -> tuple | None:
+def _prompt_records(reqs: list) -> list:
+    """The prompt's logprob records (one prompt for every child: whichever child's came first)."""
+    return next((r.prompt_logprobs for r in reqs if r.prompt_logprobs is not None), [])
+
+
+def _echoed(gen: GenRequest, prompt_recs: list) -> tuple | None:
     """With echo, the prompt's ids and logprob records, shown before the output's."""
-    return (gen.prompt_ids, req.prompt_logprobs or []) if gen.echo_text is not None else None
+    return (gen.prompt_ids, prompt_recs) if gen.echo_text is not None else None
 
 
-def _prompt_logprobs(names: TokenTexts, gen: GenRequest, req) -> dict:
+def _prompt_logprobs(names: TokenTexts, gen: GenRequest, prompt_recs: list) -> dict:
     """vLLM's prompt_logprobs field of a choice, where asked ({} otherwise)."""
     if gen.prompt_logprobs is None:
         return {}
-    return {"prompt_logprobs": prompt_logprobs(names, req.prompt_logprobs or [], gen.prompt_logprobs)}
+    return {"prompt_logprobs": prompt_logprobs(names, prompt_recs, gen.prompt_logprobs)}
 
 
 def _usage(gen: GenRequest, reqs: list, n_out: int) -> dict:
@@ -49,13 +54,13 @@ def _usage(gen: GenRequest, reqs: list, n_out: int) -> dict:
 def body(info: ModelInfo, rid: str, created: int, chat: bool, gen: GenRequest, reqs: list,
          choices: list[Choice]) -> dict:
     """The JSON body of a finished request from its children's `choices` (their texts decoded)."""
-    names = TokenTexts(info.tokenizer)
+    names, prompt_recs = TokenTexts(info.tokenizer), _prompt_records(reqs)
+    pl = _prompt_logprobs(names, gen, prompt_recs)
     out = []
     for index, c in enumerate(best(choices, gen.n)):
-        req = reqs[choices.index(c)]
         text = c.detok.text()[0]
         lps = None if gen.logprobs is None else chat_logprobs(names, c.recs, gen.logprobs) if chat else \
-            completion_logprobs(names, c.recs, 0, gen.logprobs, _echoed(gen, req))
+            completion_logprobs(names, c.recs, 0, gen.logprobs, _echoed(gen, prompt_recs))
         if chat:
             choice = {"index": index, "message": {"role": "assistant", "content": text},
                       "finish_reason": c.reason, "logprobs": lps, "token_ids": c.tokens}
@@ -63,7 +68,7 @@ def body(info: ModelInfo, rid: str, created: int, chat: bool, gen: GenRequest, r
             if gen.echo_text is not None:
                 text = gen.echo_text + text
             choice = {"index": index, "text": text, "token_ids": c.tokens, "logprobs": lps, "finish_reason": c.reason}
-        choice.update(_prompt_logprobs(names, gen, req))
+        choice.update(pl)
         out.append(choice)
     return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
             "model": info.name, "choices": out, "usage": _usage(gen, reqs, sum(len(c.tokens) for c in choices))}
@@ -75,9 +80,9 @@ async def stream(router, info: ModelInfo, reqs: list, q, choices: list[Choice], 
     `first` on: each chunk is one child's (its index), a chunk with the finish reason ends it."""
     obj = "chat.completion.chunk" if chat else "text_completion"
     head = f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{dumps(info.name).decode()},'
-    names = TokenTexts(info.tokenizer)
+    names, prompt_recs = TokenTexts(info.tokenizer), _prompt_records(reqs)  # the first event brought them
     at = [0] * len(reqs)  # the text offset of each choice's next token (completions' logprobs)
-    extra = [_prompt_logprobs(names, gen, req) for req in reqs]   # into each choice's first chunk
+    extra = [_prompt_logprobs(names, gen, prompt_recs)] * len(reqs)  # into each choice's first chunk
 
     def chunk(i: int, text: str, toks: list[int], reason: str | None, recs: list | None = None,
               echoed=None) -> str:
@@ -104,14 +109,14 @@ async def stream(router, info: ModelInfo, reqs: list, q, choices: list[Choice], 
     n, n_out, left = len(gen.prompt_ids), 0, len(reqs)
     i, ev = first
     try:
-        for k, req in enumerate(reqs):
+        for k in range(len(reqs)):
             if chat:
                 role = {"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                         "finish_reason": None, **extra[k]}
                 extra[k] = {}
                 yield f"data: {head}\"choices\":[{dumps(role).decode()}]{usage_so_far()}}}\n\n"
             elif gen.echo_text:
-                yield chunk(k, gen.echo_text, [], None, None, _echoed(gen, req))
+                yield chunk(k, gen.echo_text, [], None, None, _echoed(gen, prompt_recs))
         while True:
             c = choices[i]
             if c.reason is None:
