@@ -6,7 +6,8 @@ trees and compare their outputs, timing left out.
     python benchmarks/identical.py run --out /tmp/new [--heavy]
     python benchmarks/identical.py diff /tmp/old /tmp/new
 
-`run` simulates every serving system of policy/systems.py on the coding and conversation workloads
+`run` simulates every serving system of policy/systems.py on the coding and conversation workloads,
+the prefix caches on the multiturn and sysprompt workloads
 (summary.json, events counted), every machine-level scheduler, the twin's measured machine, a
 pipelined and a mixed-hardware cluster; with --heavy also `compare --quick` and the four
 neighbours' reproductions at quick scale (results.json). `diff` compares every JSON file of the
@@ -45,6 +46,9 @@ def cases() -> dict[str, list[str]]:
     out["pp2"] = ["simulate", "--tp", "4", "--pp", "2", "-p", "3", "-t", "2", "--duration", "60"]
     out["mixed-hw"] = ["simulate", "-p", "2*dgx-h100+1*dgx-a100", "-t", "2", "--duration", "60"]
     out["chunked"] = ["simulate", "--design", "baseline-h100", "-m", "4", "--chunk-size", "512", "--duration", "60"]
+    for wl in ("multiturn", "sysprompt"):   # prefix caches (sim/prefix.py), prefix-aware routing
+        out[f"prefix-{wl}"] = ["simulate", "-p", "3", "-t", "2", "--workload", wl, "--rps", "6", "--duration", "60"]
+        out[f"prefix-{wl}-jsq"] = ["simulate", "--policy", "vllm", "--workload", wl, "--rps", "6", "--duration", "60"]
     out["twin"] = ["simulate", "--machine-profile", str(TWIN), "-p", "1", "-t", "1", "--rps", "4",
                    "--duration", "30"]
     out["twin-baseline"] = ["simulate", "--design", "baseline-h100", "--machine-profile", str(TWIN), "-m", "1",

@@ -22,7 +22,7 @@ def options(name: str) -> dict[str, tuple]:
 def test_serve_accepts_every_policy_option_of_simulate_with_the_same_default():
     sim, srv = options("simulate"), options("serve")
     policy = {f"--{o.name}" for o in OPTIONS}
-    assert len(policy) == 20 and policy <= set(sim) and policy <= set(srv)
+    assert len(policy) == 21 and policy <= set(sim) and policy <= set(srv)
     for name in policy:
         assert sim[name] == srv[name], name
     # and nothing else of simulate sets a policy: every field of PolicyConfig has its option

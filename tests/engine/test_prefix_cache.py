@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from splitserve.engine.block_manager import BlockManager
 from splitserve.engine.engine import LLMEngine
-from splitserve.engine.prefix_cache import ROOT, block_hash, extend_hashes
+from splitserve.policy.prefix_cache import ROOT, block_hash, extend_hashes
 from splitserve.engine.sampler import SamplingParams
 from splitserve.policy.machine import BatchingConfig
 

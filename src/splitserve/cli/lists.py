@@ -19,6 +19,7 @@ from ..errors import UserError
 from ..policy.schedulers import SCHEDULERS
 from ..policy.systems import SYSTEMS
 from ..provision.request import DEFAULT_DESIGNS
+from ..workload.conversations import SHAPES
 from ..workload.synthetic import SYNTHETIC
 
 
@@ -39,7 +40,7 @@ def help_lists(catalog: Catalog | None = None) -> dict[str, str]:
     return {"{models}": ", ".join(cat.models), "{designs}": ", ".join(cat.designs),
             "{hardware}": ", ".join(cat.hardware),
             "{split_and_unsplit_hardware}": ", ".join(split_and_unsplit_hardware(cat)),
-            "{default_designs}": ", ".join(DEFAULT_DESIGNS), "{workloads}": ", ".join(SYNTHETIC),
+            "{default_designs}": ", ".join(DEFAULT_DESIGNS), "{workloads}": ", ".join((*SYNTHETIC, *SHAPES)),
             "{systems}": ", ".join(SYSTEMS), "{machine_schedulers}": ", ".join(SCHEDULERS),
             "{presets}": ", ".join(PRESETS)}
 

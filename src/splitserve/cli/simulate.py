@@ -68,6 +68,14 @@ def simulate(
     token_tp: Annotated[Optional[int], typer.Option(help="--tp of the token pool's instances (default --tp).", rich_help_panel=PARALLEL)] = None,
     token_pp: Annotated[Optional[int], typer.Option(help="--pp of the token pool's instances (default --pp).", rich_help_panel=PARALLEL)] = None,
     max_context: Annotated[Optional[int], typer.Option(help="Clip prompt+output to this many tokens (default: no clipping).")] = None,
+    conversation: Annotated[Optional[str], typer.Option(help="--workload multiturn / sysprompt: the conversations' shape, "
+                                                             "e.g. turns=10,system=0,user=64:256,reply=64:256,think=2 "
+                                                             "(token ranges, mean think seconds; workload/conversations.py).")] = None,
+    prefix_caching: Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching", help="Model each machine's prefix "
+                                                 "cache as serve's engine keeps it (a workload whose prompts share "
+                                                 "prefixes: multiturn, sysprompt): cached blocks are not computed, nor "
+                                                 "sent to a token machine holding them (sim/prefix.py).")] = True,
+    block_size: Annotated[int, typer.Option(help="KV block tokens of the modelled prefix caches (serve's engine: 16).")] = 16,
     memory_utilization: Annotated[float, typer.Option(help="Fraction of HBM usable for weights and KV.")] = 0.9,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
     trace_out: Annotated[Optional[Path], typer.Option(help="Write a Chrome trace of every machine's batches and every "
@@ -96,7 +104,8 @@ def simulate(
         rate_profile=rate_profile, profile=str(profile) if profile else None, perf_model=perf_model,
         parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp, ep), policy=policy,
         max_context=max_context, memory_utilization=memory_utilization,
-        machine=load_machine_profile(machine_profile) if machine_profile else None, goodput=goodput, catalog=cat)
+        machine=load_machine_profile(machine_profile) if machine_profile else None, goodput=goodput, catalog=cat,
+        conversation=conversation, prefix_caching=prefix_caching, block_size=block_size)
     summary, _ = simulate_run(req, progress=not (quiet or json_out), trace=trace)
     record_run(summary, ctx, cat)   # the run again: simulate --config summary.json
     _show(summary, trace, trace_out, out, json_out)

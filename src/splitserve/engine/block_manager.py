@@ -7,7 +7,7 @@ write; `append` returns the (src, dst) pairs the cache must copy). Full blocks a
 again, so sharing them is safe.
 
 Prefix caching (`caching=True`): a full block whose K/V is written can be `register`ed under
-the chained hash of its tokens (prefix_cache.py), and a new sequence `attach`es the blocks of its
+the chained hash of its tokens (policy/prefix_cache.py), and a new sequence `attach`es the blocks of its
 longest cached prefix instead of computing them. A cached block whose last reference goes stays
 cached, on an LRU list of its own, until a block is needed and no uncached one is free: free
 blocks are taken uncached first, then cached, least recently freed first (a sequence frees its

@@ -90,7 +90,7 @@ class LLMEngine(KVHostMixin, Conveniences):
         connector: KV transfer (kv_connector.py), also settable later (`engine.connector = c`).
         tp: tensor parallel size (rank r on cuda:(N + r) for device cuda:N; all on the CPU else).
         prefix_caching: a prompt shares the cached K/V of its longest prefix computed before, in
-        whole blocks, and computes only the rest (prefix_cache.py)."""
+        whole blocks, and computes only the rest (policy/prefix_cache.py)."""
         self.device = resolve_device(device)
         if cuda_graphs and self.device.type != "cuda":
             raise UserError("cuda_graphs needs a CUDA device")

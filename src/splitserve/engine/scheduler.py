@@ -37,7 +37,7 @@ from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.release import release
 from ..policy.transitions import enqueue_prompt, join_decode, reserve_decode
 from .block_manager import BlockManager
-from .prefix_cache import extend_hashes
+from ..policy.prefix_cache import attachable, extend_hashes
 from .sequence import Sequence, Status
 
 HERE = 0  # the engine's machine id in its own view
@@ -177,7 +177,8 @@ class Scheduler:
         logits make the first output); the tokens it saves."""
         bs = self.blocks.block_size
         hashes = extend_hashes(seq.block_hashes, seq.token_slice(0, n), bs)  # a restart's chunk has its outputs too
-        hits = self.blocks.cached_prefix(hashes[:(n - 1) // bs])
+        hits = self.blocks.cached_prefix(hashes)
+        hits = hits[:attachable(len(hits), n, bs)]
         self.prefix_queries += len(seq.prompt_ids)
         saved = len(hits) * bs
         self.prefix_hits += saved

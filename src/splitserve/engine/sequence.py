@@ -32,7 +32,7 @@ class Sequence:
     preemptions: int = 0  # times preempted (KV dropped, recomputed later)
     isolated: bool = False  # suspect: never shares a step with another request (see Scheduler)
     shadow: object = None   # its policy Request in the scheduler's view of the engine
-    block_hashes: list[int] = field(default_factory=list)  # names of its full blocks (prefix_cache.py)
+    block_hashes: list[int] = field(default_factory=list)  # names of its full blocks (policy/prefix_cache.py)
     registered: int = 0     # its leading blocks that are in the prefix cache
     num_cached: int = 0     # prompt tokens its latest prefill took from the prefix cache
     logprobs: list = field(default_factory=list)         # its generated tokens' records (logprobs.py)

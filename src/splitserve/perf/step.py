@@ -31,6 +31,20 @@ class StepModel(Protocol):
         """KV tokens the batch's decodes read (what the trace records)."""
 
 
+def prompt_squares(batch) -> int:
+    """The attention term of a batch's prompts (perf/mixed.py): each chunk of n tokens attends to
+    its own, n * n; a first chunk whose first c tokens a prefix cache gave computes n * n - c * c."""
+    sq = 0
+    if batch.cached:
+        for r, n in zip(batch.prompts, batch.chunks):
+            c = r.cached if r.prefilled == 0 else 0
+            sq += n * n - c * c
+        return sq
+    for n in batch.chunks:
+        sq += n * n
+    return sq
+
+
 class PerfStep:
     """The perf model's time for the batch alone on its instance: `mixed_time` of its prompt
     tokens, decodes and their context, with the prompts' squared tokens where the model has an
@@ -44,18 +58,12 @@ class PerfStep:
         self._attention = perf.attention
 
     def batch_time(self, m, batch) -> float:
-        sq = 0
-        if self._attention:  # each prompt attends to its own tokens (perf/mixed.py)
-            for n in batch.chunks:
-                sq += n * n
-        return self._mixed(batch.prompt_tokens, batch.decodes, batch.context, sq)
+        sq = prompt_squares(batch) if self._attention else 0
+        return self._mixed(batch.prompt_tokens - batch.cached, batch.decodes, batch.context, sq)
 
     def stage_time(self, batch) -> float:
-        sq = 0
-        if self._attention:
-            for n in batch.chunks:
-                sq += n * n
-        return self.perf.stage_time(batch.prompt_tokens, batch.decodes, batch.context, sq)
+        sq = prompt_squares(batch) if self._attention else 0
+        return self.perf.stage_time(batch.prompt_tokens - batch.cached, batch.decodes, batch.context, sq)
 
     def context(self, batch) -> int:
         return batch.context

@@ -47,6 +47,9 @@ class RoutingConfig:
     aladdin_theta: float = 0.9           # aladdin: theta, the share of the SLOs' room it packs to
     flip_idle_s: float = 60.0            # --cluster-scheduler tetriinfer: an instance idle this long
                                          # flips role (policy/instance_flip.py)
+    prefix_slack: int = 4096             # prefix-aware routing (policy/prefix_routing.py): a request
+                                         # goes where its longest cached prefix is unless that machine's
+                                         # pending tokens pass the least's by more (-1: off)
 
 
 class ClusterScheduler:

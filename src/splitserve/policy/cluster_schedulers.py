@@ -31,7 +31,7 @@ def _aladdin(machines: list[Machine], cfg: RoutingConfig, split: bool) -> Cluste
 # cluster-level schedulers by name (--cluster-scheduler): (machines, routing, split) -> scheduler
 CLUSTER_SCHEDULERS: dict[str, Callable[[list[Machine], RoutingConfig, bool], ClusterScheduler]] = {
     "splitwise": _splitwise,
-    "jsq": lambda machines, cfg, split: JSQScheduler(machines),
+    "jsq": lambda machines, cfg, split: JSQScheduler(machines, cfg.prefix_slack),
     "aladdin": _aladdin,
     "tetriinfer": _tetriinfer,
 }

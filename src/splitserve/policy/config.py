@@ -118,6 +118,10 @@ OPTIONS = (
     Option("flip-idle-s", "routing.flip_idle_s",
            "--cluster-scheduler tetriinfer: seconds an instance must be idle (no pending tokens) before it "
            "flips to the other role, whose instances all have load (TetriInfer: a minute)."),
+    Option("prefix-slack", "routing.prefix_slack",
+           "Prefix-aware routing (policy/prefix_routing.py), for requests whose prompts caches may hold: a "
+           "request goes to the machine holding its longest cached prefix unless that machine's pending tokens "
+           "pass the least-loaded one's by more than this; -1: off (least pending tokens alone)."),
     Option("scale-window", "routing.scale_window",
            "--cluster-scheduler aladdin: seconds of arrivals whose rate and lengths size the workers taking "
            "new requests (Eq. 7; the others drain); 0: no scaling."),
@@ -219,6 +223,7 @@ def make_policy(values: dict[str, Any], system: str = "") -> PolicyConfig:
                     (r.predictor in _predictors(),
                      f"--predictor must be one of {', '.join(_predictors())}, got {r.predictor!r}"),
                     (r.flip_idle_s >= 0, f"--flip-idle-s must be >= 0, got {r.flip_idle_s}"),
+                    (r.prefix_slack >= -1, f"--prefix-slack must be -1 (off) or >= 0 tokens, got {r.prefix_slack}"),
                     (not (r.kv_pull and r.mixed_pool),
                      "--kv-pull needs --no-mixed-pool: a mixed machine that both holds prefilled KV and "
                      "waits for memory could wait on another doing the same"),

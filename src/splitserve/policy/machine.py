@@ -62,6 +62,8 @@ class Batch:
     decodes: int = 0                                        # len(decoding)
     context: int = 0                                        # their KV tokens
     preempted: list[Request] = field(default_factory=list)
+    cached: int = 0                                         # of prompt_tokens, those a prefix cache gave
+                                                            # (not computed; set by the simulator: sim/prefix.py)
 
 
 @dataclass(slots=True)

@@ -35,6 +35,7 @@ from operator import attrgetter
 
 from .cluster import ClusterScheduler, RoutingConfig
 from .predictor import make_predictor
+from .prefix_routing import pick
 from .state import Machine, Pool, Request
 from .tetriinfer import Registry, pick_decode
 
@@ -79,7 +80,7 @@ class SplitwiseScheduler(ClusterScheduler):
         ms = [m for m in self.pools[pool] if m.id != exclude] if exclude >= 0 else self.pools[pool]
         if not ms:
             return None
-        m = min(ms, key=_pending)
+        m = pick(ms, r, self.cfg.prefix_slack)
         return None if full(m, r) else m
 
     def _borrow(self, lender: Pool, exclude: int = -1) -> Machine | None:
@@ -139,7 +140,7 @@ class SplitwiseScheduler(ClusterScheduler):
                 return p
             return min((m for m in prompts + self.pools[Pool.MIXED] if m.id != r.token_machine),
                        key=_pending, default=min(prompts + self.pools[Pool.MIXED], key=_pending))
-        p = min(prompts, key=_pending) if prompts else None
+        p = pick(prompts, r, self.cfg.prefix_slack) if prompts else None
         if p is not None and (not self.cfg.mixed_pool or not self._prompt_full(p, r)):
             return p
         m = self._overflow(r, Pool.TOKEN) if self.cfg.mixed_pool else None
@@ -155,7 +156,7 @@ class SplitwiseScheduler(ClusterScheduler):
         tokens = self.pools[Pool.TOKEN]
         if tokens and self.cfg.decode_dispatch == "tetriinfer":
             return pick_decode(tokens, r, self.predictor, self.registry)
-        t = min(tokens, key=_pending) if tokens else None
+        t = pick(tokens, r, self.cfg.prefix_slack) if tokens else None
         if t is not None and (not self.cfg.mixed_pool
                               or t.queued_decode_tokens <= self.cfg.token_queue_threshold):
             return t
@@ -198,14 +199,15 @@ class SplitwiseScheduler(ClusterScheduler):
 class JSQScheduler(ClusterScheduler):
     """Unsplit baseline: each request runs whole on the machine with the fewest pending tokens."""
 
-    def __init__(self, machines: list[Machine]) -> None:
+    def __init__(self, machines: list[Machine], prefix_slack: int = -1) -> None:
+        self.slack = prefix_slack
         for m in machines:
             m.pool = m.home = Pool.MIXED
         self.machines = list(machines)  # its own list: removing a dead machine must not shrink the caller's
         self.borrowed = 0
 
     def route(self, r: Request) -> tuple[Machine, Machine]:
-        m = min(self.machines, key=_pending)
+        m = pick(self.machines, r, self.slack)
         return m, m
 
     def pick_prompt(self, r: Request) -> Machine:

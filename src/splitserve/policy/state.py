@@ -60,6 +60,9 @@ class Request:
                                        # (transitions.decode_reservation; ecoserve's)
     sched: Any = None                  # its machine scheduler's own state of it, of that scheduler's
                                        # type (policy/schedulers/base.py; ecoserve's Gen), or None
+    blocks: list[int] | None = None    # its prompt's full blocks' names (policy/prefix_cache.py) where
+                                       # caches are modelled or viewed; None: prefix-aware routing skips it
+    cached: int = 0                    # prompt tokens its prefill machine's cache gave its current prefill
 
     @property
     def prefill_len(self) -> int:
@@ -105,6 +108,8 @@ class Machine:
     counts: dict[str, int] | None = None  # a machine-level scheduler's event counts (sized_kv.note)
     sched: Any = None                   # its machine scheduler's own state of it, of that scheduler's
                                         # type (ecoserve's Sizing, in a view another follows), or None
+    cache: Any = None                   # the names of the KV blocks it holds (policy/prefix_cache.py
+                                        # BlockCache: simulated, or a router's view), or None
     busy: bool = False
 
     def __post_init__(self) -> None:

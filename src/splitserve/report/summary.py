@@ -86,11 +86,23 @@ def simulation_summary(result, workload, slo: SLO = SLO(), goodput=None) -> dict
             "perf_model": result.perf_sources,
         },
     })
+    if mt.prefix_queries:
+        out["prefix_cache"] = prefix_summary(mt.prefix_queries, mt.prefix_hits)
+    if mt.transfer_skipped:
+        out["kv_transfer"]["skipped_tokens"] = mt.transfer_skipped
     if goodput is not None:
         out["goodput"] = _clean(attainment_summary(goodput, mt.attained, mt.completed, mt.requests))
     if result.scaling is not None:
         out["scaling"] = _clean(scaling_summary(result, mt))
     return out
+
+
+def prefix_summary(queries: int, hits: int) -> dict:
+    """summary.json's `prefix_cache` (a run whose prompts share prefixes), in tokens as vLLM's
+    vllm:prefix_cache_queries / vllm:prefix_cache_hits count them: prompt tokens looked up, those
+    found cached (their prefill saved), and the ratio."""
+    return {"queries": queries, "hits": hits, "hit_rate": hits / queries if queries else None,
+            "tokens_saved": hits}
 
 
 def scaling_summary(result, mt) -> dict:

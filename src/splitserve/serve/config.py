@@ -43,7 +43,7 @@ class ServeConfig:
     retry_after_s: int = 1
     device: str = "cpu"
     dtype: str = "auto"
-    prefix_caching: bool = True          # workers share cached K/V of prompts' common prefixes (engine/prefix_cache.py)
+    prefix_caching: bool = True          # workers share cached K/V of prompts' common prefixes (policy/prefix_cache.py)
     cuda_graphs: bool = False            # decode-only steps of CUDA workers replay CUDA graphs (engine/cuda_graph.py)
     tp: int = 1                          # tensor-parallel processes (GPUs) per worker: every pool's default
     prompt_tp: int | None = None         # the prompt pool's (default: tp); the mixed pool runs at tp

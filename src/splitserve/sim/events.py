@@ -1,3 +1,4 @@
 """The kinds of event on the simulator's heap (sim/simulator.py): (time, seq, kind, object)."""
 
-ARRIVAL, ITER_END, TRANSFER_END, STAGE_FREE, WATCH = 0, 1, 2, 3, 4
+ARRIVAL, ITER_END, TRANSFER_END, STAGE_FREE, WATCH, TURN = 0, 1, 2, 3, 4, 5
+# TURN: a conversation's next turn arrives (sim/prefix.py), outside the workload's arrival order

@@ -35,6 +35,10 @@ class KVHandoff:
 
     def _start(self, m: Machine, now: float) -> None: ...
 
+    def _transfer_skip(self, t: Machine, r: Request) -> int: ...
+
+    def _prefix_named(self, m: Machine, r: Request) -> None: ...
+
     def _link(self, src: Machine, dst: Machine) -> Link:
         key = (src.hardware, dst.hardware)
         link = self.links.get(key)
@@ -49,7 +53,7 @@ class KVHandoff:
         if not r.kv_on_token_machine and not pull_kv(t, r):
             return
         link = self._link(p, t)
-        nbytes = r.prompt_tokens * self.kv_bytes
+        nbytes = (r.prompt_tokens - self._transfer_skip(t, r)) * self.kv_bytes
         mt = self.metrics
         if layerwise:
             ready = start
@@ -70,6 +74,8 @@ class KVHandoff:
         p = self.machines[r.prompt_machine]
         t = self.machines[r.token_machine]
         kv_landed(p, t, r)
+        if t.cache is not None:
+            self._prefix_named(t, r)
         if not t.busy:
             self._start(t, now)
         self._freed(p, now)

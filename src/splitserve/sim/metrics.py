@@ -42,11 +42,28 @@ class Metrics:
     transfers: int = 0
     transfer_bytes: float = 0.0
     transfer_layerwise: int = 0
+    transfer_skipped: int = 0          # prompt tokens not sent: the token machine's cache held them
+    prefix_queries: int = 0            # prompt tokens of prefills that looked up a prefix cache
+    prefix_hits: int = 0               # of them, the cached ones (not computed)
     attained: int = 0                  # completed requests meeting the goodput SLOs (report/goodput.py)
     first_arrival: float = math.inf
     last_arrival: float = 0.0
     last_completion: float = 0.0
     machines: list[MachineStats] = field(default_factory=list)
+
+    def complete(self, r: Request, now: float, path_s: float, prompt_ref: float, goodput) -> None:
+        """`r` made its last token at `now` (the client sees it `path_s` later): its E2E, against
+        its reference (`prompt_ref`: its prompt alone, then uncontended decodes), and the goodput
+        SLOs (report/goodput.py GoodputSLO, or None)."""
+        self.completed += 1
+        e2e = now - r.arrival + path_s
+        self.e2e.add(e2e)
+        self.slow_e2e.add(e2e / (prompt_ref + (r.output_tokens - 1) * r.ref_tbt))
+        if goodput is not None and goodput.meets(r.first_token_at - r.arrival + path_s, r.first_token_at, now,
+                                                 r.output_tokens):
+            self.attained += 1
+        if now > self.last_completion:
+            self.last_completion = now
 
     def decode_gaps(self, rs, now: float) -> int:
         """Each request of `rs` made a token at `now`: record its gap since its last (and that gap

@@ -26,6 +26,7 @@ from ..policy.config import PolicyConfig
 from ..report.goodput import GoodputSLO
 from ..report.summary import simulation_summary
 from ..workload import make_workload
+from ..workload.conversations import SHAPES
 from ..workload.synthetic import SYNTHETIC
 from .chrome_trace import ChromeTrace
 from .hosts import Hosts
@@ -52,7 +53,7 @@ def arrival_defaults(workload: str, rps: float | None, duration: float | None,
                      rate_profile: str | None) -> tuple[float | None, float | None]:
     """The rate and span a run uses when --rps / --duration are left out (the module's rule):
     None for a trace replayed at its own timestamps, which make_workload then takes from it."""
-    if workload not in SYNTHETIC and rps is None and rate_profile is None:
+    if workload not in SYNTHETIC and workload not in SHAPES and rps is None and rate_profile is None:
         return None, duration                 # the trace's own rate; its own span unless clipped
     rps = DEFAULT_RPS if rps is None and rate_profile is None else rps
     return rps, DEFAULT_DURATION if duration is None else duration
@@ -91,6 +92,9 @@ class SimRequest:
     goodput: GoodputSLO | None = None
     colocated: bool = False
     catalog: Catalog | None = None
+    conversation: str | None = None    # multiturn / sysprompt: the conversations' shape (workload/conversations.py)
+    prefix_caching: bool = True        # model the machines' prefix caches (sim/prefix.py)
+    block_size: int = 16               # their KV block tokens
 
     def __post_init__(self) -> None:
         self.prompt_machines, self.token_machines, self.machines = (
@@ -104,6 +108,7 @@ class SimRequest:
                f"--duration must be positive seconds, got {duration}")
         _check(0 < self.memory_utilization <= 1,
                f"--memory-utilization must be in (0, 1], got {self.memory_utilization}")
+        _check(self.block_size >= 1, f"--block-size must be at least 1, got {self.block_size}")
         _check(self.arrivals in ("auto", "poisson", "trace"),
                f"--arrivals must be auto, poisson or trace, got {self.arrivals!r}")
 
@@ -138,7 +143,7 @@ def simulate(req: SimRequest, *, progress: bool = False, record_requests: bool =
     `record_requests`: keep every request with its token times; `trace`: every batch and transfer."""
     cluster, spec = req.cluster()
     wl = make_workload(req.workload, rps=req.rps, duration=req.duration, seed=req.seed, arrivals=req.arrivals,
-                       max_context=req.max_context, rate_profile=req.rate_profile)
+                       max_context=req.max_context, rate_profile=req.rate_profile, conversation=req.conversation)
     machine = req.machine
     if machine is not None:  # the serving path's CPU at this load (twin/machine.py)
         prompts = [r.prompt_tokens for r in wl]
@@ -146,7 +151,8 @@ def simulate(req: SimRequest, *, progress: bool = False, record_requests: bool =
         machine = machine.under_load(wl.rps, moved)
     cfg = SimConfig(policy=req.policy, memory_utilization=req.memory_utilization, profile=req.profile,
                     perf_model=req.perf_model, record_requests=record_requests, machine=machine, trace=trace, goodput=req.goodput,
-                    colocated=req.colocated, catalog=req.catalog)
+                    colocated=req.colocated, catalog=req.catalog, prefix_caching=req.prefix_caching,
+                    block_size=req.block_size)
     sim = Simulation(cluster, spec, wl, cfg)
     if progress and sys.stderr.isatty():
         result = _run_with_progress(sim, wl.duration or 0.0)

@@ -35,11 +35,12 @@ from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import DoesNotFit
 from ..report.goodput import GoodputSLO
 from .chrome_trace import ChromeTrace
-from .events import ARRIVAL, ITER_END, STAGE_FREE, TRANSFER_END, WATCH
+from .events import ARRIVAL, ITER_END, STAGE_FREE, TRANSFER_END, TURN, WATCH
 from .handoff import KVHandoff
 from .hosts import CatalogHosts, Hosts
 from .kv_transfer import Link
 from .metrics import MachineStats, Metrics, SimResult, ref_bucket
+from .prefix import PrefixCaching
 from .stages import PipelineStages
 
 _NONE: tuple = ()    # a batch with no prompt whose KV streams layer by layer
@@ -58,14 +59,13 @@ class SimConfig:
     goodput: GoodputSLO | None = None        # count the requests meeting it
     colocated: bool = False                  # prompt and token instances share nodes: KV over NVLink
     catalog: Catalog | None = None           # machine kinds and KV-transfer overheads (None: built-in)
+    prefix_caching: bool = True              # model each machine's prefix cache (a workload with prompts)
+    block_size: int = 16                     # KV block tokens of the prefix caches (sim/prefix.py)
 
 
-class Simulation(KVHandoff, PipelineStages):
+class Simulation(PrefixCaching, KVHandoff, PipelineStages):
     def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Iterable, cfg: SimConfig = SimConfig()):
-        self.cluster = cluster
-        self.model = model
-        self.workload = workload
-        self.cfg = cfg
+        self.cluster, self.model, self.workload, self.cfg = cluster, model, workload, cfg
         self.batching = cfg.policy.batching
         self.form_batch = batch_former(self.batching)   # the machine scheduler's form_batch, looked up once
         self.metrics = Metrics()
@@ -94,6 +94,7 @@ class Simulation(KVHandoff, PipelineStages):
                 self.links_out.append(0.0)
                 self.metrics.machines.append(MachineStats(name, pool.name.lower(), kv_capacity=cap))
         self.links: dict[tuple[str, str], Link] = {}
+        self._prefix_init(workload, cfg.prefix_caching, cfg.block_size)
         self.cls = make_cluster_scheduler(self.machines, cfg.policy.routing, cluster.design.split)
         self.predictor = arrival_predictor(cfg.policy)   # a request's predicted length (a scheduler that predicts), or None
         self.cls.bind_latency(PerfLatency([s.perf for s in self.steps]))  # a scheduler placing by batch latency
@@ -130,6 +131,8 @@ class Simulation(KVHandoff, PipelineStages):
             self.kept.append(r)
         r.ref_tbt = self.ref.token_time(1, r.prompt_tokens + r.output_tokens // 2)
         r.log_ref = ref_bucket(r.ref_tbt)
+        if self.conversations is not None:
+            self._prefix_arrive(r, spec)
         try:
             queued = arrive(self.cls, r, self.predictor, self.pull)
         except DoesNotFit as e:
@@ -147,6 +150,8 @@ class Simulation(KVHandoff, PipelineStages):
             return
         m.busy = True
         mid = m.id
+        if self.prefix and batch.prompts:
+            self._prefix_start(m, batch)
         step = self.steps[mid]
         piped = m.stages > 1
         if piped:
@@ -217,10 +222,14 @@ class Simulation(KVHandoff, PipelineStages):
             r.last_token_at = now
             if r.token_times is not None:
                 r.token_times.append(now)
+            if self.prefix:
+                self._prefix_named(m, r)
             if r.phase is Phase.HANDOFF:
                 self._handoff(m, r, start, now, r in layerwise)
         for r in res.finished:
-            self._complete(r, now)
+            mt.complete(r, now, self.path_s, prompt_alone(self.ref, r.prompt_tokens), self.cfg.goodput)
+            if self.conversations is not None:
+                self._prefix_complete(r, now)
         self.cls.settle(m)
         if m.stages == 1:
             m.busy = False
@@ -228,20 +237,6 @@ class Simulation(KVHandoff, PipelineStages):
             self._freed(m, now)
         elif not m.busy:
             self._start(m, now)
-
-    def _complete(self, r: Request, now: float) -> None:
-        mt = self.metrics
-        mt.completed += 1
-        e2e = now - r.arrival + self.path_s
-        mt.e2e.add(e2e)
-        ref = prompt_alone(self.ref, r.prompt_tokens) + (r.output_tokens - 1) * r.ref_tbt
-        mt.slow_e2e.add(e2e / ref)
-        slo = self.cfg.goodput
-        if slo is not None and slo.meets(r.first_token_at - r.arrival + self.path_s, r.first_token_at, now,
-                                         r.output_tokens):
-            mt.attained += 1
-        if now > mt.last_completion:
-            mt.last_completion = now
 
     def _watch(self, now: float) -> None:
         """The cluster scheduler's periodic watcher (TetriInfer's instance flip,
@@ -276,6 +271,8 @@ class Simulation(KVHandoff, PipelineStages):
                 nxt = next(arrivals, None)
                 if nxt is not None:
                     self._push(nxt.arrival, ARRIVAL, nxt)
+            elif kind == TURN:
+                self._arrive(obj, now)
             elif kind == TRANSFER_END:
                 self._transfer_end(obj, now)
             elif kind == STAGE_FREE:

@@ -17,6 +17,7 @@ from ..cluster.designs import ClusterSpec, Design
 from ..cluster.instance import Instance
 from ..errors import UserError
 from ..perf.profile import ProfilePerfModel, read_profile_rows
+from ..perf.step import prompt_squares
 from ..policy.machine import Batch
 from ..policy.state import Machine, Pool
 from ..sim.kv_transfer import Link, serialized_done
@@ -177,11 +178,8 @@ class HostStep:
         return batch.context
 
     def batch_time(self, m: Machine, batch: Batch) -> float:
-        sq = 0
-        if self.perf.attention:     # each prompt attends to its own tokens (perf/mixed.py)
-            for n in batch.chunks:
-                sq += n * n
-        alone = self.perf.mixed_time(batch.prompt_tokens, batch.decodes, self.context(batch), sq)
+        sq = prompt_squares(batch) if self.perf.attention else 0
+        alone = self.perf.mixed_time(batch.prompt_tokens - batch.cached, batch.decodes, self.context(batch), sq)
         return self.host.step_time(alone, batch.prompt_tokens > 0, sum(o.busy for o in self.machines) - 1,
                                    self.sent_s(m.id, batch))
 

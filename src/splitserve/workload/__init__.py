@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import UserError
+from .conversations import SHAPES, Conversations, make_conversations
 from .rate import RateProfile, parse_rate_profile, thinned_arrivals
 from .synthetic import SYNTHETIC, size_model
 from .trace import Trace, load_trace
@@ -115,7 +116,8 @@ class Workload:
 def make_workload(source: str, *, rps: float | None = None, duration: float | None = None,
                   seed: int = 0, arrivals: str = "auto", max_requests: int | None = None,
                   max_context: int | None = None,
-                  rate_profile: str | RateProfile | None = None) -> Workload:
+                  rate_profile: str | RateProfile | None = None,
+                  conversation: str | None = None) -> Workload | Conversations:
     if rps is not None and not (math.isfinite(rps) and rps > 0):
         raise UserError(f"rps must be a positive number, got {rps}")
     if duration is not None and not (math.isfinite(duration) and duration > 0):
@@ -124,6 +126,14 @@ def make_workload(source: str, *, rps: float | None = None, duration: float | No
         raise UserError(f"max context must be at least 2 tokens, got {max_context}")
     if arrivals not in ("auto", "poisson", "trace"):
         raise UserError(f"arrivals must be auto, poisson or trace, got {arrivals!r}")
+    if source in SHAPES:
+        if rate_profile is not None or arrivals == "trace" or max_requests is not None:
+            raise UserError(f"{source} is conversations: Poisson starts, closed-loop turns (no rate profile, "
+                            f"trace arrivals or request cap)")
+        return make_conversations(source, rps=rps, duration=duration, seed=seed, max_context=max_context,
+                                  shape=conversation)
+    if conversation:
+        raise UserError(f"a conversation shape applies to {' and '.join(SHAPES)}, not {source!r}")
     if rate_profile is not None:
         return _profiled(source, rate_profile, duration, seed, arrivals, max_requests, max_context, rps)
     if source in SYNTHETIC:

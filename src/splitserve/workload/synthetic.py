@@ -38,7 +38,7 @@ class SizeModel:
 @cache
 def size_model(name: str) -> SizeModel:
     if name not in SYNTHETIC:
-        raise UserError(f"unknown workload {name!r}; choose one of: {', '.join(SYNTHETIC)}, "
+        raise UserError(f"unknown workload {name!r}; choose one of: {', '.join(SYNTHETIC)}, multiturn, sysprompt, "
                         f"or give a path to an Azure trace CSV")
     d = json.loads(resources.files("splitserve.workload").joinpath(f"data/{name}.json").read_text())
     return SizeModel(name, np.asarray(d["probs"]), np.asarray(d["prompt_tokens"]),
