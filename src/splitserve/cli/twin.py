@@ -37,6 +37,11 @@ def twin(
     max_tokens_cap: Annotated[Optional[int], typer.Option(help="Cap each output (CHANGES the workload, in both "
                                                                 "runs alike).")] = 64,
     transport: Annotated[str, typer.Option(help="KV transport: tcp or local.")] = "tcp",
+    conversation: Annotated[Optional[str], typer.Option(help="--workload multiturn / sysprompt: the conversations' "
+                                                             "shape (turns=4,user=32:96,reply=16:48,think=1); both "
+                                                             "runs keep prefix caches and ignore the caps.")] = None,
+    prefix_caching: Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching", help="Conversations: "
+                                                 "prefix caches in both runs (off: in neither).")] = True,
     out: Annotated[Path, typer.Option(help="Directory for report.md, cdf.png, twin.json, live/ and sim/.")] =
     Path("twin"),
     policy: PolicyConfig = PolicyConfig(),
@@ -60,7 +65,7 @@ def twin(
     spec = TwinSpec(design=design, prompt=prompt_workers, token=token_workers, machines=mixed_workers,
                     workload=workload, rps=rps or 1.0, duration=duration, seed=seed,
                     max_prompt_tokens=max_prompt_tokens, max_tokens_cap=max_tokens_cap, transport=transport,
-                    policy=policy)
+                    policy=policy, conversation=conversation, prefix_caching=prefix_caching)
     capacity = predicted_capacity(spec, machine)
     if load is not None:
         spec = dataclasses.replace(spec, rps=load * capacity)

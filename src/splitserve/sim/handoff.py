@@ -9,6 +9,7 @@ from __future__ import annotations
 from mypy_extensions import trait
 
 from ..policy.cluster import ClusterScheduler, admit_freed, pull_kv
+from ..policy.prefix_cache import attachable
 from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import kv_landed
 from .chrome_trace import ChromeTrace
@@ -30,12 +31,11 @@ class KVHandoff:
     links_out: list[float]
     trace: ChromeTrace | None
     cls: ClusterScheduler
+    block: int
 
     def _push(self, t: float, kind: int, obj: object) -> None: ...
 
     def _start(self, m: Machine, now: float) -> None: ...
-
-    def _transfer_skip(self, t: Machine, r: Request) -> int: ...
 
     def _prefix_named(self, m: Machine, r: Request) -> None: ...
 
@@ -45,6 +45,15 @@ class KVHandoff:
         if link is None:
             link = self.links[key] = self.hosts.kv_link(src.hardware, dst.hardware)
         return link
+
+    def _transfer_skip(self, t: Machine, r: Request) -> int:
+        """Prompt tokens of `r` that token machine `t`'s prefix cache holds (sim/prefix.py), as its
+        reservation finds them: not sent."""
+        if r.blocks is None or t.cache is None:
+            return 0
+        skip = attachable(t.cache.match(r.blocks), r.prompt_tokens, self.block) * self.block
+        self.metrics.transfer_skipped += skip
+        return skip
 
     def _handoff(self, p: Machine, r: Request, start: float, end: float, layerwise: bool) -> None:
         """Prefill of `r` done on prompt machine `p`: send its KV to its token machine (with pull,

@@ -7,7 +7,7 @@ the chunk's end, and only the rest is computed (`Batch.cached`, which the step-t
 off the batch's prompt tokens); a machine names a prompt's blocks when its prefill ends and when
 its KV lands there, and a finished request frees its prompt's and its output's blocks last to
 first on the machine that decoded it; the hand-over skips what the token machine's cache holds
-(sim/handoff.py). Caches are only names: the KV counters of the policy still count every request's
+(sim/handoff.py `_transfer_skip`). Caches are only names: the KV counters of the policy still count every request's
 whole prompt, as the engine's own policy view does. A conversation's next turn arrives the think
 time after the client sees its reply (the path overhead after its last token), its prompt carrying a
 stand-in reply of the same length (`Conversations.stand_in`). Hit rate counts tokens, as vLLM's
@@ -77,16 +77,8 @@ class PrefixCaching:
             return
         reply = self.conversations.stand_in(turn)
         if self.prefix:
-            names = extend_hashes(list(r.blocks), turn.prompt + reply[:-1], self.block)
+            names = extend_hashes(list(r.blocks or ()), turn.prompt + reply[:-1], self.block)
             self.machines[r.token_machine].cache.free(names)
         nxt = self.conversations.follow(turn, reply, now + self.path_s)
         if nxt is not None:
             self._push(nxt.arrival, TURN, nxt)
-
-    def _transfer_skip(self, t: Machine, r: Request) -> int:
-        """Prompt tokens token machine `t`'s cache holds of `r` (not sent), as its reservation finds them."""
-        if r.blocks is None or t.cache is None:
-            return 0
-        skip = attachable(t.cache.match(r.blocks), r.prompt_tokens, self.block) * self.block
-        self.metrics.transfer_skipped += skip
-        return skip

@@ -73,6 +73,8 @@ def compare(live: dict, sim: dict, bounds: dict[str, float] | None = None) -> li
               ("borrowed machines", ("cluster", "borrowed_into_mixed_pool"), None)]
     specs += [(f"KV transfer {p.upper()} (s)", ("kv_transfer", "visible_s", p), None)
               for p in PERCENTILES]
+    specs += [("requests", ("requests",), None),          # conversations: turns follow replies
+              ("prefix-cache hit rate", ("prefix_cache", "hit_rate"), None)]
     rows = []
     for metric, path, bound in specs:
         lv, sv = _get(live, *path), _get(sim, *path)

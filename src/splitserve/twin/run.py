@@ -43,6 +43,14 @@ class TwinSpec:
     max_tokens_cap: int | None = None
     transport: str = "tcp"
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    conversation: str | None = None  # multiturn / sysprompt: their shape (workload/conversations.py)
+    prefix_caching: bool = True      # conversations: both runs keep prefix caches (else neither)
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """A workload of conversations: both runs keep prefix caches (uncapped: the shape sizes them)."""
+        from ..workload.conversations import SHAPES
+        return self.workload in SHAPES
 
     def workers(self) -> str:
         return f"{self.prompt}P+{self.token}T" if self.design == "splitwise" else f"{self.machines} mixed"
@@ -58,8 +66,9 @@ def serve_command(spec: TwinSpec, machine: MachineProfile, port: int, step_log: 
     f = machine.facts
     cmd = [sys.executable, "-m", "splitserve.cli", "serve", "--model", f["model"], "--port", str(port),
            "--device", f["device"], "--dtype", f["dtype"], "--num-blocks", str(f["num_blocks"]),
-           "--worker-threads", str(f["how"]["threads_per_worker"]), "--transport", spec.transport,
-           "--no-prefix-caching"]  # the simulator does not model prefix caching yet (issue 28)
+           "--worker-threads", str(f["how"]["threads_per_worker"]), "--transport", spec.transport]
+    if not (spec.shares_prefixes and spec.prefix_caching):  # nothing to share: compute as the profile measured it
+        cmd.append("--no-prefix-caching")
     if step_log is not None:
         cmd += ["--step-log", str(step_log)]
     if spec.design == "splitwise":
@@ -73,6 +82,8 @@ def bench_command(spec: TwinSpec, url: str, out: Path) -> list[str]:
     cmd = [sys.executable, "-m", "splitserve.cli", "bench", "--url", url, "--rps", str(spec.rps),
            "--duration", str(spec.duration), "--workload", spec.workload, "--seed", str(spec.seed),
            "--out", str(out), "--quiet"]
+    if spec.shares_prefixes:
+        return cmd + (["--conversation", spec.conversation] if spec.conversation else [])
     if spec.max_prompt_tokens is not None:
         cmd += ["--max-prompt-tokens", str(spec.max_prompt_tokens)]
     if spec.max_tokens_cap is not None:
@@ -155,11 +166,15 @@ class _Req:
 
 
 def planned(spec: TwinSpec) -> list[_Req]:
-    """The requests the bench sends for `spec` (same workload, seed, rate, duration and caps)."""
+    """The requests the bench sends for `spec` (same workload, seed, rate, duration and caps;
+    conversations: their first turns, the later ones follow their replies)."""
     from ..bench.plan import Caps, plan_requests
     from ..workload import make_workload
 
-    wl = make_workload(spec.workload, rps=spec.rps, duration=spec.duration, seed=spec.seed)
+    wl = make_workload(spec.workload, rps=spec.rps, duration=spec.duration, seed=spec.seed,
+                       conversation=spec.conversation)
+    if spec.shares_prefixes:
+        return [_Req(r.arrival, r.prompt_tokens, r.output_tokens) for r in wl]
     caps = Caps(spec.max_prompt_tokens, spec.max_tokens_cap)
     return [_Req(r.arrival, r.prompt_tokens, r.max_tokens) for r in plan_requests(wl, caps)]
 
@@ -178,11 +193,14 @@ def run_sim(spec: TwinSpec, machine: MachineProfile, served_rps: float | None = 
     from ..sim.simulator import SimConfig, Simulation
     from ..workload import make_workload
 
-    wl = make_workload(spec.workload, rps=spec.rps, duration=spec.duration, seed=spec.seed)
+    wl = make_workload(spec.workload, rps=spec.rps, duration=spec.duration, seed=spec.seed,
+                       conversation=spec.conversation)
     reqs = planned(spec)
     cluster = machine.cluster(spec.design, prompt=spec.prompt, token=spec.token, machines=spec.machines)
     machine = loaded(spec, machine, reqs, served_rps)
-    sim = Simulation(cluster, machine.model, reqs, SimConfig(policy=spec.policy, machine=machine, record_requests=True))
+    sim = Simulation(cluster, machine.model, wl if spec.shares_prefixes else reqs,
+                     SimConfig(policy=spec.policy, machine=machine, record_requests=True,
+                               prefix_caching=spec.prefix_caching))
     result = sim.run()
     samples: dict[str, list[float]] = {"ttft": [], "tbt": [], "e2e": []}
     for r in result.requests:
