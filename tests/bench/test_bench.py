@@ -160,7 +160,10 @@ def test_summary_has_the_simulators_names(tmp_path):
     vllm = {"tpot_s", "total_input_tokens", "total_output_tokens", "input_throughput", "output_throughput",
             "total_token_throughput", "request_goodput", "goodput"}
     vllm |= {f"{s}_{m}_ms" for s in ("mean", "median", "p50", "p90", "p99") for m in ("ttft", "tpot", "itl", "e2el")}
-    assert set(live) - set(sim) == {"bench"} | vllm
+    # prefix_cache: the simulator writes it for workloads that share prefixes only, bench whenever
+    # prompt tokens were sent (the server's cache is looked up for every prompt)
+    assert set(live) - set(sim) == {"bench", "prefix_cache"} | vllm
+    assert live["prefix_cache"]["queries"] == live["total_input_tokens"] and live["prefix_cache"]["hits"] == 0
     for key in ("ttft_s", "tbt_s", "e2e_s", "workload"):
         assert set(live[key]) == set(sim[key]), key
     for key in ("requests", "completed", "failed", "throughput_rps", "offered_rps", "tokens_generated"):

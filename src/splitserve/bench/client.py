@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from .collector import Collector, RequestRecord
 from .plan import PlannedRequest
-from .sse import DONE, StreamError, chunk_output, chunk_tokens, parse_line, usage_tokens
+from .sse import DONE, StreamError, chunk_output, chunk_tokens, parse_line, usage_cached, usage_tokens
 
 REJECT_STATUSES = (429, 503)
 
@@ -64,7 +64,8 @@ def request_body(target: Target, prompt: list[int] | str, max_tokens: int) -> di
 @dataclass(slots=True)
 class _Reading:
     """One response's event stream as it is read into `rec`: the tokens counted from its chunks,
-    the count its usage gives, and when the last token chunk came (times from `t_sched`)."""
+    the count its usage gives, and when the last token chunk came (times from `t_sched`); the
+    generated token ids into `reply` when given (a conversation's next turn carries them)."""
 
     rec: RequestRecord
     t_sched: float
@@ -73,6 +74,7 @@ class _Reading:
     counted: int = 0
     usage: int | None = None
     last: float | None = None
+    reply: list[int] | None = None
 
     def add(self, event) -> bool:
         """Take one event (parse_line's); True at `[DONE]`, which ends the request."""
@@ -88,6 +90,10 @@ class _Reading:
                 if self.usage != self.counted:
                     rec.reason = f"usage says {self.usage} tokens, {self.counted} chunks counted"
                 rec.tokens = self.usage
+            if self.reply is not None and len(self.reply) != self.counted:
+                rec.outcome, rec.reason = "failed", ("no_token_ids: the server sent no choices[].token_ids, "
+                                                     "which a conversation's next turn carries")
+                return True
             rec.outcome = "completed"
             return True
         k = chunk_tokens(event)
@@ -97,10 +103,15 @@ class _Reading:
         u = usage_tokens(event, "prompt_tokens")
         if u is not None:
             rec.usage_prompt_tokens = u
+        u = usage_cached(event)
+        if u is not None:
+            rec.cached_tokens = u
         if self.save_outputs:
             ids, text = chunk_output(event)
             rec.output_ids += ids
             rec.output_text += text
+        if self.reply is not None:
+            self.reply += chunk_output(event)[0]
         if k:
             now = time.perf_counter()
             if self.last is None:
@@ -114,13 +125,14 @@ class _Reading:
 
 
 async def _stream_one(client, target: Target, body: dict, rec: RequestRecord, t_sched: float,
-                      gaps: list[float]) -> None:
-    """Send one request and fill `rec`: outcome, reason, times (relative to t_sched), tokens."""
+                      gaps: list[float], reply: list[int] | None = None) -> None:
+    """Send one request and fill `rec`: outcome, reason, times (relative to t_sched), tokens
+    (and the token ids generated into `reply`, when given)."""
     import httpx
 
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else None
     started = False                  # got a 200 response head: a later break is a dropped stream
-    reading = _Reading(rec, t_sched, gaps, target.save_outputs)
+    reading = _Reading(rec, t_sched, gaps, target.save_outputs, reply=reply)
     if target.save_outputs:
         rec.prompt = body["messages"][0]["content"] if target.chat else body["prompt"]
         rec.output_ids, rec.output_text = [], ""
@@ -162,7 +174,7 @@ async def _stream_one(client, target: Target, body: dict, rec: RequestRecord, t_
 
 
 async def _run_one(client, target, body, rec, t0, collector: Collector,
-                   slots: asyncio.Semaphore | None = None) -> None:
+                   slots: asyncio.Semaphore | None = None, reply: list[int] | None = None) -> None:
     gaps: list[float] = []
     t_sched = t0 + rec.arrival
     held = began = False
@@ -174,7 +186,7 @@ async def _run_one(client, target, body, rec, t0, collector: Collector,
             rec.sent = t_sched - t0
         collector.begin(rec)
         began = True
-        await _stream_one(client, target, body, rec, t_sched, gaps)
+        await _stream_one(client, target, body, rec, t_sched, gaps, reply)
     except Exception as e:                     # never lose a request to a bug or an odd error
         if rec.outcome in ("pending", "completed"):
             rec.outcome = "failed"
@@ -190,19 +202,24 @@ async def _run_one(client, target, body, rec, t0, collector: Collector,
         collector.finish(rec, gaps)
 
 
-async def replay(plan: Iterable[PlannedRequest], target: Target, make_prompt: Callable[[int], list[int]],
-                 collector: Collector, on_start: Callable[[float], None] | None = None) -> float:
-    """Send every planned request at its arrival time; return when all have finished. Returns
-    the wall time in seconds from the first scheduled instant to the last completion. A planned
-    request's own `prompt` is sent when it has one, else `make_prompt(prompt_tokens)`."""
+def http_client(target: Target):
+    """The one `httpx.AsyncClient` a run's requests share."""
     import httpx
 
     limits = httpx.Limits(max_connections=target.max_connections,
                           max_keepalive_connections=target.max_connections)
     timeout = httpx.Timeout(target.timeout, connect=min(target.timeout, 30.0))
+    return httpx.AsyncClient(limits=limits, timeout=timeout)
+
+
+async def replay(plan: Iterable[PlannedRequest], target: Target, make_prompt: Callable[[int], list[int]],
+                 collector: Collector, on_start: Callable[[float], None] | None = None) -> float:
+    """Send every planned request at its arrival time; return when all have finished. Returns
+    the wall time in seconds from the first scheduled instant to the last completion. A planned
+    request's own `prompt` is sent when it has one, else `make_prompt(prompt_tokens)`."""
     tasks: set[asyncio.Task] = set()
     slots = asyncio.Semaphore(target.max_concurrency) if target.max_concurrency else None
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    async with http_client(target) as client:
         t0 = time.perf_counter()
         if on_start is not None:
             on_start(t0)

@@ -30,6 +30,9 @@ class RequestRecord:
     max_tbt: float | None = None  # its largest gap between two tokens
     good: bool | None = None     # met every --goodput limit (None: no --goodput)
     usage_prompt_tokens: int | None = None   # what the server says it prefilled (usage)
+    cached_tokens: int = 0                   # of those, from its prefix cache (usage.prompt_tokens_details)
+    conversation: int | None = None          # a conversation's turn (workload/conversations.py): which,
+    turn: int | None = None                  # and its index there (0: the first)
     prompt: str | list | None = None         # with --save-outputs: what was sent
     output_ids: list | None = None           # with --save-outputs: the token ids streamed
     output_text: str | None = None           # with --save-outputs: the text streamed
@@ -53,8 +56,10 @@ class Collector:
     good: int = 0                    # completed and within every --goodput limit
     input_tokens: int = 0            # prompt tokens of completed requests
     output_tokens: int = 0           # output tokens of completed requests
+    cached_tokens: int = 0           # prompt tokens of completed requests the server's prefix cache gave
     prompt_tokens_off: int = 0       # usage.prompt_tokens != the planned prompt length
     no_prompt_usage: int = 0         # completed without usage.prompt_tokens
+    not_sent: int = 0                # conversations: turns not sent, their conversation ended by a failed turn
     active: int = 0                  # requests on the wire now
     peak_in_flight: int = 0
     ttft: Histogram = field(default_factory=Histogram)
@@ -77,9 +82,9 @@ class Collector:
 
     def start(self, rec: RequestRecord) -> None:
         self.sent += 1
-        if self.first_arrival is None:
-            self.first_arrival = rec.arrival
-        self.last_arrival = rec.arrival
+        # open loop: in arrival order; a conversation's turns: about in arrival order
+        self.first_arrival = rec.arrival if self.first_arrival is None else min(self.first_arrival, rec.arrival)
+        self.last_arrival = rec.arrival if self.last_arrival is None else max(self.last_arrival, rec.arrival)
 
     def begin(self, rec: RequestRecord) -> None:
         """The request leaves (`rec.sent` is final)."""
@@ -104,6 +109,7 @@ class Collector:
                 self.tpot.add(rec.tpot)
             self.input_tokens += rec.prompt_tokens
             self.output_tokens += rec.tokens
+            self.cached_tokens += rec.cached_tokens
             if rec.usage_prompt_tokens is None:
                 self.no_prompt_usage += 1
             elif rec.usage_prompt_tokens != rec.prompt_tokens:

@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import UserError
+from ..workload.conversations import SHAPES, parse_shape
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 DATASETS = ("workload", "random", "sharegpt")
@@ -51,6 +52,7 @@ class BenchOptions:
     server_check: bool = True
     clip_to_context: bool = False
     save_outputs: bool = False
+    conversation: str | None = None           # multiturn, sysprompt: the shape (workload/conversations.py)
 
     @property
     def fmt(self) -> str:
@@ -78,6 +80,8 @@ def base_url(url: str) -> str:
 
 
 def validate(o: BenchOptions) -> None:
+    check(o.duration is not None or o.dataset != "workload" or o.workload not in SHAPES,
+          f"--workload {o.workload} starts conversations for --duration seconds: give --duration")
     check(math.isfinite(o.rps) and o.rps > 0, f"--rps must be a positive number, got {o.rps:g}")
     check(o.duration is not None or o.num_prompts is not None, "give --duration (seconds of arrivals) or --num-prompts")
     check(o.duration is None or (math.isfinite(o.duration) and o.duration > 0),
@@ -102,3 +106,20 @@ def validate(o: BenchOptions) -> None:
     check(math.isfinite(o.burstiness) and o.burstiness > 0, f"--burstiness must be positive, got {o.burstiness:g}")
     check(o.max_concurrency is None or o.max_concurrency >= 1,
            f"--max-concurrency must be at least 1, got {o.max_concurrency}")
+    if o.dataset == "workload" and o.workload in SHAPES:
+        _validate_conversations(o)
+    else:
+        check(o.conversation is None, f"--conversation shapes the conversations of --workload {' or '.join(SHAPES)}")
+
+
+def _validate_conversations(o: BenchOptions) -> None:
+    w = f"--workload {o.workload}"
+    check(o.endpoint == "completions" and o.fmt == "ids",
+          f"{w} sends each turn's history as token ids: use --endpoint completions --prompt-format ids")
+    check(o.duration is not None and o.num_prompts is None,
+          f"{w} starts conversations for --duration seconds (every one runs to its end); --num-prompts does not apply")
+    check(o.burstiness == 1.0 and o.arrivals in ("auto", "poisson"),
+          f"{w} starts conversations at Poisson arrivals; --burstiness and --arrivals trace do not apply")
+    check(o.max_prompt_tokens is None and o.max_tokens_cap is None,
+          f"{w}: size turns with --conversation (user=LO:HI,reply=LO:HI), not --max-prompt-tokens/--max-tokens-cap")
+    parse_shape(SHAPES[o.workload], o.conversation or "")

@@ -1,7 +1,8 @@
 """What a run sends, as a `Plan`: the requests of `--dataset` (the simulator's workload, random
 sizes, or ShareGPT conversations through the server's tokenizer) at their arrivals (the
 workload's own, or gamma with `--burstiness`), capped, checked against the server's context, and
-with text prompts made where `--prompt-format text` asks for them (`make_plan`)."""
+with text prompts made where `--prompt-format text` asks for them (`make_plan`). A conversation
+workload's plan is its `Conversations` (sent closed-loop, conversations.py) and its first turns."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from ..workload.conversations import SHAPES
 from .options import BenchOptions, check
 from .server_check import check_context
 
@@ -22,6 +24,7 @@ class Plan:
     total: int
     workload: dict                    # summary.json's `workload`: name, rps, duration_s
     arrivals: str
+    conversations: object = None      # multiturn, sysprompt: the Conversations; requests() its first turns
 
 
 def _arrival_times(o: BenchOptions) -> list[float]:
@@ -35,6 +38,8 @@ def workload_plan(o: BenchOptions, max_context: int | None) -> Plan:
     from .plan import Caps, PlannedRequest, plan_requests
 
     caps = Caps(o.max_prompt_tokens, o.max_tokens_cap)
+    if o.workload in SHAPES:
+        return _conversation_plan(o, max_context)
     if o.burstiness == 1.0:
         wl = make_workload(o.workload, rps=float(o.rps), duration=o.duration, seed=o.seed, arrivals=o.arrivals,
                            max_context=max_context, max_requests=o.num_prompts)
@@ -52,6 +57,17 @@ def workload_plan(o: BenchOptions, max_context: int | None) -> Plan:
     reqs = [PlannedRequest(i, t, p, m) for i, (t, (p, m)) in enumerate(zip(times, sizes))]
     return Plan(lambda: reqs, len(reqs), {"name": wl.name, "rps": float(o.rps), "duration_s": o.duration},
                 f"gamma(burstiness={o.burstiness:g})")
+
+
+def _conversation_plan(o: BenchOptions, max_context: int | None) -> Plan:
+    from ..workload import make_workload
+    from .conversations import first_requests, planned_turns
+
+    conv = make_workload(o.workload, rps=float(o.rps), duration=o.duration, seed=o.seed, max_context=max_context,
+                         conversation=o.conversation)
+    return Plan(lambda: first_requests(conv), planned_turns(conv),
+                {"name": conv.name, "rps": conv.rps, "duration_s": conv.duration},
+                "poisson starts, closed-loop turns", conv)
 
 
 def _random_plan(o: BenchOptions, max_context: int | None) -> Plan:

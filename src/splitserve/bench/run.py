@@ -15,6 +15,9 @@ Sources of requests (`--dataset`): `workload` (`--workload`: coding, conversatio
 trace, the simulator's requests), `random` and `sharegpt` (datasets.py); arrivals: the
 workload's own, or gamma with `--burstiness` at `--rps` (arrivals.py). Prompts (`--prompt-format`):
 token ids (seeded, plan.PromptMaker) or text of the same token count (prompts.py).
+`--workload multiturn` / `sysprompt`: conversations, each turn sent when the one before ends,
+carrying the server's reply (conversations.py); summary.json's bench section then says how many
+conversations started (`conversations`) and how many turns a failed turn left unsent.
 
 The options and their checks: options.py; the server's answers before the run: server_check.py;
 the plan of each source: planning.py. This module: the run itself and its verdict.
@@ -33,6 +36,7 @@ from .planning import make_plan
 from .server_check import choose_model, preflight
 
 SAVED_ONLY = ("prompt", "output_ids", "output_text")   # requests.jsonl keys written with --save-outputs only
+CONVERSATION_ONLY = ("conversation", "turn")             # ... and with a conversation workload only
 
 
 def run_bench(o: BenchOptions, return_records: bool = False):
@@ -59,11 +63,18 @@ def run_bench(o: BenchOptions, return_records: bool = False):
     collector = Collector(plan.total, keep_records=o.keep_records, goodput=goodput)
     prompts = PromptMaker(o.seed, o.token_id_min, o.token_id_max)
 
-    if o.progress and sys.stderr.isatty():
-        wall = asyncio.run(_with_progress(replay(plan.requests(), target, prompts, collector), collector))
+    if plan.conversations is not None:
+        from .conversations import converse
+
+        sender = converse(plan.conversations, target, collector)
     else:
-        wall = asyncio.run(replay(plan.requests(), target, prompts, collector))
-    assert collector.done == collector.sent == plan.total, (collector.done, collector.sent, plan.total)
+        sender = replay(plan.requests(), target, prompts, collector)
+    if o.progress and sys.stderr.isatty():
+        wall = asyncio.run(_with_progress(sender, collector))
+    else:
+        wall = asyncio.run(sender)
+    assert collector.done == collector.sent, (collector.done, collector.sent)
+    assert plan.conversations is not None or collector.sent == plan.total, (collector.sent, plan.total)
 
     options = {"endpoint": ENDPOINTS[o.endpoint], "seed": o.seed, "arrivals": plan.arrivals,
                "max_prompt_tokens": o.max_prompt_tokens, "max_tokens_cap": o.max_tokens_cap,
@@ -72,6 +83,10 @@ def run_bench(o: BenchOptions, return_records: bool = False):
                "dataset": o.dataset, "burstiness": o.burstiness, "max_concurrency": o.max_concurrency,
                "num_prompts": o.num_prompts, "server_max_model_len": ctx, "clip_to_context": o.clip_to_context,
                "server_check": o.server_check, "tokenize_calls": tokenize_calls}
+    if plan.conversations is not None:
+        conv = plan.conversations
+        options.update({"conversation": conv.shape.describe(), "conversations": sum(1 for _ in conv),
+                        "turns_not_sent": collector.not_sent})
     summary = bench_summary(collector, plan.workload, url=base, model=model, wall_s=wall, options=options,
                             percentiles=percentiles)
     if o.out is not None:
@@ -82,9 +97,9 @@ def run_bench(o: BenchOptions, return_records: bool = False):
             with (Path(o.out) / "requests.jsonl").open("w") as f:
                 for rec in sorted(collector.records, key=lambda r: r.index):
                     d = asdict(rec)
-                    if not o.save_outputs:
-                        for k in SAVED_ONLY:
-                            del d[k]
+                    for k in (SAVED_ONLY if not o.save_outputs else ()) + (
+                            CONVERSATION_ONLY if plan.conversations is None else ()):
+                        del d[k]
                     f.write(json.dumps(d) + "\n")
     if return_records:
         return summary, sorted(collector.records, key=lambda r: r.index)

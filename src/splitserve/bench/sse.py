@@ -78,3 +78,14 @@ def usage_tokens(chunk: dict, key: str = "completion_tokens") -> int | None:
     if isinstance(u, dict) and isinstance(u.get(key), int):
         return u[key]
     return None
+
+
+def usage_cached(chunk: dict) -> int | None:
+    """`usage.prompt_tokens_details.cached_tokens` (prompt tokens the server's prefix cache gave)
+    when the chunk has usage: 0 when usage lacks it, None when the chunk has no usage."""
+    u = chunk.get("usage")
+    if not isinstance(u, dict):
+        return None
+    d = u.get("prompt_tokens_details")
+    n = d.get("cached_tokens") if isinstance(d, dict) else None
+    return n if isinstance(n, int) else 0

@@ -18,11 +18,16 @@ millisecond aliases of the latencies: `mean_X_ms`, `median_X_ms` and `pP_X_ms` f
 `--percentiles` P and X in ttft, tpot, itl (= `tbt_s`, vLLM's inter-token latency), e2el
 (= `e2e_s`); each alias is its seconds histogram's value x 1000 (percentiles within 0.05%,
 report/histogram.py).
+
+`prefix_cache` (when completed requests had prompt tokens), the simulator's section
+(report.summary.prefix_summary): queries = the completed requests' prompt tokens, hits = those
+the server's usage says its prefix cache gave (`usage.prompt_tokens_details.cached_tokens`, 0 when
+absent).
 """
 
 from __future__ import annotations
 
-from ..report.summary import _clean
+from ..report.summary import _clean, prefix_summary
 from .collector import Collector
 from .metrics import ms_aliases
 
@@ -43,7 +48,7 @@ def bench_summary(c: Collector, workload: dict, *, url: str, model: str | None, 
     if c.sent > 1 and c.last_arrival > c.first_arrival:
         offered = (c.sent - 1) / (c.last_arrival - c.first_arrival)
     lag = c.send_lag
-    return _clean({
+    out = _clean({
         "design": "live",
         "cluster_label": f"live server {url}",
         "model": model,
@@ -90,3 +95,6 @@ def bench_summary(c: Collector, workload: dict, *, url: str, model: str | None, 
             **options,
         },
     })
+    if c.input_tokens:
+        out["prefix_cache"] = _clean(prefix_summary(c.input_tokens, c.cached_tokens))
+    return out

@@ -41,6 +41,12 @@ def bench(
     clip_to_context: Annotated[bool, typer.Option("--clip-to-context", help="Clip prompt+output to the server's context (max_model_len), as --max-context does.")] = False,
     save_outputs: Annotated[bool, typer.Option("--save-outputs", help="Write each request's prompt, output token ids and text to requests.jsonl.")] = False,
     workload: Annotated[str, typer.Option(help="{workloads}, or an Azure LLM trace CSV (same requests as `splitserve simulate` for the same seed).")] = "coding",
+    conversation: Annotated[Optional[str], typer.Option(help="--workload multiturn / sysprompt: the conversations' shape, "
+                                                             "e.g. turns=10,system=0,user=64:256,reply=64:256,think=2 (token "
+                                                             "ranges, mean think seconds; workload/conversations.py). Each turn "
+                                                             "is sent closed-loop, think seconds after the reply before it, "
+                                                             "carrying that reply's token ids (completions, --prompt-format ids); "
+                                                             "--duration bounds the conversations' starts.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the workload and of the prompt token ids.")] = 0,
     arrivals: Annotated[str, typer.Option(help="poisson, trace (a CSV's own timestamps) or auto.")] = "auto",
     model: Annotated[Optional[str], typer.Option(help="Model name to send (default: the first of GET /v1/models).")] = None,
@@ -74,7 +80,8 @@ def bench(
         random_input_len=random_input_len, random_output_len=random_output_len,
         random_range_ratio=random_range_ratio, num_prompts=num_prompts, burstiness=burstiness,
         max_concurrency=max_concurrency, goodput=goodput, percentiles=percentiles,
-        server_check=not no_server_check, clip_to_context=clip_to_context, save_outputs=save_outputs))
+        server_check=not no_server_check, clip_to_context=clip_to_context, save_outputs=save_outputs,
+        conversation=conversation))
     if json_out:
         typer.echo(json.dumps(summary, indent=2))
     else:
