@@ -164,3 +164,14 @@ def test_with_distserve_slos_goodput_is_the_last_rate_with_90_percent_attainment
         nxt = run_job(sc.job(r["design"], tuple(r["cluster"]), lattice.rate(lattice.index(r["goodput_rps"]) + 1)))
         assert nxt.attainment < 0.9 and not nxt.slo_met and r["next_worst"] == "goodput_attainment"
     assert "attain (target 90%)" in (tmp_path / "report.md").read_text()
+
+
+def test_on_conversations_each_system_reports_its_prefix_cache_hit_rate(tmp_path):
+    # multiturn's later turns carry their history: every system's machines' caches (with prefix-aware
+    # routing, the default) give most of it back; the table shows the rate beside the latencies
+    res = run_compare(CompareRequest(out=tmp_path, command="c", systems=("vllm", "splitwise"), workload="multiturn",
+                                     **{**TINY, "curve_points": 0}))
+    for r in res["systems"]:
+        assert 0.5 < r["at_goodput"]["prefix_hit_rate"] < 1.0, r["system"]
+    report = (tmp_path / "report.md").read_text()
+    assert "| $ per M output tokens | prefix-cache hit rate | TTFT P50 / P99 (ms) |" in report

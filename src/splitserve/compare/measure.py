@@ -58,6 +58,7 @@ def measure(pt: Point) -> dict:
         "peak_kv_fraction": max(p["peak_kv_fraction"] for p in pools),  # of any one machine's KV capacity
         "borrowed": s["cluster"]["borrowed_into_mixed_pool"], "preemptions": s["cluster"]["preemptions"],
         "events": s["sim"]["events"],
+        "prefix_hit_rate": s.get("prefix_cache", {}).get("hit_rate"),   # a workload sharing prefixes
         "attainment": g["attainment"] if g else None, "attainment_target": g["target"] if g else None,
         "meets": bool(g["meets_target"]) if g else bool(s["slo"]["met"]),   # the SLO the search used
     }

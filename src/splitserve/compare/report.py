@@ -92,10 +92,13 @@ def _setup(res: dict) -> list[str]:
 def _table(res: dict) -> list[str]:
     head = ["system", "split", "goodput (req/s)", "next rate (req/s): what misses", "$ per M output tokens",
             "TTFT P50 / P99 (ms)", "TBT P50 / P99 (ms)", "E2E P50 / P99 (s)", "SLO at goodput", "sims"]
+    hits = any((r["at_goodput"] or {}).get("prefix_hit_rate") is not None for r in res["systems"])
+    if hits:  # a workload whose prompts share prefixes: how much of them the machines' caches gave
+        head.insert(5, "prefix-cache hit rate")
     L = [_row(head), _row(["---"] * len(head))]
     for r in res["systems"]:
         m = r["at_goodput"]
-        L.append(_row([
+        cells = [
             f"{r['system']}", r["split"] if r["goodput_rps"] else "-", _f(r["goodput_rps"], ".4g", "none"),
             f"{r['next_rps']:.4g}: {r['next_worst']} {r['next_ratio']:.2f}x" if r["next_rps"] else
             ("above the ceiling: raise --max-rps" if r.get("at_ceiling") else "-"),
@@ -103,7 +106,10 @@ def _table(res: dict) -> list[str]:
             f"{_ms(m['ttft_p50_s'])} / {_ms(m['ttft_p99_s'])}" if m else "-",
             f"{_ms(m['tbt_p50_s'])} / {_ms(m['tbt_p99_s'])}" if m else "-",
             f"{m['e2e_p50_s']:.2f} / {m['e2e_p99_s']:.2f}" if m else "-",
-            _at_slo(m), r["simulations"]]))
+            _at_slo(m), r["simulations"]]
+        if hits:
+            cells.insert(5, _f(m and m.get("prefix_hit_rate"), ".0%"))
+        L.append(_row(cells))
     return L
 
 
