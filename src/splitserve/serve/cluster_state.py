@@ -1,6 +1,7 @@
 """The router's view of the live cluster: one policy `Machine` per worker, moved by the workers'
 reports through the same transitions the simulator makes (policy/transitions.py), and routed by
-the same cluster scheduler (policy/cluster.py). It does no arithmetic of its own.
+the same cluster scheduler (policy/cluster.py). It does no arithmetic of its own. With prefix
+caching, each machine's view of its worker's cache follows these events too (serve/prefix_view.py).
 
     router learns                          view does (transitions)          simulator's moment
     a request arrives                      arrive: predict, route,          Simulation._arrive
@@ -47,6 +48,7 @@ from ..policy.release import release
 from ..policy.sized_kv import drop_waiting, plan_kv
 from ..policy.transitions import (DoesNotFit, decode_tokens, end_chunk, first_token, kv_landed, preempt,
                                   requeue_preempted, start_chunk, start_decode)
+from .prefix_view import PrefixView
 
 
 class NoWorkers(RuntimeError):
@@ -56,20 +58,22 @@ class NoWorkers(RuntimeError):
 class LiveCluster:
     def __init__(self, homes: list[Pool], kv_tokens: list[int], split: bool,
                  routing: RoutingConfig = RoutingConfig(), kv_block: int = 1, predictor=None,
-                 scheduler: MachineScheduler = SCHEDULERS["splitwise"]) -> None:
+                 scheduler: MachineScheduler = SCHEDULERS["splitwise"], prefix: bool = False) -> None:
         """kv_tokens: each worker's KV cache in tokens; kv_block: tokens per block (reservations
         are whole blocks, as the workers' paged caches allocate them); predictor: the output-length
         predictor a request's estimate comes from at arrival, as in the simulator (the ecoserve
         scheduler's, policy/predictor.py arrival_predictor; the router sends it in `gen`);
-        scheduler: the workers' machine scheduler, whose own step reports this view applies."""
+        scheduler: the workers' machine scheduler, whose own step reports this view applies; prefix:
+        whether the workers keep prefix caches, each machine then a view of its worker's (`prefix`:
+        serve/prefix_view.py, blocks of kv_block tokens)."""
+        self.prefix = PrefixView(kv_block) if prefix else None
         self.predictor = predictor
         self.sched = scheduler
         self.split = split
         self.homes = list(homes)
         self.kv_tokens = list(kv_tokens)
         self.kv_block = kv_block
-        self.machines = [Machine(i, "live", home=h, kv_capacity=c, kv_block=kv_block)
-                         for i, (h, c) in enumerate(zip(homes, kv_tokens))]
+        self.machines = [self._machine(i, h, c) for i, (h, c) in enumerate(zip(homes, kv_tokens))]
         self.cls = make_cluster_scheduler(self.machines, routing, split)
         self.alive = [True] * len(self.machines)
         self.in_step: list[list[Request]] = [[] for _ in self.machines]  # prefill chunks running per worker
@@ -163,6 +167,8 @@ class LiveCluster:
             end_chunk(p, r)
         if r in self.in_step[p.id]:
             self.in_step[p.id].remove(r)
+        if self.prefix is not None:
+            self.prefix.holds(p, r)
 
     def first_from_token_worker(self, r: Request) -> None:
         """`r`'s first token came with its KV ("kv_in") before the prompt worker's step report: its
@@ -176,12 +182,16 @@ class LiveCluster:
         there, as Simulation._transfer_end), and it joins its token worker's next step."""
         p, t = self.machines[r.prompt_machine], self.machines[r.token_machine]
         kv_landed(p, t, r)
+        if self.prefix is not None:
+            self.prefix.holds(t, r)
         return self._admit({p})
 
     # ---- leaving -------------------------------------------------------------------------------
-    def release(self, r: Request) -> list[Request]:
+    def release(self, r: Request, tokens: list[int] | None = None) -> list[Request]:
         """`r` leaves early (abort, failure, its worker died): undo what it holds. Returns waiters
-        admitted by the memory it freed."""
+        admitted by the memory it freed. `tokens`: its prompt and the outputs seen (prefix caches)."""
+        if self.prefix is not None and tokens is not None and self._live(m := self._decoder(r)):
+            self.prefix.leaving(m, r, tokens)
         return self._admit(self._release(r))
 
     def _release(self, r: Request) -> set[Machine]:
@@ -193,6 +203,28 @@ class LiveCluster:
                 self.in_step[m.id].remove(r)
         release(r, p, t)
         return {p, t}
+
+    # ---- prefix caches: the router's sends and the workers' reports (serve/prefix_view.py) ----------
+    def prefix_sent(self, r: Request) -> None:
+        """`r`'s prompt goes to its prompt worker, which looks it up in its cache."""
+        if self.prefix is not None:
+            self.prefix.sent(self.machines[r.prompt_machine], r)
+
+    def prefix_reported(self, wid: int, r: Request, chunk: int, cached: int) -> None:
+        """Worker `wid` started `r`'s prompt with a chunk of `chunk` tokens, `cached` from its cache."""
+        if self.prefix is not None and r.prompt_machine == wid and self._live(self.machines[wid]):
+            self.prefix.reported(self.machines[wid], r, chunk, cached)
+
+    def prefix_reserved(self, r: Request, skip: int | None) -> None:
+        """`r`'s token worker reserved its KV, with `skip` prompt tokens from its cache."""
+        if self.prefix is not None and skip is not None and self._live(t := self.machines[r.token_machine]):
+            self.prefix.reserved(t, r, skip)
+
+    def prefix_finished(self, r: Request, prompt_ids: list[int], output: list[int]) -> None:
+        """`r` made `output` and is done: its decoding worker holds prompt + output but the last
+        (a request ended at its first token ended on its prompt worker, which holds its prompt)."""
+        if self.prefix is not None and len(output) > 1 and self._live(m := self._decoder(r)):
+            self.prefix.finished(m, r, prompt_ids + output[:-1])
 
     def _decoder(self, r: Request) -> Machine:
         return self.machines[r.token_machine if r.token_machine >= 0 else r.prompt_machine]
@@ -231,16 +263,22 @@ class LiveCluster:
         self.alive[i] = False
         self.in_step[i] = []
         self.cls.remove(m)
+        PrefixView.emptied(m)
 
     def up(self, i: int, kv_tokens: int | None = None) -> None:
         """A (replacement) worker i joined: a fresh machine in its home pool."""
         if self.alive[i]:
             return
-        cap = kv_tokens if kv_tokens is not None else self.kv_tokens[i]
-        m = Machine(i, "live", home=self.homes[i], kv_capacity=cap, kv_block=self.kv_block)
+        m = self._machine(i, self.homes[i], kv_tokens if kv_tokens is not None else self.kv_tokens[i])
         self.machines[i] = m
         self.alive[i] = True
         self.cls.add(m)
+
+    def _machine(self, i: int, home: Pool, cap: int) -> Machine:
+        m = Machine(i, "live", home=home, kv_capacity=cap, kv_block=self.kv_block)
+        if self.prefix is not None:
+            self.prefix.fresh(m)
+        return m
 
     def idle(self) -> bool:
         """Every live machine's counters are back at zero (tests)."""

@@ -47,10 +47,12 @@ class WorkerReports:
                 if not q.scheduled_at and (at is not None or not q.first_at):
                     q.scheduled_at = at if at is not None else now
             chunks = [(q.pr, n) for q, n in chunks]
+            sizes = dict(msg.chunks) if msg.cached else None
             for rid, k in msg.cached or ():  # prompts that start here, and what the worker's prefix cache gave them
                 self.metrics.prefix_hit(k)
                 if (q := get(rid)) is not None:
                     q.cached_tokens = k
+                    self.cluster.prefix_reported(w.id, q.pr, sizes.get(rid, 0), k)  # the view corrected
             self.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
             self.cluster.step_started(w.id, chunks, live(msg.preempted), live(msg.joined), msg.sched,
                                       lambda rid: q.pr if (q := get(rid)) is not None else None)
@@ -58,6 +60,7 @@ class WorkerReports:
             req = get(msg.rid)
             if req is not None and req.stage is Stage.RESERVING:
                 if msg.ok:
+                    self.cluster.prefix_reserved(req.pr, msg.skip)
                     self._send_prefill(req, msg.blocks, msg.skip)
                 else:
                     self._restart(req, f"token worker could not reserve KV: {msg.msg}")
@@ -127,6 +130,7 @@ class WorkerReports:
                     self.chan.send(self.workers[req.pr.token_machine], Cancel(rid=req.wire))
                 req.stage = Stage.DECODE
             if self._deliver(req, toks, lps.get(req.wire)) and finished:
+                self.cluster.prefix_finished(req.pr, req.prompt_ids, req.delivered)  # its worker's cache holds them
                 self._complete(req, reason or "stop")
         self._dispatch_all(admitted)
 

@@ -36,6 +36,7 @@ class LiveRequest:
     finish_reason: str | None = None
     cached_tokens: int = 0     # prompt tokens its latest try's prefill took from a prefix cache
     prompt_logprobs: list | None = None  # its prompt's logprob records, where it asked (with its first token)
+    blocks: list[int] | None = None  # its prompt's full blocks' names (serve/prefix_view.py), for every try
 
 
 class RequestTable:
@@ -59,9 +60,14 @@ class RequestTable:
         self.active[req.id] = req
         return req
 
-    def new_try(self, req: LiveRequest, now: float) -> Request:
-        """A policy request for the next try of `req`, with its own wire id."""
+    def new_try(self, req: LiveRequest, now: float, prefix=None) -> Request:
+        """A policy request for the next try of `req`, with its own wire id; `prefix`: the router's
+        PrefixView (serve/prefix_view.py), which names its prompt's blocks (once), or None."""
         r = Request(next(self._pids), now, len(req.prompt_ids), req.params.max_tokens, isolated=req.isolated)
+        if prefix is not None:
+            if req.blocks is None:
+                req.blocks = prefix.names(req.prompt_ids)
+            r.blocks = req.blocks
         req.pr = r
         req.wire = f"{req.id}.{req.tries}"
         req.tries += 1

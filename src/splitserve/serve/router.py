@@ -15,12 +15,11 @@ still says is ignored. Workers are started, watched and replaced by the Supervis
 travel on the RouterChannel. When a worker dies, every request it touched is restarted on the
 others (from the start; tokens the client already has are checked against the new ones and not
 sent twice), at most `max_attempts` times per request. A request that finds no live worker waits
-up to `park_timeout_s` for one. KV transfers that time out on the token worker restart their
-request.
+up to `park_timeout_s` for one; one whose KV transfer times out on the token worker restarts.
 
 A request in a failed engine step is retried isolated, and quarantined after a second
 (reports.py, with the other reactions to worker messages). Restarts, parking and the liveness
-monitor are in recovery.py.
+monitor are in recovery.py, the view of the workers' prefix caches in prefix_view.py.
 """
 
 from __future__ import annotations
@@ -112,10 +111,10 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
                 raise RuntimeError(f"workers {late} did not start within {cfg.startup_timeout_s:g} s "
                                    f"(--worker-start-timeout)")
             await asyncio.sleep(0.05)
-        homes = [POOLS[w.home] if cfg.split else Pool.MIXED for w in self.workers]
+        homes, bs = [POOLS[w.home] if cfg.split else Pool.MIXED for w in self.workers], self.workers[0].block_size
         self.cluster = LiveCluster(homes, [w.kv_tokens for w in self.workers], cfg.split, cfg.policy.routing,
-                                   kv_block=self.workers[0].block_size, predictor=arrival_predictor(cfg.policy),
-                                   scheduler=scheduler_of(cfg.policy.batching))
+                                   bs, arrival_predictor(cfg.policy), scheduler_of(cfg.policy.batching),
+                                   prefix=cfg.prefix_caching and cfg.worker_mode == "engine")  # prefix_view.py
         self.max_request_tokens()
         self._tasks.append(asyncio.create_task(self._monitor_loop()))
         if cfg.log_stats_interval_s > 0:
@@ -179,7 +178,7 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
 
     def _begin(self, req: LiveRequest) -> None:
         """Route one try of `req` and send it on its way (or park it / let it wait for memory)."""
-        r = self.reqs.new_try(req, time.perf_counter())
+        r = self.reqs.new_try(req, time.perf_counter(), self.cluster.prefix)
         try:
             go = self.cluster.arrive(r)
         except NoWorkers as e:
@@ -207,8 +206,9 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
 
     def _queried(self, req: LiveRequest) -> None:
         """Its prompt goes to a worker that looks it up in its prefix cache (a scored prompt is not)."""
-        if self.cfg.prefix_caching and self.cfg.worker_mode == "engine" and req.params.prompt_logprobs is None:
+        if self.cluster.prefix is not None and req.params.prompt_logprobs is None:
             self.metrics.prefix_queried(len(req.prompt_ids))
+            self.cluster.prefix_sent(req.pr)   # what the router's view expects the worker's cache to give
 
     def _send_prefill(self, req: LiveRequest, blocks: list[int] | None = None, skip: int | None = None) -> None:
         """The prompt worker's `gen` (kind prefill): the KV to the token worker (`blocks`: one-sided; `skip`: held)."""
@@ -274,7 +274,7 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
         r = req.pr
         if r is None or req.wire not in self.reqs.by_wire:
             return
-        admitted = self.cluster.release(r)
+        admitted = self.cluster.release(r, req.prompt_ids + req.delivered[:req.produced])
         for wid in {r.prompt_machine, r.token_machine}:
             if 0 <= wid < len(self.workers) and self.workers[wid].up:
                 # prefill_sent: the prompt worker may have written (one-sided) into the token worker's blocks
