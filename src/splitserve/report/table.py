@@ -56,6 +56,11 @@ def print_summary(s: dict, console: Console | None = None) -> None:
         ok = "[green]meets[/]" if g["meets_target"] else "[red]misses[/]"
         console.print(f"goodput SLOs (TTFT <= {g['ttft_slo_s']:g} s, TPOT <= {g['tpot_slo_s']:g} s): "
                       f"{g['attainment']:.1%} of requests attain both, {ok} the {g['target']:.0%} target")
+    pc = s.get("prefix_cache")
+    if pc:
+        skipped = (s.get("kv_transfer") or {}).get("skipped_tokens")
+        console.print(f"prefix cache: {pc['hit_rate']:.1%} hit rate, {pc['hits']:,} of {pc['queries']:,} prompt tokens "
+                      f"cached" + (f"; {skipped:,} not sent to token machines holding them" if skipped else ""))
     if "sim" in s:
         sim = s["sim"]
         console.print(f"[dim]simulated {sim['simulated_s']:,.0f} s in {sim['wall_s']:.2f} s wall, "
