@@ -1,8 +1,8 @@
 """Schemathesis (PyPI) fuzzes every operation of `serve`'s own `/openapi.json` (issue 28 item 6):
-a Splitwise 1P + 1T `serve --model tiny` with an API key, a bounded, deterministic run (25
-examples an operation, its coverage, fuzzing and stateful phases), the one check that no response
-is a 5xx; then the server is healthy: both workers up, and a completion gives the engine's
-greedy tokens."""
+a Splitwise 1P + 1T `serve --model tiny` with an API key (the session's `split_server`), a
+bounded, deterministic run (25 examples an operation, its coverage, fuzzing and stateful phases),
+the one check that no response is a 5xx; then the server is healthy: both workers up, and a
+completion gives the engine's greedy tokens."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from .conftest import API_KEY, complete, reference
 SCHEMATHESIS = "schemathesis"  # the test extra's pinned release; its command line runs here
 
 
-def test_no_generated_request_makes_a_server_error(server_factory, reference_engine, tmp_path):
-    srv = server_factory("--prompt-workers", "1", "--token-workers", "1", api_key=API_KEY)
+def test_no_generated_request_makes_a_server_error(split_server, reference_engine, tmp_path):
+    srv = split_server  # the session's 1P + 1T server with an API key: no server start of its own
     run = subprocess.run([sys.executable, "-m", f"{SCHEMATHESIS}.cli", "run", srv.url + "/openapi.json",
                           "--checks", "not_a_server_error", "--max-examples", "25", "--generation-deterministic",
                           "--header", f"Authorization: Bearer {API_KEY}"],
