@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from .conftest import reference
+from .conftest import reference, start_server, stop_server
 from .test_lossless import serve_all, workload
 
 
@@ -56,8 +56,17 @@ def test_per_phase_tp_is_lossless(server_factory, reference_engine, prompt_tp, t
     assert all(w["free"] == w["start_free"] and w["reserved"] == 0 for w in st["workers"]), st["workers"]
 
 
-def test_unsplit_at_tp_2(server_factory, reference_engine):
-    srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--tp", "2")
+@pytest.fixture(scope="module")
+def unsplit_tp2():
+    """One mixed worker at tp 2, for test_unsplit_at_tp_2 and then the idle-rank test (which kills
+    a rank: it runs last on it)."""
+    srv = start_server("--design", "baseline", "--mixed-workers", "1", "--tp", "2")
+    yield srv
+    stop_server(srv)
+
+
+def test_unsplit_at_tp_2(unsplit_tp2, reference_engine):
+    srv = unsplit_tp2
     assert [len(followers(w["pid"])) for w in srv.state()["workers"]] == [1]
     check_tokens(srv, reference_engine, n=24, seed=5)
 
@@ -96,9 +105,10 @@ def test_killing_one_rank_under_load_loses_nothing(server_factory, reference_eng
     assert len(followers(w["pid"])) == 1 and not alive(token["pid"])  # a new group of two; the old one gone
 
 
-def test_a_rank_that_dies_while_idle_is_noticed(server_factory, reference_engine):
+def test_a_rank_that_dies_while_idle_is_noticed(unsplit_tp2, reference_engine):
     """No step runs, yet the worker's heartbeat finds its dead rank: the group is replaced."""
-    srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--tp", "2")
+    srv = unsplit_tp2
+    srv.wait_settled()  # idle: test_unsplit_at_tp_2's requests are done
     [w0] = srv.state()["workers"]
     [victim] = followers(w0["pid"])
     os.kill(victim, signal.SIGKILL)
