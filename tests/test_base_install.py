@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -34,9 +35,11 @@ def test_simulate_runs_without_the_extras(tmp_path):
 
 
 def test_every_help_renders_without_the_extras():
-    for cmd in ("simulate", "provision", "compare", "serve", "bench", "generate", "profile", "twin",
-                "reproduce", "tokenizer"):
-        p = run(cmd, "--help")
+    cmds = ("simulate", "provision", "compare", "serve", "bench", "generate", "profile", "twin", "reproduce",
+            "tokenizer")
+    with ThreadPoolExecutor(len(cmds)) as pool:   # independent processes, at once (CI has two cores)
+        done = list(pool.map(lambda cmd: run(cmd, "--help"), cmds))
+    for cmd, p in zip(cmds, done):
         assert p.returncode == 0, f"{cmd} --help: {p.stderr[-2000:]}"
 
 
