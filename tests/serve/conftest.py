@@ -144,8 +144,12 @@ def server_factory():
 
 API_KEY = "test-key-123"
 
+# The shared servers live as long as tests/serve runs (scope "package", not "session"): stopped when
+# its last test is done, their idle routers and workers take no CPU from the tests after it (the
+# simulator, the twin's timed live run, the GPU check's CPU run).
 
-@pytest.fixture(scope="session")
+
+@pytest.fixture(scope="package")
 def split_server():
     """1 prompt + 1 token worker, KV always layer by layer, an API key."""
     srv = start_server("--prompt-workers", "1", "--token-workers", "1", "--layerwise-threshold", "0",
@@ -154,7 +158,7 @@ def split_server():
     stop_server(srv)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def split_2x2_server():
     """2 prompt + 2 token workers, KV always in one shot (serialized)."""
     srv = start_server("--prompt-workers", "2", "--token-workers", "2", "--layerwise-threshold", "1000000")
@@ -162,7 +166,7 @@ def split_2x2_server():
     stop_server(srv)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def single_server():
     """Unsplit: one mixed worker serves every request whole."""
     srv = start_server("--design", "baseline", "--mixed-workers", "1")
