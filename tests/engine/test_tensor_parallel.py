@@ -66,14 +66,21 @@ def test_a_rank_loads_only_its_part_of_the_checkpoint(hf_llama):
         eng.close()
 
 
+@pytest.fixture(scope="module")
+def two_layer_tp1():
+    """The prompts of test_kv_moves_between_groups_of_any_sizes and one tp-1 engine's greedy tokens
+    for them: the same for its 8 cases, computed once."""
+    ps = prompts(6, 250, seed=1)
+    return ps, [o.token_ids for o in LLMEngine("small-2l", num_blocks=128).generate(ps, GREEDY)]
+
+
 @pytest.mark.parametrize("a_tp,b_tp", [(1, 2), (2, 1), (2, 2), (4, 2)])
 @pytest.mark.parametrize("threshold", [LAYERWISE, WHOLE], ids=["layerwise", "serialized"])
-def test_kv_moves_between_groups_of_any_sizes(a_tp, b_tp, threshold):
+def test_kv_moves_between_groups_of_any_sizes(a_tp, b_tp, threshold, two_layer_tp1):
     """A prompt engine at tp a prefills, a token engine at tp b decodes: each of b's ranks gets
     its KV heads from those of a's ranks that hold them (through the ranks 0), token for token
     what one engine at tp 1 makes."""
-    ps = prompts(6, 250, seed=1)
-    want = [o.token_ids for o in LLMEngine("small-2l", num_blocks=128).generate(ps, GREEDY)]
+    ps, want = two_layer_tp1
     a_conn, b_conn = InMemoryConnector(threshold=threshold), InMemoryConnector()
     a = LLMEngine("small-2l", num_blocks=128, tp=a_tp, connector=a_conn)
     b = LLMEngine("small-2l", num_blocks=128, tp=b_tp, connector=b_conn)
