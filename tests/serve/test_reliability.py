@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from .conftest import API_KEY, complete, reference
+from .conftest import API_KEY, complete, reference, start_server, stop_server
 from .test_faults import wait_for
 
 
@@ -22,11 +22,33 @@ def post(srv, body, headers=None, timeout=30) -> httpx.Response:
     return httpx.post(srv.url + "/v1/completions", json=body, headers=headers or srv.headers, timeout=timeout)
 
 
-def test_a_router_pause_longer_than_the_heartbeat_timeout_ends_no_worker(server_factory, reference_engine):
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory):
+    """A 1P + 1T server with a 2 s heartbeat timeout whose API key comes from a file, shared in
+    turn by the router-pause test, the key-file test and, last (it stops the server), the
+    SIGTERM test: one server start instead of three."""
+    keyfile = tmp_path_factory.mktemp("key") / "key"
+    keyfile.write_text("file-key-42\n")
+    srv = start_server("--heartbeat-timeout", "2", "--api-key-file", str(keyfile), api_key="file-key-42",
+                       key_arg=False)
+    yield srv
+    stop_server(srv)
+
+
+@pytest.fixture(scope="module")
+def echo_server():
+    """Echo workers, one token per 50 ms step: the leaving-client test, then the SIGTERM drain
+    test with the default drain (which stops it)."""
+    srv = start_server("--worker-mode", "echo", "--echo-token-delay", "0.05")
+    yield srv
+    stop_server(srv)
+
+
+def test_a_router_pause_longer_than_the_heartbeat_timeout_ends_no_worker(keyed, reference_engine):
     # the router's loop stops for 3 s (SIGSTOP: a GC pause, a swapped-out host) with a 2 s heartbeat
     # timeout: on waking it reads the heartbeats queued meanwhile before it judges anyone silent,
     # and the workers wait twice the timeout (4 s) for the router
-    srv = server_factory("--heartbeat-timeout", "2")
+    srv = keyed
     pids = {w["pid"] for w in srv.state()["workers"]}
     os.kill(srv.proc.pid, signal.SIGSTOP)
     time.sleep(3)
@@ -69,10 +91,8 @@ def test_the_api_key_and_the_body_size_are_checked_before_the_body_is_read(split
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
 
 
-def test_api_key_from_a_file_and_not_on_the_command_line(server_factory, tmp_path):
-    keyfile = tmp_path / "key"
-    keyfile.write_text("file-key-42\n")
-    srv = server_factory("--api-key-file", str(keyfile), api_key="file-key-42", key_arg=False)
+def test_api_key_from_a_file_and_not_on_the_command_line(keyed):
+    srv = keyed  # started with --api-key-file holding "file-key-42"
     with open(f"/proc/{srv.proc.pid}/cmdline", "rb") as f:
         assert b"file-key-42" not in f.read()
     body = {"prompt": [1, 2], "max_tokens": 2}
@@ -80,9 +100,9 @@ def test_api_key_from_a_file_and_not_on_the_command_line(server_factory, tmp_pat
     assert post(srv, body, headers={"Authorization": "Bearer file-key-42"}).status_code == 200
 
 
-def test_a_client_that_leaves_cancels_its_non_streaming_request(server_factory):
+def test_a_client_that_leaves_cancels_its_non_streaming_request(echo_server):
     # echo workers, one token per 50 ms step: a 100-token request takes 5 s; its client leaves at 0.3 s
-    srv = server_factory("--worker-mode", "echo", "--echo-token-delay", "0.05")
+    srv = echo_server
 
     async def leave():
         async with httpx.AsyncClient(timeout=0.3) as c:
@@ -99,11 +119,14 @@ def test_a_client_that_leaves_cancels_its_non_streaming_request(server_factory):
 
 
 @pytest.mark.parametrize("drain", [0.5, None])
-def test_sigterm_drains_streams_or_ends_them_with_an_error_and_done(server_factory, drain):
+def test_sigterm_drains_streams_or_ends_them_with_an_error_and_done(server_factory, request, drain):
     # echo workers, one token per 50 ms step: 100 tokens take 5 s, longer than uvicorn's own grace;
     # the default drain (20 s) lets them finish, a 0.5 s one cuts them
-    srv = server_factory("--worker-mode", "echo", "--echo-token-delay", "0.05",
-                         *(("--drain-timeout", str(drain)) if drain else ()))
+    if drain:
+        srv = server_factory("--worker-mode", "echo", "--echo-token-delay", "0.05", "--drain-timeout", str(drain))
+    else:  # the module's echo server (default drain), idle again after the leaving-client test
+        srv = request.getfixturevalue("echo_server")
+        srv.wait_settled()
     lines: list[list[str]] = [[] for _ in range(3)]
 
     async def run():
@@ -192,8 +215,8 @@ def _running(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] not in "ZX"
 
 
-def test_sigterm_stops_the_server_and_its_workers(server_factory):
-    srv = server_factory()
+def test_sigterm_stops_the_server_and_its_workers(keyed):
+    srv = keyed  # a 1P + 1T server; this test, its last, stops it
     pids = [w["pid"] for w in srv.state()["workers"]]
     srv.proc.send_signal(signal.SIGTERM)
     assert srv.proc.wait(timeout=15) is not None
