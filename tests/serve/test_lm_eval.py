@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -82,15 +83,18 @@ def test_lm_eval_loglikelihoods_equal_transformers(server_factory, tmp_path):
     tasks.mkdir()
     (tasks / "mc.yaml").write_text(MC_TASK.format(data=tmp_path / "data.jsonl"))
     (tasks / "gen.yaml").write_text(GEN_TASK.format(data=tmp_path / "data.jsonl"))
-    srv = server_factory("--model", str(ckpt), "--prompt-workers", "1", "--token-workers", "1")
+    from lm_eval.tasks import TaskManager
+    with ThreadPoolExecutor(1) as pool:  # lm-eval indexes its task registry (~6 s of one core) while the
+        manager = pool.submit(TaskManager, include_path=str(tasks))  # server's processes start
+        srv = server_factory("--model", str(ckpt), "--prompt-workers", "1", "--token-workers", "1")
+        task_manager = manager.result()
     name = httpx.get(srv.url + "/v1/models", timeout=10).json()["data"][0]["id"]
 
-    from lm_eval.tasks import TaskManager
     out = lm_eval.simple_evaluate(
         model="local-completions",
         model_args=f"base_url={srv.url}/v1/completions,model={name},tokenizer_backend=huggingface,"
                    f"tokenizer={tok_dir},max_retries=1,max_length=200",
-        tasks=["splitserve_mc", "splitserve_gen"], task_manager=TaskManager(include_path=str(tasks)),
+        tasks=["splitserve_mc", "splitserve_gen"], task_manager=task_manager,
         log_samples=True, random_seed=0, numpy_random_seed=0, torch_random_seed=0, fewshot_random_seed=0)
 
     import transformers
