@@ -22,7 +22,6 @@ from pathlib import Path
 from splitserve.policy.cluster import RoutingConfig
 from splitserve.policy.config import PolicyConfig
 from splitserve.twin.machine import load_machine_profile
-from splitserve.twin.profiler import ProfileSettings, run_profile
 from splitserve.twin.report import compare
 from splitserve.twin.run import TwinSpec, loaded, planned, predicted_capacity, run_live, run_sim
 from splitserve.twin.steps import compare_steps, read_steps
@@ -46,11 +45,8 @@ def slowed(src: Path, dst: Path, factor: float) -> Path:
     return dst
 
 
-def test_the_simulator_predicts_a_short_live_run(tmp_path):
-    prof = tmp_path / "profile"
-    run_profile(ProfileSettings(model="small", prompt_sizes=(16, 64, 256, 512), batch_sizes=(1, 2, 3, 4, 8),
-                                context_prompt=256, context_batches=(2, 4),
-                                repeats=3, tokens=8), prof)
+def test_the_simulator_predicts_a_short_live_run(profile_dir, tmp_path):
+    prof = profile_dir       # tests/twin/conftest.py: `small` on a reduced grid
     machine = load_machine_profile(prof)
     # Half the capacity of the split pair: the profile's capacity under the splitserve borrowing
     # rule (4.99 req/s on the committed profile). Under the authors' rule, the default, overload
