@@ -202,8 +202,9 @@ part kernels 120 "$PY" scripts/gpu_check_engine.py kernels "${ENG[@]}" "${KER[@]
 part prefill 100 "$PY" scripts/gpu_check_engine.py prefill "${ENG[@]}" "${PRE[@]}"
 
 # 3. the CUDA tests (on a CPU they skip, which the summary shows)
-# (then the device checks of serve's start, which behave differently where a GPU exists)
-part tests 150 bash -c '"$0" -m pytest -m gpu -rs -p no:cacheprovider tests/engine/test_engine_cuda.py \
+# (then the device checks of serve's start, which behave differently where a GPU exists); no
+# plugin of the test extra is needed here, and loading schemathesis' and faker's takes ~2 s a run
+part tests 150 env PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 bash -c '"$0" -m pytest -m gpu -rs -p no:cacheprovider tests/engine/test_engine_cuda.py \
   tests/serve/test_transports.py; a=$?; "$0" -m pytest -rs -p no:cacheprovider tests/serve/test_startup_errors.py \
   -k "cuda or gpu or device"; b=$?; exit $(( a > b ? a : b ))' "$PY"
 
