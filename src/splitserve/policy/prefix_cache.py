@@ -41,6 +41,12 @@ def attachable(hit_blocks: int, chunk: int, block_size: int) -> int:
     return min(hit_blocks, (chunk - 1) // block_size)
 
 
+def cached_tokens(cache: BlockCache, blocks: list[int], chunk: int, block_size: int) -> int:
+    """Prompt tokens a prompt named `blocks` takes from `cache` when its first chunk is `chunk`
+    tokens (`attachable` of the prefix the cache holds, in tokens)."""
+    return attachable(cache.match(blocks), chunk, block_size) * block_size
+
+
 class BlockCache:
     """The names of the blocks one machine holds, least recently freed first, at most `capacity`
     (its KV cache in blocks)."""

@@ -24,7 +24,7 @@ order, so the view then holds nothing that worker learnt after it reserved).
 
 from __future__ import annotations
 
-from ..policy.prefix_cache import BlockCache, attachable, extend_hashes
+from ..policy.prefix_cache import BlockCache, attachable, cached_tokens, extend_hashes
 from ..policy.state import Machine, Phase, Request
 
 
@@ -52,8 +52,7 @@ class PrefixView:
     def sent(self, m: Machine, r: Request) -> None:
         """`r`'s prompt goes to `m`: the tokens its cache should give it (whole blocks below the
         prompt's last token), kept in `r.cached` until the worker's report."""
-        bs = self.block
-        r.cached = attachable(m.cache.match(r.blocks), r.prompt_tokens, bs) * bs if r.blocks else 0
+        r.cached = cached_tokens(m.cache, r.blocks, r.prompt_tokens, self.block) if r.blocks else 0
 
     def reported(self, m: Machine, r: Request, chunk: int, cached: int) -> None:
         """Prompt worker `m` started `r` with a first chunk of `chunk` tokens, `cached` of them from
@@ -65,9 +64,8 @@ class PrefixView:
 
     def reserved(self, m: Machine, r: Request, skip: int) -> None:
         """Token worker `m` reserved `r`'s KV holding its first `skip` prompt tokens already."""
-        bs = self.block
-        if r.blocks and skip < attachable(m.cache.match(r.blocks), r.prompt_tokens, bs) * bs:
-            m.cache.drop(r.blocks[skip // bs:])
+        if r.blocks and skip < cached_tokens(m.cache, r.blocks, r.prompt_tokens, self.block):
+            m.cache.drop(r.blocks[skip // self.block:])
 
     def finished(self, m: Machine, r: Request, tokens: list[int]) -> None:
         """`r` ended on `m`, which computed the KV of `tokens` (its prompt and outputs but the

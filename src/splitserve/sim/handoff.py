@@ -9,7 +9,7 @@ from __future__ import annotations
 from mypy_extensions import trait
 
 from ..policy.cluster import ClusterScheduler, admit_freed, pull_kv
-from ..policy.prefix_cache import attachable
+from ..policy.prefix_cache import cached_tokens
 from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import kv_landed
 from .chrome_trace import ChromeTrace
@@ -51,7 +51,7 @@ class KVHandoff:
         reservation finds them: not sent."""
         if r.blocks is None or t.cache is None:
             return 0
-        skip = attachable(t.cache.match(r.blocks), r.prompt_tokens, self.block) * self.block
+        skip = cached_tokens(t.cache, r.blocks, r.prompt_tokens, self.block)
         self.metrics.transfer_skipped += skip
         return skip
 

@@ -21,7 +21,7 @@ from typing import Any
 from mypy_extensions import trait
 
 from ..policy.machine import Batch
-from ..policy.prefix_cache import BlockCache, attachable, extend_hashes
+from ..policy.prefix_cache import BlockCache, cached_tokens, extend_hashes
 from ..policy.state import Machine, Request
 from ..workload.conversations import Conversations
 from .events import TURN
@@ -60,7 +60,7 @@ class PrefixCaching:
         mt, bs = self.metrics, self.block
         for r, n in zip(batch.prompts, batch.chunks):
             if r.prefilled == 0 and r.blocks is not None:
-                r.cached = attachable(m.cache.match(r.blocks), n, bs) * bs
+                r.cached = cached_tokens(m.cache, r.blocks, n, bs)
                 batch.cached += r.cached
                 mt.prefix_queries += r.prompt_tokens
                 mt.prefix_hits += r.cached

@@ -123,8 +123,7 @@ class Conversations:
         ids = [rng.integers(TOKEN_MIN, TOKEN_MAX + 1, n).tolist() for n in users]
         return _Plan(ids, replies, thinks)
 
-    def _turn(self, c: int, i: int, arrival: float, history: list[int]) -> Turn | None:
-        p = self._plan(c)
+    def _turn(self, c: int, i: int, arrival: float, history: list[int], p: _Plan) -> Turn | None:
         prompt = history + p.users[i]
         out = p.replies[i]
         if self.max_context is not None and len(prompt) + out > self.max_context:
@@ -139,7 +138,7 @@ class Conversations:
             t += float(rng.exponential(1.0 / rate))
             if t >= self.duration:
                 return
-            turn = self._turn(c, 0, t, list(self.system_ids or ()))
+            turn = self._turn(c, 0, t, list(self.system_ids or ()), self._plan(c))
             c += 1
             if turn is None:
                 raise UserError(f"{self.name}: a first turn ({self.shape.system} system + up to "
@@ -153,8 +152,8 @@ class Conversations:
         i = turn.index + 1
         if i >= self.shape.turns:
             return None
-        think = self._plan(turn.conversation).thinks[turn.index]
-        return self._turn(turn.conversation, i, end + think, turn.prompt + reply)
+        p = self._plan(turn.conversation)
+        return self._turn(turn.conversation, i, end + p.thinks[turn.index], turn.prompt + reply, p)
 
     def stand_in(self, turn: Turn) -> list[int]:
         """A seeded reply of the turn's output length, for a driver that generates no tokens."""
