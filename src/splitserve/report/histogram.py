@@ -16,19 +16,22 @@ _K = 1.0 / math.log(_RATIO)
 
 
 class Histogram:
-    __slots__ = ("counts", "n", "total", "lo", "hi")
+    """`counts[k]` values in bucket `base + k`: one list over the buckets seen so far (a gap's or a
+    slowdown's bucket is an index, not a dict key: no hashing and no boxed key per value on the
+    simulator's hot path)."""
+
+    __slots__ = ("counts", "base", "n", "total", "lo", "hi")
 
     def __init__(self) -> None:
-        self.counts: dict[int, int] = {}
+        self.counts: list[int] = []
+        self.base = 0
         self.n = 0
         self.total = 0.0
         self.lo = math.inf
         self.hi = -math.inf
 
     def add(self, x: float, weight: int = 1) -> None:
-        i = int(math.log(x / _LOW) * _K) + 1 if x > _LOW else 0
-        c = self.counts
-        c[i] = c.get(i, 0) + weight
+        self.bump(int(math.log(x / _LOW) * _K) + 1 if x > _LOW else 0, weight)
         self.n += weight
         self.total += x * weight
         if x < self.lo:
@@ -36,9 +39,36 @@ class Histogram:
         if x > self.hi:
             self.hi = x
 
+    def bump(self, i: int, weight: int) -> None:
+        """`weight` more values in bucket `i` (count, sum and extremes are the caller's)."""
+        k = i - self.base
+        c = self.counts
+        if k < 0 or k >= len(c):
+            self._cover(i)
+            c = self.counts
+            k = i - self.base
+        c[k] += weight
+
+    def _cover(self, i: int) -> None:
+        """Grow the list to hold bucket `i`, with as much room again past it (amortised)."""
+        c = self.counts
+        if not c:
+            self.base, self.counts = i - 32, [0] * 65
+            return
+        room = max(32, len(c))
+        lo = min(self.base, i - room)
+        hi = max(self.base + len(c), i + room + 1)
+        grown = [0] * (hi - lo)
+        grown[self.base - lo:self.base - lo + len(c)] = c
+        self.base, self.counts = lo, grown
+
+    def buckets(self) -> dict[int, int]:
+        """{bucket: count} of the buckets holding values."""
+        return {self.base + k: w for k, w in enumerate(self.counts) if w}
+
     def merge(self, other: Histogram) -> None:
-        for i, w in other.counts.items():
-            self.counts[i] = self.counts.get(i, 0) + w
+        for i, w in other.buckets().items():
+            self.bump(i, w)
         self.n += other.n
         self.total += other.total
         self.lo = min(self.lo, other.lo)
@@ -54,9 +84,10 @@ class Histogram:
             return math.nan
         rank = max(1, math.ceil(q * self.n))
         seen = 0
-        for i in sorted(self.counts):
-            seen += self.counts[i]
+        for k, w in enumerate(self.counts):
+            seen += w
             if seen >= rank:
+                i = self.base + k
                 if i == 0:
                     return min(self.lo, _LOW)
                 v = _LOW * _RATIO ** (i - 0.5)

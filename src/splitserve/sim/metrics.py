@@ -65,7 +65,7 @@ class Metrics:
         if now > self.last_completion:
             self.last_completion = now
 
-    def decode_gaps(self, rs, now: float) -> int:
+    def decode_gaps(self, rs: list[Request], now: float) -> int:
         """Each request of `rs` made a token at `now`: record its gap since its last (and that gap
         against its uncontended reference, for the SLO). The simulator's hottest loop, so a gap
         costs no logarithm: decodes whose last tokens came at one time (those that continue in a
@@ -74,7 +74,6 @@ class Metrics:
         (0.1%) off the bucket of the quotient. Count, sum, min and max of the gaps are exact.
         Returns the number of gaps."""
         tbt, slow = self.tbt, self.slow_tbt
-        sc = slow.counts
         t = math.nan            # the group's last-token time (nan: none yet)
         g = lg = 0.0            # its gap, and the gap in histogram buckets
         n = 0                   # its count
@@ -92,8 +91,7 @@ class Metrics:
             r.last_token_at = now
             n += 1
             gap_sum += g
-            j = int(lg - r.log_ref) + 1
-            sc[j] = sc.get(j, 0) + 1
+            slow.bump(int(lg - r.log_ref) + 1, 1)
             ref = r.ref_tbt
             inv += 1.0 / ref
             if ref < rlo:
@@ -115,8 +113,7 @@ class Metrics:
         the slowdowns' extremes from the group's smallest and largest references, their sum from
         `inv`."""
         tbt, slow = self.tbt, self.slow_tbt
-        i = int(lg) + 1
-        tbt.counts[i] = tbt.counts.get(i, 0) + n
+        tbt.bump(int(lg) + 1, n)
         if g < tbt.lo:
             tbt.lo = g
         if g > tbt.hi:
