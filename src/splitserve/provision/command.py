@@ -9,6 +9,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
+from ..sim import simulator
 from . import plan
 from .evaluate import Cache, Evaluator, LocalBackend, default_cache_dir
 from .ray_backend import RayBackend
@@ -21,7 +22,9 @@ from .search import first_true
 # VM: 67-117 us for coding at 5-80 req/s on 3P+3T to 30P+30T DGX-H100, 256 us for conversation at
 # 40 req/s on 20P+20T; docs/provision.md's 70 x 70 cost search (23 simulations of 8,400 requests in
 # 21.6 s on 2 workers) comes to about 220 us. ASSUMED: 200 us, whatever the cluster and machine.
-SECONDS_PER_REQUEST = 200e-6
+# The compiled hot path (setup.py): the 70 req/s cost search took 0.40 s a simulation of ~8,400
+# requests on one core (48 us; benchmarks/README.md, 2026-11-28). ASSUMED: 60 us when compiled.
+SECONDS_PER_REQUEST = 200e-6 if simulator.__file__.endswith(".py") else 60e-6
 
 
 @lru_cache(maxsize=256)
