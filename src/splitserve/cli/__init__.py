@@ -25,8 +25,8 @@ for command in COMMANDS:
 
 def _print_version(value: bool) -> None:
     if value:
-        from ..sim import simulator
-        hot = "pure Python" if simulator.__file__.endswith(".py") else "compiled with mypyc"
+        from ..sim import compiled
+        hot = "compiled with mypyc" if compiled() else "pure Python"
         typer.echo(f"splitserve {installed_version('splitserve')} (simulator hot path: {hot})")
         raise typer.Exit(0)
 

@@ -9,7 +9,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from ..sim import simulator
+from ..sim import compiled
 from . import plan
 from .evaluate import Cache, Evaluator, LocalBackend, default_cache_dir
 from .ray_backend import RayBackend
@@ -24,7 +24,7 @@ from .search import first_true
 # 21.6 s on 2 workers) comes to about 220 us. ASSUMED: 200 us, whatever the cluster and machine.
 # The compiled hot path (setup.py): the 70 req/s cost search took 0.40 s a simulation of ~8,400
 # requests on one core (48 us; benchmarks/README.md, 2026-11-28). ASSUMED: 60 us when compiled.
-SECONDS_PER_REQUEST = 200e-6 if simulator.__file__.endswith(".py") else 60e-6
+SECONDS_PER_REQUEST = 60e-6 if compiled() else 200e-6
 
 
 @lru_cache(maxsize=256)
