@@ -19,7 +19,7 @@ from pathlib import Path
 from splitserve.twin.machine import TERMS, load_machine_profile
 from splitserve.twin.report import compare
 from splitserve.twin.run import TwinSpec, loaded, planned, run_sim
-from splitserve.twin.steps import drift, modelled, overlaps, read_steps
+from splitserve.twin.steps import busy_spans, drift, modelled, read_steps
 
 CELLS = [f"{m} P{p} (s)" for m in ("TTFT", "TBT", "E2E") for p in (50, 90)]
 
@@ -44,8 +44,7 @@ def live_steps(run: Path) -> list:
 def prompt_steps(steps: list, spec: TwinSpec, machine) -> str:
     """The prompt-running worker's live step seconds against the model's, per 10 s of the run."""
     mach = loaded(spec, machine, planned(spec))
-    shared = overlaps(steps)
-    mine = [(s, f) for s, f in zip(steps, shared) if s.worker == 0 and s.prompt_tokens]
+    mine = [(s, f) for s, f in zip(steps, busy_spans(steps, mach.cores_of)) if s.worker == 0 and s.prompt_tokens]
     t0 = mine[0][0].start
     out = []
     for lo in range(0, int(spec.duration), 10):

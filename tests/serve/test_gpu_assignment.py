@@ -4,6 +4,7 @@ Ray actor asks for. Pure functions with numbers; the CUDA count is monkeypatched
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -15,7 +16,7 @@ from splitserve.serve.config import ServeConfig
 from splitserve.serve.gpus import assign, describe, groups_of, worker_devices
 from splitserve.serve.launcher import LocalLauncher, actor_resources, ray_fit_check
 from splitserve.serve.supervisor import WorkerInfo
-from splitserve.serve.worker_args import parse_args, worker_argv
+from splitserve.serve.worker_args import parse_args, worker_argv, worker_cpus
 
 P2T1 = (["prompt", "prompt", "token"], [2, 2, 4])   # 2 prompt workers at tp 2, 1 token worker at tp 4
 
@@ -80,6 +81,19 @@ def test_worker_argv_carries_its_pools_tp_and_gpus():
     assert (a.tp, a.gpus, a.device) == (2, None, "cpu")
     mixed = ServeConfig(design="baseline", prompt_workers=0, token_workers=0, mixed_workers=2, tp=4)
     assert mixed.worker_tps() == [4, 4]
+
+
+def test_pinned_cpu_workers_take_the_cores_in_turn():
+    # one thread each on 2 cores: 0, 1, then the third shares the first's
+    assert [worker_cpus(w, 1, [4, 5]) for w in range(3)] == [[4], [5], [4]]
+    # two threads each on 6 cores: consecutive pairs, round the cores
+    assert [worker_cpus(w, 2, list(range(6))) for w in range(4)] == [[0, 1], [2, 3], [4, 5], [0, 1]]
+    assert worker_cpus(0, 4, [0, 1]) == [0, 1]   # more threads than cores: every core once
+    cfg = ServeConfig(prompt_workers=1, token_workers=1, pin_workers=True)
+    cpus = sorted(os.sched_getaffinity(0))
+    args = [parse_args(worker_argv(cfg, WorkerInfo(i, h), "tcp://127.0.0.1:1")) for i, h in enumerate(cfg.homes())]
+    assert [a.cpus for a in args] == [[cpus[0]], [cpus[1 % len(cpus)]]]
+    assert parse_args(worker_argv(ServeConfig(), WorkerInfo(0, "prompt"), "tcp://127.0.0.1:1")).cpus is None
 
 
 def test_local_launcher_gives_each_worker_its_visible_devices(monkeypatch):

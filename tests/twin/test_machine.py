@@ -33,13 +33,29 @@ def test_step_time_by_hand():
     m = _machine().under_load(5.0)  # 0.1 cores of background
     # alone: 1 worker + 0.1 on 2 cores, no sharing; the step overhead
     assert m.step_time(0.1, prompt=True, others_busy=0) == pytest.approx(0.101)
-    # another worker computes: co-run +10% (prompt), and 2.1 cores wanted of 2
-    assert m.step_time(0.1, prompt=True, others_busy=1) == pytest.approx(0.1 * 1.1 * 2.1 / 2 + 0.001)
-    assert m.step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.1 * 1.2 * 2.1 / 2 + 0.001)
+    # another worker computes: co-run +10% (prompt), and 2.1 cores wanted of 2 (the overhead is
+    # the worker's CPU too)
+    assert m.step_time(0.1, prompt=True, others_busy=1) == pytest.approx(0.101 * 1.1 * 2.1 / 2)
+    assert m.step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.101 * 1.2 * 2.1 / 2)
     # without background the two workers fit their two cores
-    assert _machine().step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.1 * 1.2 + 0.001)
+    assert _machine().step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.101 * 1.2)
     # one core: any background slows even a lone step
-    assert _machine(cores=1).under_load(5.0).step_time(0.1, True, 0) == pytest.approx(0.1 * 1.1 + 0.001)
+    assert _machine(cores=1).under_load(5.0).step_time(0.1, True, 0) == pytest.approx(0.101 * 1.1)
+    # three workers computing on 2 cores: each gets 2 / 3.1 of a core
+    assert m.step_time(0.1, prompt=False, others_busy=2) == pytest.approx(0.101 * 1.2 * 3.1 / 2)
+
+
+def test_pinned_workers_share_their_own_core():
+    m = dataclasses.replace(_machine().under_load(5.0), pinned=True)   # 0.05 cores of background per core
+    assert [m.cores_of(w) for w in range(3)] == [{0}, {1}, {0}]
+    # alone on its core: its share of the background only, and the co-run once another computes
+    assert m.step_time(0.1, prompt=False, others_busy=1, core_busy=1) == pytest.approx(0.101 * 1.2 * 1.05)
+    # sharing its core with one more: twice as long, whatever the other core does
+    assert m.step_time(0.1, prompt=False, others_busy=2, core_busy=2) == pytest.approx(0.101 * 1.2 * 2.05)
+    # with the other core idle, it takes the background: the two on one core share it alone
+    assert m.step_time(0.1, prompt=False, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.2 * 2)
+    # the unpinned host shares all cores: 3.1 / 2
+    assert dataclasses.replace(m, pinned=False).step_time(0.1, False, 2) == pytest.approx(0.101 * 1.2 * 1.55)
 
 
 def _sending(cores=2):
@@ -58,10 +74,10 @@ def test_the_senders_part_of_a_transfer_is_in_its_step_not_in_the_background():
     loaded = m.under_load(5.0)  # 0.1 cores
     assert loaded.step_time(0.1, prompt=True, others_busy=0, sent_s=0.0009) == pytest.approx(0.1009 + 0.001)
     assert loaded.step_time(0.1, prompt=True, others_busy=1, sent_s=0.0009) == \
-        pytest.approx(0.1009 * 1.1 * 2.1 / 2 + 0.001)
+        pytest.approx(0.1019 * 1.1 * 2.1 / 2)
 
 
-def _profile_dir(tmp_path, sender: bool):
+def _profile_dir(tmp_path, sender: bool, cores: int = 2):
     """A measured machine on disk: prompt steps of 1 ms + 0.1 ms per token, decodes of 10 ms, a
     tcp link of 1 ms + 1 GB/s whose sender's part is 0.5 ms + 2 GB/s (or not timed)."""
     import csv
@@ -84,7 +100,7 @@ def _profile_dir(tmp_path, sender: bool):
              "block_size": 16, "num_blocks": 6250, "kv_bytes_per_token": 1024, "max_model_len": 4096,
              "model_config": {"num_layers": 2, "num_kv_heads": 2, "head_dim": 64, "hidden_size": 128,
                               "num_heads": 2, "intermediate_size": 256, "vocab_size": 1000},
-             "links": {"layers": 2, "tcp": tcp}, "host_cores": 2, "corun": {"prompt": 0.0, "token": 0.0}}
+             "links": {"layers": 2, "tcp": tcp}, "host_cores": cores, "corun": {"prompt": 0.0, "token": 0.0}}
     (d / "machine.json").write_text(json.dumps(facts))
     return d
 
@@ -110,6 +126,7 @@ def test_each_term_taken_out_by_hand():
     m = _machine().under_load(5.0)
     corun = m.without("corun")
     assert corun.step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.1 + 0.001)   # no co-run, no sharing
+    assert corun.step_time(0.1, prompt=False, others_busy=5) == pytest.approx(0.1 + 0.001)
     assert corun.transfer_s(1000) == m.transfer_s(1000) and corun.step_overhead == m.step_overhead
     kv = m.without("kv_transfer")
     assert kv.transfer_s(1000) == 0.0 and kv.send_s(1000) == 0.0
@@ -120,3 +137,25 @@ def test_each_term_taken_out_by_hand():
     assert path.step_time(0.1, prompt=True, others_busy=1) == pytest.approx(0.1 * 1.1)      # 2 workers, 2 cores
     with pytest.raises(Exception, match="unknown term 'power'"):
         m.without("power")
+
+
+def test_steps_in_flight_are_re_timed_when_another_worker_starts_or_ends(tmp_path):
+    """Processor sharing (sim/sharing.py), by hand: two mixed workers on one core. A prompt step
+    of work W starts at 0; an equal one on the other worker at W/2. Both then run at half speed:
+    the first ends at W/2 + W = 1.5 W, and the second, with W/2 done by then, at 2 W. Timed once
+    at start, the first would end at W and the second at W/2 + 2 W."""
+    from splitserve.sim.simulator import SimConfig, Simulation
+    from splitserve.twin.machine import load_machine_profile
+
+    m = load_machine_profile(_profile_dir(tmp_path, False, cores=1))
+
+    def first_tokens(arrivals):
+        reqs = [SimpleNamespace(arrival=a, prompt_tokens=100, output_tokens=1) for a in arrivals]
+        sim = Simulation(m.cluster("baseline"), m.model, reqs, SimConfig(machine=m, record_requests=True))
+        res = sim.run()
+        return [r.token_times[0] for r in res.requests], res
+
+    (w,), _ = first_tokens([0.0])
+    times, res = first_tokens([0.0, w / 2])
+    assert times == pytest.approx([1.5 * w, 2.0 * w])
+    assert [st.busy_s for st in res.metrics.machines] == pytest.approx([1.5 * w, 1.5 * w])

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from splitserve.twin.steps import Step, compare_steps, overlaps, read_steps, step_of
+from splitserve.twin.steps import Step, busy_spans, compare_steps, overlaps, read_steps, step_of
 
 
 def test_a_line_is_prefill_chunks_and_decodes():
@@ -53,6 +53,8 @@ class _Perf:
 
 class _Machine:
     perf = _Perf()
+    pinned = True
+    facts = {"host_cores": 2}
 
     def decode_kv(self, longest, decodes):  # padded to the longest, in blocks of 16
         return decodes * 16 * -(-longest // 16)
@@ -60,19 +62,25 @@ class _Machine:
     def send_s(self, prompt_tokens):  # 1 ms + 10 us per token
         return 0.001 + 1e-5 * prompt_tokens
 
-    def step_time(self, alone_s, prompt, others_busy, sent_s=0.0):  # co-run: prompt steps +10%, decodes +50%
-        return (alone_s + sent_s) * (1 + (0.1 if prompt else 0.5) * (others_busy > 0)) + 0.002
+    def work_s(self, alone_s, prompt, sent_s=0.0):  # a step overhead of 2 ms
+        return alone_s + sent_s + 0.002
+
+    def slowdown(self, prompt, others_busy, core_busy=1, idle_cores=0):  # co-run: prompt steps +10%, decodes +50%;
+        return (1 + (0.1 if prompt else 0.5) * (others_busy > 0)) * core_busy  # a shared core: x its workers
+
+    def cores_of(self, worker):  # pinned, 2 cores
+        return frozenset({worker % 2})
 
 
 def test_model_seconds_by_kind_and_condition():
     steps = [_step(0, 0.0, 0.2, prompt=100), _step(1, 0.0, 0.05, decodes=2), _step(0, 1.0, 0.1, prompt=50)]
     rows = {(r.kind, r.condition): r for r in compare_steps(steps, _Machine())}
     # prompt 100 (decodes of worker 1 ran through 0.05 of its 0.2 s: 0.25, "partly"):
-    # alone 0.1 + 0.01 = 0.11 s; model 0.75 * (0.11 + 0.002) + 0.25 * (0.121 + 0.002)
-    p100 = 0.75 * 0.112 + 0.25 * 0.123
+    # alone 0.1 + 0.01 = 0.11 s + 0.002; model 0.75 of it alone, 0.25 of it x1.1
+    p100 = 0.112 * (0.75 + 0.25 * 1.1)
     # the decodes ran with the prompt step through all of them: 0.02 + 2 x 16 padded KV tokens
     # x 0.0001 -> x1.5
-    dec = (0.02 + 0.0032) * 1.5 + 0.002
+    dec = (0.02 + 0.0032 + 0.002) * 1.5
     p50 = 0.05 + 0.0025 + 0.002  # alone
     assert rows["prompt <= 512", "partly"].model_s == pytest.approx(p100)
     assert rows["prompt <= 512", "alone"].model_s == pytest.approx(p50)
@@ -82,6 +90,20 @@ def test_model_seconds_by_kind_and_condition():
     assert total.steps == 3 and total.live_s == pytest.approx(0.35)
     assert total.model_s == pytest.approx(p100 + dec + p50)
     assert total.error == pytest.approx((p100 + dec + p50 - 0.35) / 0.35)
+
+
+def test_three_workers_on_two_cores_slow_the_steps_that_share_a_core():
+    # workers 0 and 2 are pinned to core 0, worker 1 to core 1 (_Machine.cores_of); worker 0's
+    # decode step of 0.4 s: worker 1 computes in [0.1, 0.3], worker 2 in [0.2, 0.4]
+    steps = [_step(0, 0.0, 0.4, decodes=1), _step(1, 0.1, 0.2, prompt=10), _step(2, 0.2, 0.2, prompt=10)]
+    spans = busy_spans(steps, _Machine().cores_of)[0]
+    assert [(n, c) for n, c, _ in spans] == [(0, 0), (1, 0), (2, 1), (1, 1)]   # (others busy, on core 0)
+    assert [t for *_, t in spans] == pytest.approx([0.1] * 4)
+    # its work 0.01 + 16 KV tokens x 0.0001 + 0.002: alone 0.1 s, x1.5 co-run 0.1 s, x1.5 x 2 its
+    # core shared 0.2 s
+    work = 0.01 + 0.0016 + 0.002
+    rows = {(r.kind, r.condition): r for r in compare_steps(steps, _Machine())}
+    assert rows["decode", "partly"].model_s == pytest.approx(work * (0.1 + 0.1 * 1.5 + 0.2 * 3.0) / 0.4)
 
 
 def test_a_step_that_hands_kv_over_is_modelled_with_the_senders_time():

@@ -54,6 +54,7 @@ class ServeConfig:
     max_num_seqs: int = 256
     policy: PolicyConfig = PolicyConfig()  # the scheduling policies: the router's and every worker's
     worker_threads: int = 1
+    pin_workers: bool = False            # CPU workers: worker i runs on its own cores (worker_cpus), not where the OS moves it
     restart_workers: bool = True         # replace a worker that died (with back-off, never giving up)
     max_attempts: int = 3                # tries of one request across worker deaths
     # liveness, from one setting: the router takes a worker silent this long for hung; a worker

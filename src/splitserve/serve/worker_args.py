@@ -5,6 +5,7 @@ the environment, protocol.SECRET_ENV), nor the worker's identity (derived from t
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..policy.config import PolicyConfig
 from .config import ServeConfig
@@ -34,6 +35,8 @@ def worker_argv(cfg: ServeConfig, w, router_address: str) -> list[str]:
         argv += ["--echo-token-delay-s", str(cfg.echo_token_delay_s)]
     if cfg.num_blocks:
         argv += ["--num-blocks", str(cfg.num_blocks)]
+    if cfg.pin_workers:
+        argv += ["--cpus", ",".join(map(str, worker_cpus(w.id, cfg.worker_threads)))]
     if cfg.step_log_dir:
         argv += ["--step-log", f"{cfg.step_log_dir}/worker-{w.id}.jsonl"]
     if cfg.debug_layer_delay_s and w.home == "prompt":
@@ -41,6 +44,14 @@ def worker_argv(cfg: ServeConfig, w, router_address: str) -> list[str]:
     if cfg.debug_fail_token is not None:
         argv += ["--debug-fail-token", str(cfg.debug_fail_token)]
     return argv
+
+
+def worker_cpus(worker: int, threads: int, cpus: list[int] | None = None) -> list[int]:
+    """The cores a pinned CPU worker runs on (`serve --pin-workers`): worker i takes the `threads`
+    cores after worker i-1's, round the cores this process may use (`cpus`, default its affinity):
+    with more workers than cores, workers i and i + cores/threads share theirs."""
+    cpus = sorted(os.sched_getaffinity(0)) if cpus is None else cpus
+    return [cpus[(worker * threads + j) % len(cpus)] for j in range(min(threads, len(cpus)))]
 
 
 def set_host(argv: list[str], host: str) -> list[str]:
@@ -68,6 +79,8 @@ def parse_args(argv=None, description: str = "a splitserve worker") -> argparse.
     ap.add_argument("--num-blocks", type=int, default=None)
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cpus", type=lambda v: [int(c) for c in v.split(",")], default=None,
+                    help="run on these cores only (comma-separated; the router's --pin-workers)")
     ap.add_argument("--policy", type=PolicyConfig.from_json, default=PolicyConfig(),
                     help="the scheduling policies' settings, as JSON (the router's PolicyConfig)")
     ap.add_argument("--transport", default="tcp")

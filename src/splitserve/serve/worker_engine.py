@@ -9,6 +9,7 @@ ignores --tp (one process, no device)."""
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 from .messages import WireParams
@@ -20,6 +21,8 @@ def build_engine(args, kv_alloc=None):
     if args.worker_mode == "echo":
         from .echo import EchoEngine
         return EchoEngine(token_delay_s=args.echo_token_delay_s)
+    if args.cpus:
+        os.sched_setaffinity(0, args.cpus)
     import torch
 
     from ..engine.engine import LLMEngine

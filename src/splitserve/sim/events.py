@@ -1,4 +1,5 @@
 """The kinds of event on the simulator's heap (sim/simulator.py): (time, seq, kind, object)."""
 
-ARRIVAL, ITER_END, TRANSFER_END, STAGE_FREE, WATCH, TURN = 0, 1, 2, 3, 4, 5
+ARRIVAL, ITER_END, TRANSFER_END, STAGE_FREE, WATCH, TURN, SHARED_END = 0, 1, 2, 3, 4, 5, 6
 # TURN: a conversation's next turn arrives (sim/prefix.py), outside the workload's arrival order
+# SHARED_END: (machine, version) a step on shared cores ends, unless re-timed since (sim/sharing.py)

@@ -1,14 +1,13 @@
 """The discrete-event simulation of one cluster.
 
 A heap of (time, seq, kind, object) drives its events (sim/events.py): a request arrives, a
-machine finishes an iteration, a KV transfer lands (sim/handoff.py), a pipelined machine's first
-stage is free (sim/stages.py), the cluster scheduler's watcher is due. Everything that decides
-*what* happens — routing, batching, preemption, memory admission, the transfer mode — is the
-shared policy code in `policy/`; how long a batch takes is the injected step-time model's
-(perf/step.py, one per machine, from the `Hosts` it runs on: sim/hosts.py); this module only
-advances time and records what it sees. Arrivals are pulled from the workload one at a time, so
-memory follows the requests in flight.
-"""
+machine finishes an iteration (on a host's shared cores: sim/sharing.py), a KV transfer lands
+(sim/handoff.py), a pipelined machine's first stage is free (sim/stages.py), the cluster
+scheduler's watcher is due. Everything that decides *what* happens — routing, batching,
+preemption, memory admission, the transfer mode — is the shared policy code in `policy/`; how long
+a batch takes is the injected step-time model's (perf/step.py, one per machine, from the `Hosts`
+it runs on: sim/hosts.py); this module only advances time and records what it sees. Arrivals are
+pulled from the workload one at a time, so memory follows the requests in flight."""
 
 from __future__ import annotations
 
@@ -35,12 +34,13 @@ from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import DoesNotFit
 from ..report.goodput import GoodputSLO
 from .chrome_trace import ChromeTrace
-from .events import ARRIVAL, ITER_END, STAGE_FREE, TRANSFER_END, TURN, WATCH
+from .events import ARRIVAL, ITER_END, SHARED_END, STAGE_FREE, TRANSFER_END, TURN, WATCH
 from .handoff import KVHandoff
 from .hosts import CatalogHosts, Hosts
 from .kv_transfer import Link
 from .metrics import MachineStats, Metrics, SimResult, ref_bucket
 from .prefix import PrefixCaching
+from .sharing import SharedCores
 from .stages import PipelineStages
 
 _NONE: tuple = ()    # a batch with no prompt whose KV streams layer by layer
@@ -63,7 +63,7 @@ class SimConfig:
     block_size: int = 16                     # KV block tokens of the prefix caches (sim/prefix.py)
 
 
-class Simulation(PrefixCaching, KVHandoff, PipelineStages):
+class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores):
     def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Iterable, cfg: SimConfig = SimConfig()):
         self.cluster, self.model, self.workload, self.cfg = cluster, model, workload, cfg
         self.batching = cfg.policy.batching
@@ -99,19 +99,18 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages):
         self.predictor = arrival_predictor(cfg.policy)   # a request's predicted length (a scheduler that predicts), or None
         self.cls.bind_latency(PerfLatency([s.perf for s in self.steps]))  # a scheduler placing by batch latency
         self.ref = self.hosts.reference          # SLO slowdowns against the request alone on it
-        self.trace = cfg.trace
-        self.pull = cfg.policy.routing.kv_pull
+        self.trace, self.pull = cfg.trace, cfg.policy.routing.kv_pull
         if self.trace is not None:
             self.trace.name_machines(self.machines)
         self.path_s = self.hosts.request_overhead   # front end, to the client
-        self.kv_bytes = model.kv_bytes_per_token
-        self.layers = model.layers
+        self.kv_bytes, self.layers = model.kv_bytes_per_token, model.layers
         self.batches: list[tuple | None] = [None] * len(self.machines)   # (batch, start, dur, end, layer-wise)
         # pipelined machines (pp > 1): batches in flight, oldest first, and when each stage is free
         self.flight: dict[int, deque] = {m.id: deque() for m in self.machines if m.stages > 1}
         self.stage_free: dict[int, list[float]] = {m.id: [0.0] * m.stages for m in self.machines if m.stages > 1}
         self.heap: list = []
-        self.seq = 0
+        self.seq = 0    # events pushed: the heap's tie-break
+        self._sharing_init()
         self.kept: list[Request] = []
 
     def _push(self, t: float, kind: int, obj) -> None:
@@ -157,7 +156,7 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages):
         if piped:
             dur, end = self._through_stages(mid, step, batch, now)
         else:
-            dur = step.batch_time(m, batch)
+            dur = self._shared_start(m, batch, now) if self.sharing else step.batch_time(m, batch)
             end = now + dur
         if self.trace is not None:
             self.trace.batch(mid, now, end - now, batch.prompt_tokens, batch.decodes, step.context(batch),
@@ -195,7 +194,10 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages):
         st.decode_tokens += batch.decodes
         if m.kv_used > st.peak_kv_used:
             st.peak_kv_used = m.kv_used
-        self._push(end, ITER_END, m)
+        if self.sharing:
+            self._reshare(now)   # times this step and those it slows (sim/sharing.py)
+        else:
+            self._push(end, ITER_END, m)
 
     def _iter_end(self, m: Machine, now: float) -> None:
         if m.stages > 1:
@@ -277,6 +279,8 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages):
                 self._transfer_end(obj, now)
             elif kind == STAGE_FREE:
                 self._stage_free(obj, now)
+            elif kind == SHARED_END:
+                self._shared_end(obj, now)
             else:
                 self._watch(now)
             if progress is not None and not events & 0xFFFF:

@@ -54,6 +54,7 @@ class MachineProfile:
     send_link: Link | None = None  # the sender's part of `link` (None: a profile that did not time it)
     drift: tuple[float, float] = (1.0, 1.0)  # (prompt, decode) steps' speed now / when profiled: a
                                              # live run's own step logs measure it (benchmarks/twin/ablate.py)
+    pinned: bool = False  # the workers run pinned to cores (serve --pin-workers): time-sharing per core
 
     @property
     def kv_capacity(self) -> int:
@@ -103,7 +104,7 @@ class MachineProfile:
         request overheads, its CPU)."""
         if term == "corun":
             return dataclasses.replace(self, facts={**self.facts, "corun": {"prompt": 0.0, "token": 0.0},
-                                                    "host_cores": float("inf")})
+                                                    "time_sharing": False})
         if term == "kv_transfer":
             free = Link(bandwidth=float("inf"), overhead=0.0)
             return dataclasses.replace(self, link=free, send_link=None)
@@ -118,21 +119,40 @@ class MachineProfile:
         bs = int(self.facts.get("block_size", 1))
         return decodes * (-(-longest // bs) * bs)
 
-    def step_time(self, alone_s: float, prompt: bool, others_busy: int, sent_s: float = 0.0) -> float:
-        """A serving worker's step that takes `alone_s` on an idle machine (the perf model) and
-        sends KV for `sent_s` CPU seconds (send_s of the prompts it hands over), while
-        `others_busy` other workers of this host compute: the measured co-run slowdown (caches,
-        memory bandwidth) once any other is busy, time-sharing when the computing workers and the
-        background (`background_cores`: the serving path, the client, KV transfers) want more
-        than the host's cores, and the step overhead of the serving path."""
-        alone_s = alone_s * self.drift[0 if prompt else 1] + sent_s
-        if others_busy > 0:
-            corun = self.facts.get("corun", {}).get("prompt" if prompt else "token", 0.0)
-            alone_s *= 1.0 + max(0.0, corun)
-        share = (others_busy + 1 + self.background_cores) / (self.facts.get("host_cores") or 1)
-        if share > 1.0:
-            alone_s *= share
-        return alone_s + self.step_overhead
+    def work_s(self, alone_s: float, prompt: bool, sent_s: float = 0.0) -> float:
+        """CPU seconds of a serving worker's step that takes `alone_s` on an idle machine (the perf
+        model, at the host's speed now: `drift`) and sends KV for `sent_s` (send_s of the prompts
+        it hands over), with the serving path's step overhead."""
+        return alone_s * self.drift[0 if prompt else 1] + sent_s + self.step_overhead
+
+    def slowdown(self, prompt: bool, others_busy: int, core_busy: int | None = None, idle_cores: int = 0) -> float:
+        """How many times longer a step's work takes while `others_busy` other workers of this
+        host compute: the measured co-run slowdown (caches, memory bandwidth) once any other is
+        busy, times the time-sharing of the cores. Given `core_busy`, the busy workers on this
+        one's core (with it), it shares that core with them and with its part of the background
+        (`background_cores`: the serving path, the client, KV transfers) that the `idle_cores`
+        do not take; without it, the host's cores are shared evenly between every computing
+        worker and the background."""
+        f = 1.0 + max(0.0, self.facts.get("corun", {}).get("prompt" if prompt else "token", 0.0)) if others_busy else 1.0
+        if not self.facts.get("time_sharing", True):  # without("corun")
+            return f
+        cores = int(self.facts.get("host_cores") or 1)
+        if core_busy is None:
+            share = (others_busy + 1 + self.background_cores) / cores
+        else:
+            share = core_busy + max(0.0, self.background_cores - idle_cores) / max(1, cores - idle_cores)
+        return f * share if share > 1.0 else f
+
+    def step_time(self, alone_s: float, prompt: bool, others_busy: int, sent_s: float = 0.0,
+                  core_busy: int | None = None, idle_cores: int = 0) -> float:
+        """A serving worker's step (work_s) with the host as it is when it starts (slowdown)."""
+        return self.work_s(alone_s, prompt, sent_s) * self.slowdown(prompt, others_busy, core_busy, idle_cores)
+
+    def cores_of(self, worker: int) -> frozenset[int]:
+        """The cores worker `worker` runs on when pinned (serve's placement, worker_cpus)."""
+        from ..serve.worker_args import worker_cpus
+        cores = int(self.facts.get("host_cores") or 1)
+        return frozenset(worker_cpus(worker, int(self.facts.get("how", {}).get("threads_per_worker", 1)), list(range(cores))))
 
     # ---- what the simulator runs on (sim/hosts.py Hosts) ---------------------------------------
     @property
@@ -162,26 +182,51 @@ class MachineProfile:
 
 class HostStep:
     """A serving worker's step on a measured host (perf/step.py StepModel): the profile's time
-    for the batch, its decodes reading KV padded as the engine pads it (`decode_kv`), slowed as
-    the host's other workers compute and the serving path runs, with the KV it sends inside the
-    step (`step_time`)."""
+    for the batch, its decodes reading KV padded as the engine pads it (`decode_kv`), with the KV
+    it sends inside the step (`work`), slowed by the co-run and the time-sharing of the cores
+    (`speed`: pinned, each worker's own core as serve places it; else all cores evenly). The
+    simulator re-times a step in flight whenever another worker of the host starts or ends one
+    (`shares_cores`: sim/sharing.py)."""
 
-    __slots__ = ("host", "perf", "power", "kv_capacity", "machines")
+    __slots__ = ("host", "perf", "power", "kv_capacity", "machines", "cores", "n_cores")
+    shares_cores = True
 
     def __init__(self, host: MachineProfile, machines: list[Machine]) -> None:
         self.host, self.perf, self.power, self.kv_capacity = host, host.perf, host.power, host.kv_capacity
         self.machines = machines
+        self.n_cores = int(host.facts.get("host_cores") or 1)
+        self.cores: dict[int, frozenset[int]] = {}  # each pinned worker's cores
 
     def context(self, batch: Batch) -> int:
         if batch.decodes:  # the engine reads padded KV
             return self.host.decode_kv(max(r.prompt_tokens + r.generated for r in batch.decoding), batch.decodes)
         return batch.context
 
-    def batch_time(self, m: Machine, batch: Batch) -> float:
+    def work(self, m: Machine, batch: Batch) -> float:
+        """CPU seconds of the step alone (MachineProfile.work_s)."""
         sq = prompt_squares(batch) if self.perf.attention else 0
         alone = self.perf.mixed_time(batch.prompt_tokens - batch.cached, batch.decodes, self.context(batch), sq)
-        return self.host.step_time(alone, batch.prompt_tokens > 0, sum(o.busy for o in self.machines) - 1,
-                                   self.sent_s(m.id, batch))
+        return self.host.work_s(alone, batch.prompt_tokens > 0, self.sent_s(m.id, batch))
+
+    def speed(self, m: Machine, batch: Batch) -> float:
+        """The step's work done per second with the host's workers busy as they are now."""
+        others = sum(o.busy for o in self.machines) - 1
+        if not self.host.pinned:
+            return 1.0 / self.host.slowdown(batch.prompt_tokens > 0, others)
+        mine = self._cores(m.id)
+        busy = [self._cores(o.id) for o in self.machines if o.busy]
+        core = sum(1 for c in busy if not mine.isdisjoint(c))
+        idle = self.n_cores - len(frozenset().union(*busy))
+        return 1.0 / self.host.slowdown(batch.prompt_tokens > 0, others, core, max(0, idle))
+
+    def batch_time(self, m: Machine, batch: Batch) -> float:
+        return self.work(m, batch) / self.speed(m, batch)
+
+    def _cores(self, mid: int) -> frozenset[int]:
+        c = self.cores.get(mid)
+        if c is None:
+            c = self.cores[mid] = self.host.cores_of(mid)
+        return c
 
     def stage_time(self, batch: Batch) -> float:
         raise ValueError("a measured machine runs one stage (its instances have pp = 1)")

@@ -104,7 +104,7 @@ def _engine(s: ProfileSettings, prompt_cap: int, max_seqs: int):
     policy = PolicyConfig(batching=BatchingConfig(prompt_token_cap=prompt_cap, max_seqs=max_seqs))
     args = argparse.Namespace(model=s.model, device=s.device, dtype=s.dtype, seed=s.seed, num_blocks=s.num_blocks,
                               max_num_seqs=max(256, max_seqs), threads=s.threads, policy=policy,
-                              worker_mode="engine", debug_fail_token=None,
+                              worker_mode="engine", debug_fail_token=None, cpus=None,
                               cuda_graphs=False, tp=1,  # serve's defaults (a --cuda-graphs server is not profiled yet)
                               prefix_caching=False)  # every row computes its prompts whole, repeats alike
     return build_engine(args)

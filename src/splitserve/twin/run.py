@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -45,6 +46,7 @@ class TwinSpec:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     conversation: str | None = None  # multiturn / sysprompt: their shape (workload/conversations.py)
     prefix_caching: bool = True      # conversations: both runs keep prefix caches (else neither)
+    pin_workers: bool = False        # serve --pin-workers, and the simulated host shares cores per core
 
     @property
     def shares_prefixes(self) -> bool:
@@ -71,6 +73,8 @@ def serve_command(spec: TwinSpec, machine: MachineProfile, port: int, step_log: 
         cmd.append("--no-prefix-caching")
     if step_log is not None:
         cmd += ["--step-log", str(step_log)]
+    if spec.pin_workers:
+        cmd.append("--pin-workers")
     if spec.design == "splitwise":
         cmd += ["--prompt-workers", str(spec.prompt), "--token-workers", str(spec.token)]
     else:
@@ -181,9 +185,11 @@ def planned(spec: TwinSpec) -> list[_Req]:
 
 def loaded(spec: TwinSpec, machine: MachineProfile, reqs: list[_Req], served_rps: float | None = None):
     """`machine` with the background load (machine.under_load) of `served_rps` requests/s, by
-    default the arrival rate; a split design moves each request's prompt KV once."""
+    default the arrival rate (a split design moves each request's prompt KV once), its workers
+    pinned to cores as `spec` runs them."""
     moved = sum(r.prompt_tokens for r in reqs) / len(reqs) if reqs and spec.design == "splitwise" else 0.0
-    return machine.under_load(spec.rps if served_rps is None else served_rps, moved)
+    under = machine.under_load(spec.rps if served_rps is None else served_rps, moved)
+    return dataclasses.replace(under, pinned=spec.pin_workers)
 
 
 def run_sim(spec: TwinSpec, machine: MachineProfile, served_rps: float | None = None):

@@ -66,23 +66,42 @@ def read_steps(log_dir: str | Path) -> list[Step]:
 
 def overlaps(steps: list[Step]) -> list[float]:
     """For each step, the fraction of it during which a step of another worker ran."""
-    out = []
+    return [min(1.0, sum(t for n, _, t in spans if n) / s.seconds) if s.seconds > 0 else 0.0
+            for s, spans in zip(steps, busy_spans(steps))]
+
+
+def busy_spans(steps: list[Step], cores=None) -> list[list[tuple[int, int, float]]]:
+    """For each step, its time cut where other workers' steps start or end: (other workers
+    computing, of them those sharing a core with its worker by `cores(worker)`, seconds)."""
     by_worker: dict[int, list[Step]] = {}
     for s in steps:
         by_worker.setdefault(s.worker, []).append(s)
     starts = {w: [o.start for o in ws] for w, ws in by_worker.items()}
+    out = []
     for s in steps:
-        end, busy = s.start + s.seconds, 0.0
+        end = s.start + s.seconds
+        edges = {s.start, end}
+        ivs = []
         for w, others in by_worker.items():
             if w == s.worker:
                 continue
+            same = cores is not None and not cores(w).isdisjoint(cores(s.worker))
             # a worker's steps follow one another: only the one running at s.start and later
             # ones can overlap s
             for o in others[max(0, bisect_right(starts[w], s.start) - 1):]:
                 if o.start >= end:
                     break
-                busy += max(0.0, min(end, o.start + o.seconds) - max(s.start, o.start))
-        out.append(min(1.0, busy / s.seconds) if s.seconds > 0 else 0.0)
+                a, b = max(s.start, o.start), min(end, o.start + o.seconds)
+                if b > a:
+                    ivs.append((a, b, same))
+                    edges.update((a, b))
+        cuts = sorted(edges)
+        spans = []
+        for a, b in zip(cuts, cuts[1:]):
+            mid = (a + b) / 2
+            on = [same for lo, hi, same in ivs if lo <= mid < hi]
+            spans.append((len(on), sum(on), b - a))
+        out.append(spans)
     return out
 
 
@@ -100,22 +119,29 @@ class StepRow:
         return (self.model_s - self.live_s) / self.live_s if self.live_s > 0 else 0.0
 
 
-def modelled(s: Step, machine: MachineProfile, shared: float) -> float:
-    """The simulator's time for step `s` with another worker busy for the fraction `shared` of it."""
+def modelled(s: Step, machine: MachineProfile, spans: list[tuple[int, int, float]]) -> float:
+    """The simulator's time for step `s` with the other workers busy as they were live (`spans`,
+    busy_spans): its work at the time-weighted mean of the host's slowdown over the step."""
     kv = machine.decode_kv(s.longest, s.decodes) if s.decodes else 0
     alone = machine.perf.mixed_time(s.prompt_tokens, s.decodes, kv, s.prompt_sq if machine.perf.attention else 0)
-    sent = sum(machine.send_s(n) for n in s.sent)
-    return (1 - shared) * machine.step_time(alone, s.prompt_tokens > 0, 0, sent) + \
-        shared * machine.step_time(alone, s.prompt_tokens > 0, 1, sent)
+    work = machine.work_s(alone, s.prompt_tokens > 0, sum(machine.send_s(n) for n in s.sent))
+    total = sum(t for *_, t in spans)
+    if total <= 0:
+        return work * machine.slowdown(s.prompt_tokens > 0, 0)
+    if not machine.pinned:  # where the OS placed each worker is not logged: the cores shared evenly
+        return work * sum(machine.slowdown(s.prompt_tokens > 0, n) * t for n, c, t in spans) / total
+    cores = int(machine.facts.get("host_cores") or 1)
+    return work * sum(machine.slowdown(s.prompt_tokens > 0, n, 1 + c, max(0, cores - 1 - (n - c))) * t
+                      for n, c, t in spans) / total
 
 
 def compare_steps(steps: list[Step], machine: MachineProfile) -> list[StepRow]:
     """Live vs modelled step seconds per kind and condition, then per kind, then all steps."""
-    shares = overlaps(steps)
     acc: dict[tuple[str, str], list[float]] = {}
-    for s, f in zip(steps, shares):
+    for s, spans in zip(steps, busy_spans(steps, machine.cores_of)):
+        f = sum(t for n, _, t in spans if n) / s.seconds if s.seconds > 0 else 0.0
         cond = "alone" if f < ALONE else "shared" if f > SHARED else "partly"
-        m = modelled(s, machine, f)
+        m = modelled(s, machine, spans)
         for key in ((s.kind, cond), (s.kind, "all"), ("all", "all")):
             a = acc.setdefault(key, [0, 0.0, 0.0])
             a[0] += 1
@@ -132,10 +158,10 @@ def drift(steps: list[Step], machine: MachineProfile) -> tuple[float, float]:
     prompt tokens and the rest: how much slower (> 1) the host ran than when it was profiled
     (MachineProfile.drift takes it)."""
     sums = [[0.0, 0.0], [0.0, 0.0]]
-    for s, f in zip(steps, overlaps(steps)):
+    for s, spans in zip(steps, busy_spans(steps, machine.cores_of)):
         a = sums[0 if s.prompt_tokens else 1]
         a[0] += s.seconds
-        a[1] += modelled(s, machine, f)
+        a[1] += modelled(s, machine, spans)
     return tuple(live / model if model > 0 else 1.0 for live, model in sums)
 
 
