@@ -159,3 +159,31 @@ def test_steps_in_flight_are_re_timed_when_another_worker_starts_or_ends(tmp_pat
     times, res = first_tokens([0.0, w / 2])
     assert times == pytest.approx([1.5 * w, 2.0 * w])
     assert [st.busy_s for st in res.metrics.machines] == pytest.approx([1.5 * w, 1.5 * w])
+
+
+def test_the_reference_rows_are_a_prompt_and_a_decode_the_profile_measured():
+    from splitserve.twin.calibrate import reference_rows
+
+    rows = [{"prompt_size": p, "batch_size": b, "token_size": 8} for p, b in
+            [(16, 1), (64, 1), (256, 1), (512, 1), (1024, 1), (32, 2), (32, 4), (32, 8), (32, 16), (256, 2)]]
+    # the largest batch-1 prompt of at most 512 tokens; the largest batch of at most 8 at the sweep's prompt
+    assert reference_rows(rows, 32) == ((512, 1, 8), (32, 8, 8))
+    with pytest.raises(ValueError):
+        reference_rows([r for r in rows if r["batch_size"] == 1], 32)
+
+
+def test_a_split_prompt_waits_for_its_token_machine_between_steps(tmp_path):
+    """serve's reservation (sim/reservation.py), by hand on 1P+1T: A (3 tokens) is prefilled and
+    decodes on the token machine; B arrives while that machine runs A's first decode step, so the
+    idle prompt machine starts B's prompt when the step ends (A's second token), not on arrival; C
+    arrives after A is done, with the token machine idle, and starts at once."""
+    from splitserve.sim.simulator import SimConfig, Simulation
+    from splitserve.twin.machine import load_machine_profile
+
+    m = load_machine_profile(_profile_dir(tmp_path, False))
+    reqs = [SimpleNamespace(arrival=a, prompt_tokens=100, output_tokens=n) for a, n in ((0.0, 3), (0.015, 2), (0.2, 2))]
+    res = Simulation(m.cluster("splitwise"), m.model, reqs, SimConfig(machine=m, record_requests=True)).run()
+    a, b, c = sorted(res.requests, key=lambda r: r.arrival)
+    assert a.token_times[0] < b.arrival < a.token_times[1]       # B came during A's first decode step
+    assert b.prompt_started_at == pytest.approx(a.token_times[1])
+    assert c.prompt_started_at == pytest.approx(c.arrival)

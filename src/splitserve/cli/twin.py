@@ -42,6 +42,11 @@ def twin(
                                                              "runs keep prefix caches and ignore the caps.")] = None,
     prefix_caching: Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching", help="Conversations: "
                                                  "prefix caches in both runs (off: in neither).")] = True,
+    pin_workers: Annotated[bool, typer.Option("--pin-workers", help="Run serve with --pin-workers (each worker on "
+                                              "its own cores, in turn) and simulate the cores shared per core.")] = False,
+    calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Before the live run, time two of "
+                                            "the profile's rows again (a prompt and a decode step, about 5 s) and "
+                                            "simulate the host at its speed now against the profile's.")] = True,
     out: Annotated[Path, typer.Option(help="Directory for report.md, cdf.png, twin.json, live/ and sim/.")] =
     Path("twin"),
     policy: PolicyConfig = PolicyConfig(),
@@ -62,10 +67,16 @@ def twin(
     if (rps is None) == (load is None):
         raise UserError("give one of --rps and --load")
     machine = load_machine_profile(profile_dir, transport)
+    if calibrate:
+        from ..twin.calibrate import calibrated
+        machine = calibrated(machine, profile_dir)
+        typer.echo(f"the host runs prompt steps x{machine.drift[0]:.3f} and decode steps x{machine.drift[1]:.3f} "
+                   "the profile's time now", err=True)
     spec = TwinSpec(design=design, prompt=prompt_workers, token=token_workers, machines=mixed_workers,
                     workload=workload, rps=rps or 1.0, duration=duration, seed=seed,
                     max_prompt_tokens=max_prompt_tokens, max_tokens_cap=max_tokens_cap, transport=transport,
-                    policy=policy, conversation=conversation, prefix_caching=prefix_caching)
+                    policy=policy, conversation=conversation, prefix_caching=prefix_caching,
+                    pin_workers=pin_workers)
     capacity = predicted_capacity(spec, machine)
     if load is not None:
         spec = dataclasses.replace(spec, rps=load * capacity)

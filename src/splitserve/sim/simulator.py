@@ -40,6 +40,7 @@ from .hosts import CatalogHosts, Hosts
 from .kv_transfer import Link
 from .metrics import MachineStats, Metrics, SimResult, ref_bucket
 from .prefix import PrefixCaching
+from .reservation import StepReservations
 from .sharing import SharedCores
 from .stages import PipelineStages
 
@@ -63,7 +64,7 @@ class SimConfig:
     block_size: int = 16                     # KV block tokens of the prefix caches (sim/prefix.py)
 
 
-class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores):
+class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores, StepReservations):
     def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Iterable, cfg: SimConfig = SimConfig()):
         self.cluster, self.model, self.workload, self.cfg = cluster, model, workload, cfg
         self.batching = cfg.policy.batching
@@ -111,6 +112,7 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores):
         self.heap: list = []
         self.seq = 0    # events pushed: the heap's tie-break
         self._sharing_init()
+        self.reserve_late, self.awaiting = getattr(self.hosts, "reserves_between_steps", False), {}
         self.kept: list[Request] = []
 
     def _push(self, t: float, kind: int, obj) -> None:
@@ -122,8 +124,7 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores):
         mt = self.metrics
         r = Request(mt.requests, spec.arrival, spec.prompt_tokens, spec.output_tokens)
         mt.requests += 1
-        if now < mt.first_arrival:
-            mt.first_arrival = now
+        mt.first_arrival = min(mt.first_arrival, now)
         mt.last_arrival = now
         if self.cfg.record_requests:
             r.token_times = []
@@ -139,7 +140,7 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores):
                             f"machines, a smaller model or shorter requests") from None
         if queued:  # else it waits in its token machine's admit queue, holding no memory
             p = self.machines[r.prompt_machine]
-            if not p.busy:
+            if not p.busy and not (self.reserve_late and self._reserving(r, p)):
                 self._start(p, now)
 
     def _start(self, m: Machine, now: float) -> None:
@@ -162,8 +163,7 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores):
             self.trace.batch(mid, now, end - now, batch.prompt_tokens, batch.decodes, step.context(batch),
                              len(batch.preempted))
         mt = self.metrics
-        for v in batch.preempted:
-            mt.preemptions += 1
+        mt.preemptions += len(batch.preempted)
         # Splitwise hand-off: with a large batch, KV of prompts finishing now streams to their
         # token machines layer by layer while the batch runs (their KV there is reserved)
         layerwise: list[Request] | tuple = _NONE
@@ -182,10 +182,8 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores):
             self.flight[mid].append((batch, now, dur, end, layerwise))
         else:
             self.batches[mid] = (batch, now, dur, end, layerwise)
-        if batch.prompt_tokens:
-            w = self.power[mid].prompt_power_w(batch.prompt_tokens + batch.decodes)
-        else:
-            w = self.power[mid].token_power_w(batch.decodes)
+        w = self.power[mid].prompt_power_w(batch.prompt_tokens + batch.decodes) if batch.prompt_tokens else \
+            self.power[mid].token_power_w(batch.decodes)
         st = mt.machines[mid]
         st.busy_s += dur / m.stages if piped else dur     # each stage is busy for its share
         st.energy_j += w * dur
@@ -239,6 +237,8 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores):
             self._freed(m, now)
         elif not m.busy:
             self._start(m, now)
+        if self.reserve_late:
+            self._reserved(m, now)
 
     def _watch(self, now: float) -> None:
         """The cluster scheduler's periodic watcher (TetriInfer's instance flip,

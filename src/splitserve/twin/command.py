@@ -28,14 +28,16 @@ def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_d
     steps, under = read_steps(out / "live" / "steps"), loaded(spec, machine, planned(spec))
     speed = drift(steps, under) if steps else (1.0, 1.0)
     variants = {f"without {t}": compare(live, run_sim(spec, machine.without(t))[0]) for t in TERMS}
-    variants[f"with the run's own step speed (x{speed[0]:.3f} prompt, x{speed[1]:.3f} decode)"] = \
-        compare(live, run_sim(spec, dataclasses.replace(machine, drift=speed))[0])
+    own = (machine.drift[0] * speed[0], machine.drift[1] * speed[1])  # the step logs' speed against the profile's
+    variants[f"with the run's own step speed (x{own[0]:.3f} prompt, x{own[1]:.3f} decode)"] = \
+        compare(live, run_sim(spec, dataclasses.replace(machine, drift=own))[0])
     step_rows = compare_steps(steps, under)
     meta = {"design": f"{spec.design} {spec.workers()}", "model": machine.facts["model"], "machine": machine.name,
             "workload": f"{spec.workload}, {spec.rps:.3g} req/s ({spec.rps / capacity:.0%} of the predicted "
                         f"{capacity:.3g}), {spec.duration:g} s, seed {spec.seed}, prompts <= "
                         f"{spec.max_prompt_tokens}, outputs <= {spec.max_tokens_cap}",
-            "profile": str(profile_dir), "transport": spec.transport}
+            "profile": str(profile_dir), "transport": spec.transport,
+            "speed": f"x{machine.drift[0]:.3f} prompt, x{machine.drift[1]:.3f} decode steps against the profile"}
     report = write_report(out, rows, title=f"Twin: {spec.design} {spec.workers()} on {machine.name}", meta=meta,
                           live_samples=live_samples(out / "live" / "requests.jsonl"), sim_samples=sim_samples,
                           steps=steps_markdown(step_rows) if step_rows else "",

@@ -55,6 +55,7 @@ class MachineProfile:
     drift: tuple[float, float] = (1.0, 1.0)  # (prompt, decode) steps' speed now / when profiled: a
                                              # live run's own step logs measure it (benchmarks/twin/ablate.py)
     pinned: bool = False  # the workers run pinned to cores (serve --pin-workers): time-sharing per core
+    reserves_between_steps = True  # serve's token worker answers a reservation between steps (sim/reservation.py)
 
     @property
     def kv_capacity(self) -> int:
