@@ -3,6 +3,7 @@ P90 within 25%, on the coding and the conversation workload and both designs, wi
 term taken out as a negative control.
 
     python benchmarks/twin/bounds.py [--out DIR] [--duration 20] [--profile-dir DIR]    # ~4 min
+    python benchmarks/twin/bounds.py --model small-mha --num-blocks 2048 --runs splitwise  # KV 4x
 
 Profiles the `small` preset on the CI grid (tests/twin/conftest.py's settings, ~60 s; or reads
 --profile-dir), then four live runs of `duration` s on this machine: Splitwise 1P+1T and the unsplit
@@ -58,13 +59,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("twin-bounds"))
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--profile-dir", type=Path, default=None, help="a profile to use (default: measure one)")
+    ap.add_argument("--model", default="small", help="the preset to profile (without --profile-dir)")
+    ap.add_argument("--num-blocks", type=int, default=None, help="KV blocks of each worker (the profile's)")
+    ap.add_argument("--runs", default="", help="only the runs whose name holds this (e.g. splitwise)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     prof = a.profile_dir or a.out / "profile"
     if a.profile_dir is None:
-        run_profile(CI_GRID, prof)
+        run_profile(dataclasses.replace(CI_GRID, model=a.model, num_blocks=a.num_blocks), prof)
     result = {}
-    for name in RUNS:
+    for name in [n for n in RUNS if a.runs in n]:
         spec = spec_of(name, load_machine_profile(prof), a.duration)
         machine = calibrated(load_machine_profile(prof), prof)
         with tempfile.TemporaryDirectory() as tmp:
@@ -85,6 +89,7 @@ def main() -> None:
                for t in TERMS}
     print(f"every cell within the bounds: {held}; each control breaks cells the model kept in, in: {failing}")
     (a.out / "bounds.json").write_text(json.dumps({"bounds": BOUNDS, "load": LOAD, "duration_s": a.duration,
+                                                   "profile": load_machine_profile(prof).facts["model"],
                                                    "runs": result, "held": held, "controls": failing}, indent=1) + "\n")
 
 

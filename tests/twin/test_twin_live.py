@@ -10,7 +10,10 @@ transfer was put in the prompt step (one profile, three live runs): TBT P50 +3% 
 -8% to +3%, TTFT P50 -13% to -24% (the prompt worker's steps ran 1-6% slower than modelled, an
 error its queue can multiply); after it (another profile, three runs, and this test once): TBT
 P50 -4% to +5% and once +23%, E2E P50 -6% to -18%, TTFT P50 -11% to -21%; each within the bound. The same live run against a
-deliberately wrong profile (every step 3x slower) must break the bound, so this test can fail."""
+deliberately wrong profile (every step 3x slower) must break the bound, so this test can fail.
+The simulation runs at the host's speed measured just before the live run (twin/calibrate.py),
+which corrects a profile measured in a slow or a fast moment of the host: a clean-clone CI run of
+2026-11-29 at the profile's speed erred TBT P50 +36.5%, past the bound (its cause not recorded)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from splitserve.policy.cluster import RoutingConfig
 from splitserve.policy.config import PolicyConfig
+from splitserve.twin.calibrate import calibrated
 from splitserve.twin.machine import load_machine_profile
 from splitserve.twin.report import compare
 from splitserve.twin.run import TwinSpec, loaded, planned, predicted_capacity, run_live, run_sim
@@ -59,6 +63,7 @@ def test_the_simulator_predicts_a_short_live_run(profile_dir, tmp_path):
                     max_prompt_tokens=256, max_tokens_cap=32)
     pair = dataclasses.replace(spec, policy=PolicyConfig(routing=RoutingConfig(borrow_rule="splitserve")))
     spec = dataclasses.replace(spec, rps=0.5 * predicted_capacity(pair, machine))
+    machine = calibrated(machine, prof)
     live = run_live(spec, machine, tmp_path / "live", log=lambda m: None)
     assert live["completed"] == live["requests"] > 10 and live["failed"] == 0
 
@@ -76,10 +81,11 @@ def test_the_simulator_predicts_a_short_live_run(profile_dir, tmp_path):
     path = {k: v for k, v in machine.facts["path"].items() if k != "how"}
     path["corun"] = {k: machine.facts["corun"][k] for k in ("prompt", "token")}  # the co-run slowdowns
     seen = {k: (live[k], sim[k]) for k in ("ttft_s", "tbt_s", "e2e_s")}   # (live, sim) on a failure
-    assert all(abs(e) <= BOUND for e in errors.values()), (errors, f"engine steps {step_error:+.1%}", path, seen)
+    assert all(abs(e) <= BOUND for e in errors.values()), (errors, f"engine steps {step_error:+.1%}",
+                                                           f"speed {machine.drift}", path, seen)
     assert abs(step_error) <= BOUND, (step_error, path)
 
-    wrong = load_machine_profile(slowed(prof, tmp_path / "wrong", 3.0))
+    wrong = dataclasses.replace(load_machine_profile(slowed(prof, tmp_path / "wrong", 3.0)), drift=machine.drift)
     sim_wrong, _ = run_sim(spec, wrong)
     wrong_errors = {m: r.rel_error for m, r in ((r.metric, r) for r in compare(live, sim_wrong)) if m in P50S}
     wrong_step_error = compare_steps(steps, loaded(spec, wrong, reqs))[-1].error

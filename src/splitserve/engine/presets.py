@@ -1,7 +1,9 @@
 """Named model shapes for random initialisation (no checkpoint needed).
 
 `tiny` is for tests and `splitserve generate --model tiny` (byte-level vocabulary of 259, see
-tokenizer.tiny_tokenizer); `small` is a CPU benchmark shape; `llama3-8b`, `llama3.1-8b` and
+tokenizer.tiny_tokenizer); `small` is a CPU benchmark shape, and `small-mha` the same with a KV
+head per query head (4x its KV per token, as Llama-2-7B/13B against GQA models: where moving KV
+between workers is a large cost); `llama3-8b`, `llama3.1-8b` and
 `llama2-70b` are the real shapes for GPU measurement. Any preset may be reduced to N decoder
 layers with a `-<N>l` suffix, e.g. `llama2-70b-8l` (8 of the 80 layers; fits one 80 GB GPU).
 """
@@ -23,6 +25,10 @@ PRESETS: dict[str, ModelConfig] = {
     "small": ModelConfig(
         arch="llama", vocab_size=32000, hidden_size=512, intermediate_size=1408, num_layers=8,
         num_heads=8, num_kv_heads=2, head_dim=64, rms_norm_eps=1e-5, rope_theta=10000.0,
+        max_position_embeddings=4096),
+    "small-mha": ModelConfig(
+        arch="llama", vocab_size=32000, hidden_size=512, intermediate_size=1408, num_layers=8,
+        num_heads=8, num_kv_heads=8, head_dim=64, rms_norm_eps=1e-5, rope_theta=10000.0,
         max_position_embeddings=4096),
     "llama3-8b": ModelConfig(
         arch="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32,
