@@ -58,6 +58,11 @@ class MachineProfile:
     reserves_between_steps = True  # serve's token worker answers a reservation between steps (sim/reservation.py)
 
     @property
+    def host_cores(self) -> int:
+        """The cores the host's workers share (the profile's)."""
+        return int(self.facts.get("host_cores") or 1)
+
+    @property
     def kv_capacity(self) -> int:
         return int(self.facts["kv_capacity_tokens"])
 
@@ -137,7 +142,7 @@ class MachineProfile:
         f = 1.0 + max(0.0, self.facts.get("corun", {}).get("prompt" if prompt else "token", 0.0)) if others_busy else 1.0
         if not self.facts.get("time_sharing", True):  # without("corun")
             return f
-        cores = int(self.facts.get("host_cores") or 1)
+        cores = self.host_cores
         if core_busy is None:
             share = (others_busy + 1 + self.background_cores) / cores
         else:
@@ -152,8 +157,8 @@ class MachineProfile:
     def cores_of(self, worker: int) -> frozenset[int]:
         """The cores worker `worker` runs on when pinned (serve's placement, worker_cpus)."""
         from ..serve.worker_args import worker_cpus
-        cores = int(self.facts.get("host_cores") or 1)
-        return frozenset(worker_cpus(worker, int(self.facts.get("how", {}).get("threads_per_worker", 1)), list(range(cores))))
+        threads = int(self.facts.get("how", {}).get("threads_per_worker", 1))
+        return frozenset(worker_cpus(worker, threads, list(range(self.host_cores))))
 
     # ---- what the simulator runs on (sim/hosts.py Hosts) ---------------------------------------
     @property
@@ -189,13 +194,12 @@ class HostStep:
     simulator re-times a step in flight whenever another worker of the host starts or ends one
     (`shares_cores`: sim/sharing.py)."""
 
-    __slots__ = ("host", "perf", "power", "kv_capacity", "machines", "cores", "n_cores")
+    __slots__ = ("host", "perf", "power", "kv_capacity", "machines", "cores")
     shares_cores = True
 
     def __init__(self, host: MachineProfile, machines: list[Machine]) -> None:
         self.host, self.perf, self.power, self.kv_capacity = host, host.perf, host.power, host.kv_capacity
         self.machines = machines
-        self.n_cores = int(host.facts.get("host_cores") or 1)
         self.cores: dict[int, frozenset[int]] = {}  # each pinned worker's cores
 
     def context(self, batch: Batch) -> int:
@@ -217,7 +221,7 @@ class HostStep:
         mine = self._cores(m.id)
         busy = [self._cores(o.id) for o in self.machines if o.busy]
         core = sum(1 for c in busy if not mine.isdisjoint(c))
-        idle = self.n_cores - len(frozenset().union(*busy))
+        idle = self.host.host_cores - len(frozenset().union(*busy))
         return 1.0 / self.host.slowdown(batch.prompt_tokens > 0, others, core, max(0, idle))
 
     def batch_time(self, m: Machine, batch: Batch) -> float:

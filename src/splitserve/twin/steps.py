@@ -66,8 +66,12 @@ def read_steps(log_dir: str | Path) -> list[Step]:
 
 def overlaps(steps: list[Step]) -> list[float]:
     """For each step, the fraction of it during which a step of another worker ran."""
-    return [min(1.0, sum(t for n, _, t in spans if n) / s.seconds) if s.seconds > 0 else 0.0
-            for s, spans in zip(steps, busy_spans(steps))]
+    return [busy_fraction(s, spans) for s, spans in zip(steps, busy_spans(steps))]
+
+
+def busy_fraction(s: Step, spans: list[tuple[int, int, float]]) -> float:
+    """The fraction of step `s` during which another worker computed (its busy_spans)."""
+    return min(1.0, sum(t for n, _, t in spans if n) / s.seconds) if s.seconds > 0 else 0.0
 
 
 def busy_spans(steps: list[Step], cores=None) -> list[list[tuple[int, int, float]]]:
@@ -130,7 +134,7 @@ def modelled(s: Step, machine: MachineProfile, spans: list[tuple[int, int, float
         return work * machine.slowdown(s.prompt_tokens > 0, 0)
     if not machine.pinned:  # where the OS placed each worker is not logged: the cores shared evenly
         return work * sum(machine.slowdown(s.prompt_tokens > 0, n) * t for n, c, t in spans) / total
-    cores = int(machine.facts.get("host_cores") or 1)
+    cores = machine.host_cores
     return work * sum(machine.slowdown(s.prompt_tokens > 0, n, 1 + c, max(0, cores - 1 - (n - c))) * t
                       for n, c, t in spans) / total
 
@@ -139,7 +143,7 @@ def compare_steps(steps: list[Step], machine: MachineProfile) -> list[StepRow]:
     """Live vs modelled step seconds per kind and condition, then per kind, then all steps."""
     acc: dict[tuple[str, str], list[float]] = {}
     for s, spans in zip(steps, busy_spans(steps, machine.cores_of)):
-        f = sum(t for n, _, t in spans if n) / s.seconds if s.seconds > 0 else 0.0
+        f = busy_fraction(s, spans)
         cond = "alone" if f < ALONE else "shared" if f > SHARED else "partly"
         m = modelled(s, machine, spans)
         for key in ((s.kind, cond), (s.kind, "all"), ("all", "all")):
