@@ -109,16 +109,26 @@ def test_a_simulated_prompt_worker_sends_kv_inside_its_step(tmp_path):
     from splitserve.sim.simulator import SimConfig, Simulation
     from splitserve.twin.machine import load_machine_profile
 
-    def first_token(sender: bool, outputs: int) -> float:
-        m = load_machine_profile(_profile_dir(tmp_path / f"{sender}{outputs}", sender))
+    def token_times(sender: bool, outputs: int) -> list[float]:
+        d = tmp_path / f"{sender}{outputs}"
+        m = load_machine_profile(d / ("sender" if sender else "old") if d.exists() else _profile_dir(d, sender))
         req = SimpleNamespace(arrival=0.0, prompt_tokens=100, output_tokens=outputs)
         sim = Simulation(m.cluster("splitwise"), m.model, [req], SimConfig(machine=m, record_requests=True))
-        return sim.run().requests[0].token_times[0]
+        return sim.run().requests[0].token_times
+
+    def first_token(sender: bool, outputs: int) -> float:
+        return token_times(sender, outputs)[0]
 
     # 100 tokens x 1,024 bytes: the sender's 0.5 ms + 102,400 B at 2 GB/s = 0.5512 ms, in the prompt step
     assert first_token(True, 3) - first_token(False, 3) == pytest.approx(0.0005 + 102_400 / 2e9)
     # a one-token request is done on its prompt worker: nothing is sent
     assert first_token(True, 1) == pytest.approx(first_token(False, 1))
+    # the link is timed from the sender's first byte to the receiver's last (1 ms + 102,400 B at
+    # 1 GB/s = 1.1024 ms): after the step only its rest, 0.5512 ms, so the KV lands at the same time
+    # whether the sender's part was timed (and put in the step) or not; the second token follows
+    # a 10 ms decode step
+    timed, untimed = token_times(True, 3), token_times(False, 3)
+    assert timed[1] == pytest.approx(untimed[1]) == pytest.approx(untimed[0] + 0.0011024 + 0.010)
 
 
 def test_each_term_taken_out_by_hand():

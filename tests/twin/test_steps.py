@@ -4,11 +4,12 @@ each step summed by kind and condition, all hand-computed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from splitserve.twin.steps import Step, busy_spans, compare_steps, overlaps, read_steps, step_of
+from splitserve.twin.steps import Step, busy_spans, compare_steps, drift, overlaps, read_steps, run_speed, step_of
 
 
 def test_a_line_is_prefill_chunks_and_decodes():
@@ -112,3 +113,18 @@ def test_a_step_that_hands_kv_over_is_modelled_with_the_senders_time():
     rows = {(r.kind, r.condition): r for r in compare_steps(steps, _Machine())}
     alone = 0.1 + 0.01
     assert rows["prompt <= 512", "alone"].model_s == pytest.approx((alone + 0.002) + (alone + 0.001 + 0.001 + 0.002))
+
+
+def test_the_hosts_speed_from_the_lone_steps_only():
+    steps = [_step(0, 0.0, 0.2, prompt=100), _step(1, 0.0, 0.05, decodes=2), _step(0, 1.0, 0.1, prompt=50)]
+    p100, dec, p50 = 0.112 * (0.75 + 0.25 * 1.1), (0.02 + 0.0032 + 0.002) * 1.5, 0.05 + 0.0025 + 0.002
+    assert drift(steps, _Machine()) == pytest.approx(((0.2 + 0.1) / (p100 + p50), 0.05 / dec))
+    # alone: only the 50-token prompt step (the other prompt step overlapped the decodes by 25%);
+    # no decode step ran alone, so decode keeps the speed the machine had
+    assert drift(steps, _Machine(), alone_only=True) == pytest.approx((0.1 / p50, 1.0))
+
+    @dataclasses.dataclass(frozen=True)
+    class Drifted:
+        drift: tuple[float, float]
+
+    assert run_speed(steps, Drifted((1.1, 0.9)), _Machine()).drift == pytest.approx((1.1 * 0.1 / p50, 0.9))

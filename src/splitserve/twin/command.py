@@ -12,7 +12,7 @@ from .machine import TERMS, MachineProfile
 from .report import ablation_markdown, compare, write_report
 from .report import samples_from_requests_jsonl as live_samples
 from .run import TwinSpec, loaded, planned, run_live, run_sim, spec_dict
-from .steps import compare_steps, drift, read_steps, steps_markdown
+from .steps import compare_steps, read_steps, run_speed, steps_markdown
 
 
 def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_dir: Path, out: Path,
@@ -26,10 +26,9 @@ def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_d
     (out / "sim" / "summary.json").write_text(json.dumps(sim, indent=1) + "\n")
     rows = compare(live, sim)
     steps, under = read_steps(out / "live" / "steps"), loaded(spec, machine, planned(spec))
-    speed = drift(steps, under) if steps else (1.0, 1.0)
     variants = {f"without {t}": compare(live, run_sim(spec, machine.without(t))[0]) for t in TERMS}
-    own = (machine.drift[0] * speed[0], machine.drift[1] * speed[1])  # the step logs' speed against the profile's
-    variants[f"with the run's own step speed (x{own[0]:.3f} prompt, x{own[1]:.3f} decode)"] = \
+    own = run_speed(steps, machine, under).drift  # the run's lone steps' speed against the profile's
+    variants[f"with the run's own speed (x{own[0]:.3f} prompt, x{own[1]:.3f} decode)"] = \
         compare(live, run_sim(spec, dataclasses.replace(machine, drift=own))[0])
     step_rows = compare_steps(steps, under)
     meta = {"design": f"{spec.design} {spec.workers()}", "model": machine.facts["model"], "machine": machine.name,

@@ -171,7 +171,14 @@ class MachineProfile:
         return self, HostStep(self, machines)
 
     def kv_link(self, src: str, dst: str) -> Link:
-        return self.link
+        """The link a KV hand-over takes once its prompt's step ended: the measured link (from the
+        sender's first byte to the receiver's last) less the sender's part, which is in the step
+        (send_s); the whole link where the profile did not time the sender."""
+        if self.send_link is None:
+            return self.link
+        per_byte = 1.0 / self.link.bandwidth - 1.0 / self.send_link.bandwidth
+        return Link(bandwidth=1.0 / per_byte if per_byte > 0 else float("inf"),
+                    overhead=max(0.0, self.link.overhead - self.send_link.overhead))
 
     def cluster(self, design: str, *, prompt: int = 1, token: int = 1, machines: int = 2) -> ClusterSpec:
         """Splitwise with `prompt` + `token` machines, or the unsplit baseline with `machines`."""

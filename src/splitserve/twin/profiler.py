@@ -63,6 +63,8 @@ class ProfileSettings:
     tokens: int = TOKENS
     seed: int = 0
     hardware: str = ""  # the machine's name in profile.csv; default: derived from this machine
+    corun_rounds: int = 9   # measure_corun's rounds alone and shared
+    mixed_repeats: int = 3  # measure_mixed's repeats of each shape
 
     def grid(self) -> list[tuple[int, int, int]]:
         """(prompt_size, batch_size, token_size) of every row, each once."""
@@ -133,12 +135,6 @@ def measure_row(engine, p: int, b: int, t: int, rng: random.Random) -> dict:
             "e2e_time": e2e * 1e3, "tensor_parallel": 1}
 
 
-def _rows(path: Path, model: str, hardware: str) -> list[dict]:
-    from ..perf.profile_fit import read_profile_rows
-
-    return read_profile_rows(path, model, hardware, 1)
-
-
 def done_rows(path: Path, model: str, hardware: str) -> Counter:
     """How many repeats of each (p, b, t) profile.csv already holds for this model and machine."""
     n: Counter = Counter()
@@ -155,6 +151,7 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
     out/machine.json; return it. `progress(done, total, label)` is called after each row."""
     import torch
 
+    from ..perf.profile_fit import read_profile_rows
     from .path import PROMPT as PATH_PROMPT
     from .path import measure_path
     from .transfer import measure_links
@@ -197,8 +194,8 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
         "max_model_len": engine.max_model_len,
         "model_config": engine.cfg.to_dict() if hasattr(engine.cfg, "to_dict") else _config_dict(engine.cfg),
         "links": measure_links(layout.bytes_per_token, engine.cfg.num_layers),
-        "mixed": measure_mixed(engine, rng),
-        "corun": measure_corun(engine, s, rng),
+        "mixed": measure_mixed(engine, rng, s.mixed_repeats),
+        "corun": measure_corun(engine, s, rng, s.corun_rounds),
         "host_cores": os.cpu_count(),
         "how": {"threads_per_worker": s.threads, "pinning": "none (the OS schedules)",
                 "concurrent": "one engine alone in this process; the machine otherwise idle",
@@ -208,7 +205,8 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
         "measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
     del engine  # the probe's worker gets the memory and the core
-    shape = [r for r in _rows(csv_path, s.model, hardware) if (r["prompt_size"], r["batch_size"]) == (PATH_PROMPT, 1)]
+    shape = [r for r in read_profile_rows(csv_path, s.model, hardware, 1)
+             if (r["prompt_size"], r["batch_size"]) == (PATH_PROMPT, 1)]
     if shape:
         facts["path"] = measure_path(facts, statistics.median(r["prompt_time"] for r in shape),
                                      statistics.median(r["token_time"] for r in shape), out / "path")

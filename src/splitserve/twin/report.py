@@ -220,8 +220,9 @@ def write_report(out_dir: str | Path, rows: list[Row], *, title: str, meta: dict
                   "The same simulation with one term of the measured machine removed (twin/machine.py "
                   "`MachineProfile.without`): corun, the slowdown of a worker next to busy ones; "
                   "kv_transfer, the KV link's time; path, the serving path's overheads and CPU. The last "
-                  "row gives the model the live steps' own speed against the profile's (from the step "
-                  "log, after the fact: it explains, it does not predict). Errors against the live run; "
+                  "row gives the model the host's speed during the run, that of the live steps no other "
+                  "worker computed beside (from the step log, after the fact: it explains, it does not "
+                  "predict). Errors against the live run; "
                   "✗ outside the bound.", "", ablation, ""]
     if steps:
         parts += ["## Engine steps, live vs model", "",

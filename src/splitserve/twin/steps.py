@@ -9,6 +9,7 @@ another computed through all of it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -157,16 +158,27 @@ def compare_steps(steps: list[Step], machine: MachineProfile) -> list[StepRow]:
     return [StepRow(k, c, int(acc[k, c][0]), acc[k, c][1], acc[k, c][2]) for k, c in keys]
 
 
-def drift(steps: list[Step], machine: MachineProfile) -> tuple[float, float]:
+def drift(steps: list[Step], machine: MachineProfile, alone_only: bool = False) -> tuple[float, float]:
     """(prompt, decode): the live steps' seconds over the model's for the same steps, steps with
-    prompt tokens and the rest: how much slower (> 1) the host ran than when it was profiled
-    (MachineProfile.drift takes it)."""
+    prompt tokens and the rest: how much slower (> 1) the host ran than `machine` assumed (its
+    drift; MachineProfile.drift takes their product). `alone_only`: only the steps no other worker
+    computed beside (overlap < ALONE), so that the co-run and time-sharing terms stay the model's
+    to predict; a kind with no such step keeps 1.0."""
     sums = [[0.0, 0.0], [0.0, 0.0]]
     for s, spans in zip(steps, busy_spans(steps, machine.cores_of)):
+        if alone_only and busy_fraction(s, spans) >= ALONE:
+            continue
         a = sums[0 if s.prompt_tokens else 1]
         a[0] += s.seconds
         a[1] += modelled(s, machine, spans)
     return tuple(live / model if model > 0 else 1.0 for live, model in sums)
+
+
+def run_speed(steps: list[Step], machine: MachineProfile, under: MachineProfile) -> MachineProfile:
+    """`machine` at the host's speed during a live run: its drift times that of the run's lone
+    steps against `under` (`machine` as the run loaded it, run.loaded)."""
+    lone = drift(steps, under, alone_only=True)
+    return dataclasses.replace(machine, drift=(machine.drift[0] * lone[0], machine.drift[1] * lone[1]))
 
 
 def steps_markdown(rows: list[StepRow]) -> str:
