@@ -1,6 +1,7 @@
-"""The twin at issue 27's bounds (twin/bounds.py): four live runs on this machine (coding and
+"""The twin at issue 27's bounds (twin/bounds.py): five live runs on this machine (coding and
 conversation; Splitwise 1P+1T, and the unsplit baseline with 4 mixed workers pinned two to each of
-the 2 cores; 35% of the predicted capacity, 20 s each, outputs <= 8 tokens) against their
+the 2 cores; 35% of the predicted capacity, 20 s each, outputs <= 8 tokens; and coding on
+Splitwise with prompts <= 16 tokens, where the serving path is a large part of TTFT) against their
 simulations, at the host's speed during each run (that of its lone steps; the model keeps every
 other term to predict).
 
@@ -13,7 +14,8 @@ other term to predict).
 - Each term taken out (twin/bounds.py `controls_failing`) must put out of the issue's bounds a
   cell that the model kept within them, in at least one run: the co-run slowdown with the cores'
   time-sharing, the KV transfer (with 8-token outputs the hand-over delays a split request's
-  second token by about a decode step: TBT's tail) and the serving path.
+  second token by about a decode step: TBT's tail) and the serving path (its requests' own few ms:
+  the short prompts' TTFT).
 - The step logs hold every planned prompt token once and every decode once.
 The errors at the profile's speed are printed beside (a prediction, without the run's speed)."""
 

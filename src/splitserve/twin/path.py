@@ -1,12 +1,14 @@
 """What the serving path adds to the engine: a live `splitserve serve` with one mixed worker,
 unloaded, answering sequential streaming requests of one shape, against the same engine's times
-alone (the profile's rows of that shape).
+alone: the steps the worker logged for the same requests, so that both sides of each difference
+are timed in the same seconds (against the profile's rows, timed minutes before, a few ms of
+overhead drowned in the host's drift: one profile measured 0 for both).
 
 - step overhead: per engine step, outside the model (the worker's loop: messages in and out,
-  reports, polling; the router relaying each step's tokens): median live TBT - the decode step
-  alone;
+  reports, polling; the router relaying each step's tokens): median live TBT - the median decode
+  step of the same requests (the worker's step log);
 - request overhead: per request, once (HTTP, checks, routing, the hops to the worker and back):
-  median live TTFT - the prompt step alone - one step overhead;
+  median live TTFT - the median prompt step of the same requests - one step overhead;
 - background CPU: per request, the CPU seconds that serve's processes (front end, router, the
   worker outside its engine steps) and the client spend, other than the engine steps themselves
   (Linux: from /proc; 0 elsewhere).
@@ -65,14 +67,17 @@ def measure_path(facts: dict, prompt_ms: float, token_ms: float, out: Path) -> d
         start, cpu0, own0 = time.time(), tree_cpu(pid), time.process_time()
         ttft, gap = probe(url, facts["model"])
         cpu = tree_cpu(pid) - cpu0 + time.process_time() - own0
-    steps = sum(s.seconds for s in read_steps(out / "steps") if s.start >= start)
-    step = max(0.0, gap - token_ms / 1e3)
-    return {"step_overhead_s": step, "request_overhead_s": max(0.0, ttft - prompt_ms / 1e3 - step),
-            "background_cpu_s": max(0.0, cpu - steps) / (REQUESTS + 1) if cpu > 0 else 0.0,
-            "live_ttft_s": ttft, "live_tbt_s": gap, "alone_prompt_s": prompt_ms / 1e3, "alone_token_s": token_ms / 1e3,
+    logged = [s for s in read_steps(out / "steps") if s.start >= start]
+    prompt_s = statistics.median([s.seconds for s in logged if s.prompt_tokens] or [prompt_ms / 1e3])
+    token_s = statistics.median([s.seconds for s in logged if s.decodes and not s.prompt_tokens] or [token_ms / 1e3])
+    step = max(0.0, gap - token_s)
+    return {"step_overhead_s": step, "request_overhead_s": max(0.0, ttft - prompt_s - step),
+            "background_cpu_s": max(0.0, cpu - sum(s.seconds for s in logged)) / (REQUESTS + 1) if cpu > 0 else 0.0,
+            "live_ttft_s": ttft, "live_tbt_s": gap, "live_prompt_step_s": prompt_s, "live_decode_step_s": token_s,
+            "alone_prompt_s": prompt_ms / 1e3, "alone_token_s": token_ms / 1e3,
             "how": f"serve, 1 mixed worker, unloaded: {REQUESTS} sequential streaming requests of {PROMPT} prompt "
-                   f"tokens and {TOKENS} output tokens, medians; background CPU: serve's processes and this "
-                   "client, less the engine steps, per request"}
+                   f"tokens and {TOKENS} output tokens, medians, against the same requests' logged steps; "
+                   "background CPU: serve's processes and this client, less the engine steps, per request"}
 
 
 def tree_cpu(root: int) -> float:
