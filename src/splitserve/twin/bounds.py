@@ -1,8 +1,8 @@
 """Issue 27's bounds on the twin, one owner for the CI test and benchmarks/twin/bounds.py: every
 P50 of TTFT, TBT and E2E within 15% of the live run and every P90 within 25%, on the coding and
 the conversation workload, Splitwise 1P+1T and the unsplit baseline with 4 mixed workers pinned two
-to a core (more busy workers than the 2 cores of CI: the cores' time-sharing is a large term), each at 35% of the
-capacity the profile predicts, prompts <= 256 and outputs <= 8 tokens, seed 1; and a fifth run,
+to a core (more busy workers than the 2 cores of CI: the cores' time-sharing is a large term), each
+at 35% of the capacity the profile predicts, prompts <= 256 and outputs <= 8 tokens, seed 1; and a fifth run,
 coding on Splitwise with prompts <= 16 tokens, where the serving path (a few ms a request) is a
 large part of TTFT, so that its control can break a bound.
 
@@ -33,17 +33,18 @@ from .steps import read_steps, run_speed
 
 BOUNDS = {"TTFT P50 (s)": 0.15, "TBT P50 (s)": 0.15, "E2E P50 (s)": 0.15,
           "TTFT P90 (s)": 0.25, "TBT P90 (s)": 0.25, "E2E P90 (s)": 0.25}
-# (design, workload, workers, pinned): the baseline's four workers pinned two to a core (serve
-# --pin-workers), so that which of them share a core is known, not the OS's choice of the moment
-RUNS = {"coding, splitwise 1P+1T": ("splitwise", "coding", 2, False),
-        "coding, baseline 4 mixed": ("baseline", "coding", 4, True),
-        "conversation, splitwise 1P+1T": ("splitwise", "conversation", 2, False),
-        "conversation, baseline 4 mixed": ("baseline", "conversation", 4, True),
-        "coding, splitwise 1P+1T, prompts <= 16": ("splitwise", "coding", 2, False)}
+# (design, workload, workers, pinned, prompts <= this many tokens): the baseline's four workers
+# pinned two to a core (serve --pin-workers), so that which of them share a core is known, not the
+# OS's choice of the moment
+RUNS = {"coding, splitwise 1P+1T": ("splitwise", "coding", 2, False, 256),
+        "coding, baseline 4 mixed": ("baseline", "coding", 4, True, 256),
+        "conversation, splitwise 1P+1T": ("splitwise", "conversation", 2, False, 256),
+        "conversation, baseline 4 mixed": ("baseline", "conversation", 4, True, 256),
+        "coding, splitwise 1P+1T, prompts <= 16": ("splitwise", "coding", 2, False, 16)}
 LOAD = 0.35
-# prompts and outputs at most this many tokens: 8-token outputs make the KV hand-over, which
-# delays each split request's second token, a term of TBT's tail that its control can break
-CAPS = (256, 8)
+# outputs at most this many tokens: 8-token outputs make the KV hand-over, which delays each split
+# request's second token, a term of TBT's tail that its control can break
+OUTPUTS = 8
 HELD_AT = "the run's speed"
 # The CI grid: `small-mha` (a KV head per query head: 32 KB of KV per token, so that the KV
 # transfer is a term the bounds can see), each row the median of 3 repeats, the co-run slowdown
@@ -62,13 +63,12 @@ def out_of_bounds(errs: dict[str, float], bounds: dict[str, float] = BOUNDS) -> 
     return [k for k, e in errs.items() if abs(e) > bounds[k]]
 
 
-def spec_of(name: str, machine: MachineProfile, duration: float = 20.0, caps: tuple[int, int] = CAPS) -> TwinSpec:
+def spec_of(name: str, machine: MachineProfile, duration: float = 20.0) -> TwinSpec:
     """Run `name` of RUNS at LOAD x the capacity the profile predicts (Splitwise: of the split pair,
     under the splitserve borrowing rule, so that nothing is borrowed)."""
-    design, workload, workers, pinned = RUNS[name]
-    prompts = 16 if "prompts <= 16" in name else caps[0]
+    design, workload, workers, pinned, prompts = RUNS[name]
     spec = TwinSpec(policy=PolicyConfig(), design=design, workload=workload, machines=workers, duration=duration,
-                    seed=1, max_prompt_tokens=prompts, max_tokens_cap=caps[1], pin_workers=pinned)
+                    seed=1, max_prompt_tokens=prompts, max_tokens_cap=OUTPUTS, pin_workers=pinned)
     pair = dataclasses.replace(spec, policy=PolicyConfig(routing=RoutingConfig(borrow_rule="splitserve")))
     return dataclasses.replace(spec, rps=LOAD * predicted_capacity(pair if design == "splitwise" else spec, machine))
 
@@ -77,11 +77,13 @@ def check_run(name: str, machine: MachineProfile, profile_dir: Path, out: Path, 
               calibrate: bool = True) -> dict:
     """Run `name` live (its server's files under `out`) and simulate it at each speed and without
     each term: {"rps", "requests", "failed", "speed" (label: drift), "errors" (label: metric:
-    error), "broken" (label: metrics out of the bounds)}."""
+    error), "broken" (label: metrics out of the bounds), "accounted" (prompt tokens and decodes:
+    [in the workers' step logs, planned])}."""
     spec = spec_of(name, machine, duration)
     before = calibrated(machine, profile_dir) if calibrate else machine
     live = run_live(spec, before, out, log=lambda m: None)
-    at_run = run_speed(read_steps(out / "steps"), before, loaded(spec, before, planned(spec)))
+    steps, reqs = read_steps(out / "steps"), planned(spec)
+    at_run = run_speed(steps, before, loaded(spec, before, reqs))
     models = {"the profile's speed": dataclasses.replace(machine, drift=(1.0, 1.0)), HELD_AT: at_run}
     if calibrate:
         models["the speed before the run"] = before
@@ -89,7 +91,9 @@ def check_run(name: str, machine: MachineProfile, profile_dir: Path, out: Path, 
     rows = {label: errors(live, run_sim(spec, m)[0]) for label, m in models.items()}
     return {"rps": spec.rps, "requests": live["requests"], "failed": live["failed"],
             "speed": {label: list(m.drift) for label, m in models.items() if not label.startswith("without")},
-            "errors": rows, "broken": {label: out_of_bounds(r) for label, r in rows.items()}}
+            "errors": rows, "broken": {label: out_of_bounds(r) for label, r in rows.items()},
+            "accounted": {"prompt_tokens": [sum(s.prompt_tokens for s in steps), sum(r.prompt_tokens for r in reqs)],
+                          "decodes": [sum(s.decodes for s in steps), sum(r.output_tokens - 1 for r in reqs)]}}
 
 
 def controls_failing(results: dict[str, dict]) -> dict[str, list[str]]:

@@ -10,14 +10,17 @@ transfer plus bytes / bandwidth (sim/kv_transfer.py). Measured on what each tran
 Sizes are those of 16 to 4,096 tokens of the model's KV; each is sent several times and the
 median kept; the line through the medians (least squares of the relative error) gives fixed cost
 and bandwidth, for the whole transfer and (`sender`) for the sender's part. A serving worker sends
-inside its engine step, so the simulator puts the sender's part in the prompt worker's step (twin/machine.py) and the rest
-(ZeroMQ's I/O thread, the receiver's check and copy) in the host's background load.
+inside its engine step, so the simulator puts the sender's part in the prompt worker's step
+(twin/machine.py) and the rest (ZeroMQ's I/O thread, the receiver's check and copy) in the host's
+background load.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+
+import numpy as np
 
 SIZES_TOKENS = (16, 256, 1024, 4096)
 REPEATS = 5
@@ -27,16 +30,11 @@ def _fit(points: list[tuple[int, float]]) -> dict:
     """seconds = fixed + bytes / bandwidth through (bytes, seconds), least squares of the relative
     error: the sizes span 256x, and an absolute fit is the largest size's alone (on the 2-core VM
     it put a 256-token transfer of small-mha at 23.9 ms where 20.6 ms was measured)."""
-    xs, ys = [float(x) for x, _ in points], [y for _, y in points]
-    # minimise sum(((fixed + slope x) / y - 1)^2): weighted least squares, weights 1 / y^2
-    w = [1.0 / (y * y) if y > 0 else 0.0 for y in ys]
-    sw, swx, swy = sum(w), sum(a * x for a, x in zip(w, xs)), sum(a * y for a, y in zip(w, ys))
-    swxx, swxy = sum(a * x * x for a, x in zip(w, xs)), sum(a * x * y for a, x, y in zip(w, xs, ys))
-    det = sw * swxx - swx * swx
-    slope = (sw * swxy - swx * swy) / det if det > 0 else 0.0
-    fixed = (swy - slope * swx) / sw if sw > 0 else 0.0
+    xs, ys = np.array([x for x, _ in points], float), np.array([y for _, y in points], float)
+    slope, fixed = np.polyfit(xs, ys, 1, w=1.0 / ys)  # residuals / y: the relative error
     if fixed < 0:  # no negative cost: the line through the origin
-        fixed, slope = 0.0, swxy / swxx if swxx > 0 else 0.0
+        fixed, slope = 0.0, float(np.sum(xs / ys) / np.sum((xs / ys) ** 2))
+    slope, fixed = float(slope), float(fixed)
     return {"fixed_s": fixed, "bandwidth_bytes_per_s": 1.0 / slope if slope > 0 else float("inf"),
             "points": [{"bytes": int(x), "seconds": y} for x, y in points]}
 
