@@ -11,6 +11,7 @@ import time
 import uvicorn
 
 from ..errors import UserError
+from ..heap import freeze_heap
 
 
 def run_server(cfg, sock: socket.socket, http: str = "auto", loop: str = "auto") -> None:
@@ -49,6 +50,7 @@ class DrainingServer(uvicorn.Server):
     async def startup(self, sockets=None):
         await super().startup(sockets)
         if self.started:
+            freeze_heap()  # the app's, the router's and the imports' objects out of the collector's full passes (heap.py)
             for s in self.servers:
                 for sock in s.sockets:
                     h, p = sock.getsockname()[:2]

@@ -14,18 +14,17 @@ send that step's tokens to the router in one message, expire late KV reservation
 Messages to the router wait in an outbox and go together, one ZeroMQ message of signed pairs,
 before each engine step runs and at the end of the loop (docs/architecture.md, Messages).
 A worker whose router has gone quiet for `--orphan-timeout` seconds (twice the router's heartbeat
-timeout) exits.
+timeout) exits. Once started, a worker freezes its Python heap (heap.py).
 
-A step that raises (engine.StepFailed) does not end the worker: the engine has dropped that
-step's requests, and the worker reports them to the router (`step_failed`), which restarts them
-isolated or quarantines them (router.py). After MAX_STEP_FAILURES failed steps in a row the
-engine is taken for broken, and the worker exits (the router replaces it).
+A step that raises (engine.StepFailed) does not end the worker: the engine has dropped that step's
+requests, and the worker reports them to the router (`step_failed`), which restarts them isolated or
+quarantines them (router.py). After MAX_STEP_FAILURES failed steps in a row the engine is taken for
+broken, and the worker exits (the router replaces it).
 
 Its identity on the router's socket is derived from the cluster secret, its id and its generation
 (protocol.worker_identity): never on a command line. Its sockets refuse messages larger than the
-model's prompts and KV need (protocol.limit_socket). With `--kv-encryption on` its control and
-KV sockets are encrypted with CURVE, keys derived from the cluster secret (curve.py).
-"""
+model's prompts and KV need (protocol.limit_socket). With `--kv-encryption on` its control and KV
+sockets are encrypted with CURVE, keys derived from the cluster secret (curve.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +37,7 @@ import time
 import zmq
 
 from ..errors import UserError
+from ..heap import freeze_heap
 from .curve import CurveKeys, encryption_on
 from .kv import BothSides, KVReceiver, KVSender, make_transport
 from .messages import (Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail, KvIn, Message, Out, OutItem,
@@ -280,11 +280,11 @@ def main(argv=None) -> int:
     try:
         try:
             curve = CurveKeys.from_secret(secret) if encryption_on(args.kv_encryption, args.host) else None
-            engine = build_engine(args, kv_alloc=region)
-            worker = Worker(args, engine, codec, region, curve)
+            worker = Worker(args, build_engine(args, kv_alloc=region), codec, region, curve)
         except UserError as e:
             print(f"worker {args.id}: error: {e}", file=sys.stderr)
             return 2
+        freeze_heap()  # startup's objects out of the collector's full passes
         if prefix := os.environ.get("SPLITSERVE_WORKER_PROFILE"):  # cProfile of the loop to PREFIX.<id>.prof
             import cProfile
             cProfile.runctx("worker.run()", globals(), {"worker": worker}, f"{prefix}.{args.id}.prof")
