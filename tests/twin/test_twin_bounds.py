@@ -6,11 +6,13 @@ simulations, at the host's speed during each run (that of its lone steps; the mo
 other term to predict).
 
 - Splitwise: every P50 within 15% and every P90 within 25% (the issue's bounds).
-- The baseline: every P50 and every P90 within 25%. The issue's 15% on its P50s is not met: in 4
-  of 12 runs on the 2-core dev VM (2026-11-29) a P50 missed it by up to 2.1 points (coding TBT P50
-  -15.3%, -15.5%, -16.3%: gaps of a decode step alone, ~20 ms, or sharing a core, ~40 ms, put the
-  P50 between two heaps, where the model's -7% on shared decode steps doubles; conversation E2E
-  P50 -17.1%). benchmarks/twin/README.md has the runs.
+- The baseline: every P90 within 25%, every P50 within 25%, not the issue's 15%. Its token gaps
+  fall in two heaps, a decode step alone (~20 ms) or sharing its core (~40 ms), and the TBT P50
+  sits at the edge between them (one run's simulated gaps: P50 20.4 ms, P60 38.7 ms), where a few
+  points more of the gaps shared move it by 20%. On the 2-core dev VM the baseline's P50s missed 15% in
+  4 of 12 runs; then a 296 ms pass of the garbage collector in the router was found and removed
+  (heap.py; it had put a conversation E2E P90 at -25.7% on CI's machine), and since, they missed
+  it in 1 of 13 (coding TBT P50 -16.1%). benchmarks/twin/README.md has the runs.
 - Each term taken out (twin/bounds.py `controls_failing`) must put out of the issue's bounds a
   cell that the model kept within them, in at least one run: the co-run slowdown with the cores'
   time-sharing, the KV transfer (with 8-token outputs the hand-over delays a split request's
@@ -21,6 +23,8 @@ other term to predict).
 The errors at the profile's speed are printed beside (a prediction, without the run's speed)."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 
@@ -40,7 +44,21 @@ def results(profile_dir, tmp_path_factory):
     out = {name: check_run(name, machine, profile_dir, tmp_path_factory.mktemp("bounds"), calibrate=False)
            for name in RUNS}
     print("\n" + table(out))
+    warnings.warn(worst_line(out))  # a record of the margins, not a check
     return out
+
+
+def worst_line(results: dict) -> str:
+    """Each design's largest P50 and P90 error at the run's speed, and whether the baseline's
+    P50s held the issue's 15%: in the warnings summary of every run of the test (CI's included)."""
+    def worst(design: str, p: str) -> float:
+        return max((e for n, r in results.items() if design in n for k, e in r["errors"][HELD_AT].items() if p in k),
+                   key=abs)
+    base = worst("baseline", "P50")
+    return (f"twin bounds on this machine, the largest errors: splitwise P50 {worst('splitwise', 'P50'):+.1%}, "
+            f"P90 {worst('splitwise', 'P90'):+.1%}; baseline P50 {base:+.1%} "
+            f"({'within' if abs(base) <= BOUNDS['TTFT P50 (s)'] else 'beyond'} the issue's 15%), "
+            f"P90 {worst('baseline', 'P90'):+.1%}")
 
 
 @pytest.mark.parametrize("name", list(RUNS))
