@@ -171,6 +171,29 @@ def test_steps_in_flight_are_re_timed_when_another_worker_starts_or_ends(tmp_pat
     assert [st.busy_s for st in res.metrics.machines] == pytest.approx([1.5 * w, 1.5 * w])
 
 
+def test_each_step_draws_its_work_from_the_hosts_spread(tmp_path):
+    """MachineProfile.spread: a lone prompt step's work x one of the prompt factors, drawn with the
+    step's seeded generator; none: the same work every time."""
+    from splitserve.sim.simulator import SimConfig, Simulation
+    from splitserve.twin.machine import load_machine_profile
+
+    m = load_machine_profile(_profile_dir(tmp_path, False, cores=1))
+
+    def firsts(host):
+        reqs = [SimpleNamespace(arrival=10.0 * i, prompt_tokens=100, output_tokens=1) for i in range(40)]
+        res = Simulation(host.cluster("baseline", machines=1), host.model, reqs,
+                         SimConfig(machine=host, record_requests=True)).run()
+        return [r.token_times[0] - r.arrival for r in res.requests]
+
+    plain = firsts(m)
+    assert max(plain) == pytest.approx(min(plain))
+    spread = firsts(dataclasses.replace(m, spread=((0.5, 1.5), ())))
+    # work w alone, as drawn: 0.5 w or 1.5 w (the step overhead not drawn), both drawn, repeatably
+    w, overhead = plain[0] - m.step_overhead, m.step_overhead
+    assert sorted({round(t, 9) for t in spread}) == pytest.approx([0.5 * w + overhead, 1.5 * w + overhead])
+    assert spread == firsts(dataclasses.replace(m, spread=((0.5, 1.5), ())))
+
+
 def test_the_reference_rows_are_a_prompt_and_a_decode_the_profile_measured():
     from splitserve.twin.calibrate import reference_rows
 

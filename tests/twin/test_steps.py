@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from splitserve.twin.steps import Step, busy_spans, compare_steps, drift, overlaps, read_steps, run_speed, step_of
+from splitserve.twin.steps import (Step, busy_spans, compare_steps, drift, lone_spread, overlaps, read_steps, run_speed,
+                                   step_of)
 
 
 def test_a_line_is_prefill_chunks_and_decodes():
@@ -128,3 +129,24 @@ def test_the_hosts_speed_from_the_lone_steps_only():
         drift: tuple[float, float]
 
     assert run_speed(steps, Drifted((1.1, 0.9)), _Machine()).drift == pytest.approx((1.1 * 0.1 / p50, 0.9))
+
+
+def test_the_hosts_spread_is_its_lone_steps_about_their_speed():
+    # two lone decode steps, 10% and 30% slower than modelled (2 decodes, 2 x 16 KV tokens read,
+    # the step overhead): the speed x1.2 (their sums), the spread 1.1 / 1.2 and 1.3 / 1.2; the
+    # decode step beside a prompt is not lone
+    dec = 0.02 + 0.0032 + 0.002
+    steps = [_step(0, 0.0, 1.1 * dec, decodes=2), _step(0, 1.0, 1.3 * dec, decodes=2),
+             _step(0, 2.0, 0.2, prompt=100), _step(1, 2.0, 0.05, decodes=2)]
+    lone = drift(steps, _Machine(), alone_only=True)
+    assert lone == pytest.approx((1.0, 1.2))
+    prompts, decodes = lone_spread(steps, _Machine(), lone)
+    assert prompts == () and decodes == pytest.approx((1.1 / 1.2, 1.3 / 1.2))
+
+    @dataclasses.dataclass(frozen=True)
+    class Host:
+        drift: tuple[float, float] = (1.0, 1.0)
+        spread: tuple = ((), ())
+
+    assert run_speed(steps, Host(), _Machine()).spread == ((), ())
+    assert run_speed(steps, Host(), _Machine(), spread=True).spread[1] == pytest.approx((1.1 / 1.2, 1.3 / 1.2))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +56,7 @@ class MachineProfile:
     drift: tuple[float, float] = (1.0, 1.0)  # (prompt, decode) steps' speed now / when profiled: a
                                              # live run's own step logs measure it (benchmarks/twin/ablate.py)
     pinned: bool = False  # the workers run pinned to cores (serve --pin-workers): time-sharing per core
+    spread: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # (prompt, decode) factors of a step's work
     reserves_between_steps = True  # serve's token worker answers a reservation between steps (sim/reservation.py)
 
     @property
@@ -194,20 +196,21 @@ class MachineProfile:
 
 
 class HostStep:
-    """A serving worker's step on a measured host (perf/step.py StepModel): the profile's time
-    for the batch, its decodes reading KV padded as the engine pads it (`decode_kv`), with the KV
-    it sends inside the step (`work`), slowed by the co-run and the time-sharing of the cores
-    (`speed`: pinned, each worker's own core as serve places it; else all cores evenly). The
-    simulator re-times a step in flight whenever another worker of the host starts or ends one
-    (`shares_cores`: sim/sharing.py)."""
+    """A serving worker's step on a measured host (perf/step.py StepModel): the profile's time for
+    the batch, decodes reading KV padded as the engine pads it (`decode_kv`), with the KV it sends
+    inside the step, x a factor drawn from the host's `spread` if any (`work`), slowed by the co-run
+    and the time-sharing of the cores (`speed`: pinned, each worker's own core as serve places it;
+    else all cores evenly). The simulator re-times a step in flight whenever another worker of the
+    host starts or ends one (`shares_cores`: sim/sharing.py)."""
 
-    __slots__ = ("host", "perf", "power", "kv_capacity", "machines", "cores")
+    __slots__ = ("host", "perf", "power", "kv_capacity", "machines", "cores", "rng")
     shares_cores = True
 
     def __init__(self, host: MachineProfile, machines: list[Machine]) -> None:
         self.host, self.perf, self.power, self.kv_capacity = host, host.perf, host.power, host.kv_capacity
         self.machines = machines
         self.cores: dict[int, frozenset[int]] = {}  # each pinned worker's cores
+        self.rng = random.Random(0)  # draws from host.spread
 
     def context(self, batch: Batch) -> int:
         if batch.decodes:  # the engine reads padded KV
@@ -218,6 +221,8 @@ class HostStep:
         """CPU seconds of the step alone (MachineProfile.work_s)."""
         sq = prompt_squares(batch) if self.perf.attention else 0
         alone = self.perf.mixed_time(batch.prompt_tokens - batch.cached, batch.decodes, self.context(batch), sq)
+        if factors := self.host.spread[0 if batch.prompt_tokens > 0 else 1]:  # the host's noise, drawn
+            alone *= self.rng.choice(factors)
         return self.host.work_s(alone, batch.prompt_tokens > 0, self.sent_s(m.id, batch))
 
     def speed(self, m: Machine, batch: Batch) -> float:

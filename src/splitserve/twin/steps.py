@@ -174,11 +174,27 @@ def drift(steps: list[Step], machine: MachineProfile, alone_only: bool = False) 
     return tuple(live / model if model > 0 else 1.0 for live, model in sums)
 
 
-def run_speed(steps: list[Step], machine: MachineProfile, under: MachineProfile) -> MachineProfile:
+def run_speed(steps: list[Step], machine: MachineProfile, under: MachineProfile,
+              spread: bool = False) -> MachineProfile:
     """`machine` at the host's speed during a live run: its drift times that of the run's lone
-    steps against `under` (`machine` as the run loaded it, run.loaded)."""
+    steps against `under` (`machine` as the run loaded it, run.loaded); with `spread`, each
+    simulated step's work also drawn from the lone steps' own live / model (lone_spread)."""
     lone = drift(steps, under, alone_only=True)
-    return dataclasses.replace(machine, drift=(machine.drift[0] * lone[0], machine.drift[1] * lone[1]))
+    out = dataclasses.replace(machine, drift=(machine.drift[0] * lone[0], machine.drift[1] * lone[1]))
+    return dataclasses.replace(out, spread=lone_spread(steps, under, lone)) if spread else out
+
+
+def lone_spread(steps: list[Step], under: MachineProfile, lone: tuple[float, float]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(prompt, decode): each lone step's live seconds over the model's, over the kind's drift
+    `lone` (so that they average 1): how the host's steps spread about its speed."""
+    out: tuple[list[float], list[float]] = ([], [])
+    for s, spans in zip(steps, busy_spans(steps, under.cores_of)):
+        if busy_fraction(s, spans) < ALONE:
+            k = 0 if s.prompt_tokens else 1
+            model = modelled(s, under, spans)
+            if model > 0:
+                out[k].append(s.seconds / model / lone[k])
+    return tuple(out[0]), tuple(out[1])
 
 
 def steps_markdown(rows: list[StepRow]) -> str:
