@@ -3,7 +3,7 @@ conversation; Splitwise 1P+1T, and the unsplit baseline with 4 mixed workers pin
 the 2 cores; 35% of the predicted capacity, 20 s each, outputs <= 8 tokens; and coding on
 Splitwise with prompts <= 16 tokens, where the serving path is a large part of TTFT) against their
 simulations, at the host's speed during each run and with its steps' spread about it (those of
-its lone steps; the model keeps every other term to predict).
+its lone steps after each worker's warm-up; the model keeps every other term to predict).
 
 - Splitwise: every P50 within 15% and every P90 within 25% (the issue's bounds).
 - The baseline: every P90 within 25%, every P50 within 25%, not the issue's 15%. Its token gaps
@@ -12,8 +12,8 @@ its lone steps; the model keeps every other term to predict).
   points more of the gaps shared move it by 20%. On the 2-core dev VM the baseline's P50s missed 15% in
   4 of 12 runs; then a 296 ms pass of the garbage collector in the router was found and removed
   (heap.py; it had put a conversation E2E P90 at -25.7% on CI's machine), and since, they missed
-  it in 1 of 16 (coding TBT P50 -16.1%, before the spread was modelled; with it, re-simulated, in
-  none of 16, the largest -13.1%). benchmarks/twin/README.md has the runs.
+  it in 1 of 16 (coding TBT P50 -16.1%, before the spread was modelled; with it and the workers'
+  warm-up left out, re-simulated, in 1 of 20, +15.0%). benchmarks/twin/README.md has the runs.
 - Each term taken out (twin/bounds.py `controls_failing`) must put out of the issue's bounds a
   cell that the model kept within them, in at least one run: the co-run slowdown with the cores'
   time-sharing, the KV transfer (with 8-token outputs the hand-over delays a split request's
