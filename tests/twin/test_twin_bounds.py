@@ -14,8 +14,8 @@ its lone steps after each worker's warm-up; the model keeps every other term to 
   (heap.py; it had put a conversation E2E P90 at -25.7% on CI's machine), and since, they missed
   it in 1 of 16 (coding TBT P50 -16.1%, before the spread was modelled; with it and the workers'
   warm-up left out, re-simulated, in 1 of 20, +15.0%). benchmarks/twin/README.md has the runs.
-- Each term taken out (twin/bounds.py `controls_failing`) must put out of the issue's bounds a
-  cell that the model kept within them, in at least one run: the co-run slowdown with the cores'
+- Each term taken out (twin/bounds.py `controls_failing`, of the model without the spread's
+  draws) must put out of the issue's bounds a cell that model kept within them, in at least one run: the co-run slowdown with the cores'
   time-sharing, the KV transfer (with 8-token outputs the hand-over delays a split request's
   second token by about a decode step: TBT's tail) and the serving path (its requests' own few ms:
   the short prompts' TTFT).
