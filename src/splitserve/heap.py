@@ -28,8 +28,9 @@ def freeze_heap() -> int:
 
 @contextmanager
 def frozen_heap() -> Iterator[int]:
-    """freeze_heap for the block only (a caller that is not a process of its own, such as a test
-    calling `run_bench`, gets its heap back as it was, collectable, after)."""
+    """freeze_heap for the block only: a caller that is not a process of its own, such as a test
+    calling `run_bench`, gets its heap back collectable after it (gc.unfreeze: every frozen
+    object, whoever froze it)."""
     try:
         yield freeze_heap()
     finally:

@@ -11,10 +11,10 @@ the profile's own; the speed measured just before the run (`calibrate`, twin/cal
 prediction, but the 2-core VM's speed moves 5-15% within minutes and the measurement with it);
 and the speed of the run's own lone steps (steps.run_speed: the steps no other worker computed
 beside, after each worker's warm-up: two numbers, prompt and decode), each simulated step's work
-drawn from how those lone steps spread about that speed (steps.lone_spread, MachineProfile.spread). The bounds are held at
-the last: it gives the model the host's speed and noise during the run and leaves it every term
-the bounds test, the co-run slowdown and the cores' time-sharing, the queues, the reservation,
-the KV transfer and the serving path. Each such term taken out at that same speed, without the
+drawn from how those lone steps spread about that speed (steps.lone_spread,
+MachineProfile.spread). The bounds are held at the last: it gives the model the host's speed and
+noise during the run and leaves it every term the bounds test, the co-run slowdown and the cores'
+time-sharing, the queues, the reservation, the KV transfer and the serving path. Each such term taken out at that same speed, without the
 spread's draws (`MachineProfile.without`), is a negative control: it counts where it puts out a
 cell that the same model with the term kept in.
 """
@@ -86,9 +86,9 @@ def check_run(name: str, machine: MachineProfile, profile_dir: Path, out: Path, 
     before = calibrated(machine, profile_dir) if calibrate else machine
     live = run_live(spec, before, out, log=lambda m: None)
     steps, reqs = read_steps(out / "steps"), planned(spec)
-    plain = run_speed(steps, before, loaded(spec, before, reqs))
-    models = {"the profile's speed": dataclasses.replace(machine, drift=(1.0, 1.0)),
-              HELD_AT: run_speed(steps, before, loaded(spec, before, reqs), spread=True), PLAIN: plain}
+    held = run_speed(steps, before, loaded(spec, before, reqs), spread=True)
+    plain = dataclasses.replace(held, spread=((), ()))
+    models = {"the profile's speed": dataclasses.replace(machine, drift=(1.0, 1.0)), HELD_AT: held, PLAIN: plain}
     if calibrate:
         models["the speed before the run"] = before
     models.update({f"without {t}": plain.without(t) for t in TERMS})
