@@ -6,10 +6,13 @@ simulations, at the host's speed during each run and with its steps' spread abou
 its lone steps after each worker's warm-up; the model keeps every other term to predict).
 
 - Splitwise: every P50 within 15% and every P90 within 25% (the issue's bounds).
-- The baseline: every P90 within 25%, every P50 within 25%, not the issue's 15%. Its token gaps
-  fall in two heaps, a decode step alone (~20 ms) or sharing its core (~40 ms), and the TBT P50
-  sits at the edge between them (one run's simulated gaps: P50 20.4 ms, P60 38.7 ms), where a few
-  points more of the gaps shared move it by 20%. On the 2-core dev VM the baseline's P50s missed 15% in
+- The baseline: every P90 within 25%, every P50 within 25%, not the issue's 15%. Its steps fall
+  in two heaps, alone on their core or sharing it (2x), and at this load its P50s sit at the edge
+  between them (one run's simulated gaps: P50 20.4 ms, P60 38.7 ms), where a few points more of
+  the requests shared move them by 20%: resampled over its own ~70 requests, a live run's P50s
+  move by 11-17% (benchmarks/twin/conditioning.py), as much as the bound. At 65% load they are
+  well measured but the model under-predicts them by up to 40% (steps with all four workers busy
+  ran 7-16% over it). On the 2-core dev VM the baseline's P50s missed 15% in
   4 of 12 runs; then a 296 ms pass of the garbage collector in the router was found and removed
   (heap.py; it had put a conversation E2E P90 at -25.7% on CI's machine), and since, they missed
   it in 1 of 16 (coding TBT P50 -16.1%, before the spread was modelled; with it and the workers'

@@ -192,10 +192,9 @@ def loaded(spec: TwinSpec, machine: MachineProfile, reqs: list[_Req], served_rps
     return dataclasses.replace(under, pinned=spec.pin_workers)
 
 
-def run_sim(spec: TwinSpec, machine: MachineProfile, served_rps: float | None = None):
-    """(summary, per-request samples) of the simulator on the requests the bench sent, on the
-    machine under that load (`loaded`)."""
-    from ..report.summary import simulation_summary
+def simulate(spec: TwinSpec, machine: MachineProfile, served_rps: float | None = None):
+    """(the simulation's result, its workload, the machine as loaded) of the simulator on the
+    requests the bench sent, on the machine under that load (`loaded`)."""
     from ..sim.simulator import SimConfig, Simulation
     from ..workload import make_workload
 
@@ -207,7 +206,14 @@ def run_sim(spec: TwinSpec, machine: MachineProfile, served_rps: float | None = 
     sim = Simulation(cluster, machine.model, wl if spec.shares_prefixes else reqs,
                      SimConfig(policy=spec.policy, machine=machine, record_requests=True,
                                prefix_caching=spec.prefix_caching))
-    result = sim.run()
+    return sim.run(), wl, machine
+
+
+def run_sim(spec: TwinSpec, machine: MachineProfile, served_rps: float | None = None):
+    """(summary, per-request samples) of the simulator on the requests the bench sent (`simulate`)."""
+    from ..report.summary import simulation_summary
+
+    result, wl, machine = simulate(spec, machine, served_rps)
     samples: dict[str, list[float]] = {"ttft": [], "tbt": [], "e2e": []}
     for r in result.requests:
         times = r.token_times or []
