@@ -1,5 +1,5 @@
 """What a worker's step costs next to busy workers, pinned: an engine of the CI grid's model on core 0
-times a 256-token prompt step and a decode step of 8 requests alone, next to a busy engine process
+times a 256-token prompt step and a decode step of 8 requests, wall and CPU seconds, alone, next to a busy engine process
 on core 1 (what the profile's co-run figure measures), on core 0 (time-sharing its core), and on
 core 0 with two more on core 1 (four workers on two cores, all busy). The busy processes are
 stopped (SIGSTOP) in the conditions that do not use them, so that the machine's drift hits every
@@ -22,14 +22,15 @@ import sys
 import time
 
 from splitserve.twin.bounds import CI_GRID
-from splitserve.twin.profiler import _HOG, _engine, measure_row
+from splitserve.twin.corun import HOG, timed_steps
+from splitserve.twin.profiler import _engine
 
 CONDITIONS = {"alone": [], "other core": ["core 1"], "same core": ["core 0"],
               "same core, 2 on the other": ["core 0", "core 1", "core 1 again"]}
 
 
 def busy(core: int) -> subprocess.Popen:
-    p = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", _HOG, CI_GRID.model, CI_GRID.device,
+    p = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", HOG, CI_GRID.model, CI_GRID.device,
                           "float32", "1"], stdout=subprocess.PIPE, text=True)
     p.stdout.readline()  # loaded
     return p
@@ -45,22 +46,23 @@ def main() -> None:
     torch.set_num_threads(1)
     engine, rng = _engine(CI_GRID, 4096, 64), random.Random(0)
     procs = {"core 0": busy(0), "core 1": busy(1), "core 1 again": busy(1)}
-    got: dict[str, list[tuple[float, float]]] = {c: [] for c in CONDITIONS}
+    got: dict[str, list[tuple[float, ...]]] = {c: [] for c in CONDITIONS}
     try:
         for _ in range(a.rounds):
             for cond, on in CONDITIONS.items():
                 for name, p in procs.items():
                     p.send_signal(signal.SIGCONT if name in on else signal.SIGSTOP)
                 time.sleep(0.3)
-                got[cond].append((measure_row(engine, 256, 1, 2, rng)["prompt_time"],
-                                  measure_row(engine, 32, 8, 16, rng)["token_time"]))
+                prompt, decode = timed_steps(engine, 256, 1, 2, rng), timed_steps(engine, 32, 8, 16, rng)
+                got[cond].append((prompt[0], prompt[1], decode[2], decode[3]))
     finally:
         for p in procs.values():
             p.kill()
-    alone = [statistics.median(x[i] for x in got["alone"]) for i in (0, 1)]
+    alone = [statistics.median(x[i] for x in got["alone"]) for i in range(4)]
+    print(f"{'':26s} {'prompt wall':>17s} {'CPU':>17s} {'decode wall':>17s} {'CPU':>17s}")
     for cond, times in got.items():
-        m = [statistics.median(x[i] for x in times) for i in (0, 1)]
-        print(f"{cond:26s} prompt {m[0]:7.1f} ms x{m[0] / alone[0]:.3f}   decode {m[1]:6.2f} ms x{m[1] / alone[1]:.3f}")
+        m = [statistics.median(x[i] for x in times) for i in range(4)]
+        print(f"{cond:26s} " + " ".join(f"{m[i]:7.1f} ms x{m[i] / alone[i]:.3f}" for i in range(4)))
 
 
 if __name__ == "__main__":

@@ -58,6 +58,27 @@ def test_pinned_workers_share_their_own_core():
     assert dataclasses.replace(m, pinned=False).step_time(0.1, False, 2) == pytest.approx(0.101 * 1.2 * 1.55)
 
 
+def test_a_time_shared_core_grows_the_work_by_the_measured_same_core_share():
+    base = _machine()
+    facts = {**base.facts, "corun": {"prompt": 0.1, "token": 0.2, "same_core": {"prompt": 0.3, "token": 0.05}}}
+    m = dataclasses.replace(base, facts=facts, pinned=True).under_load(5.0)  # 0.05 cores of background per core
+    # two on one core, all the time: the work x1.3 (prompt), over the co-run's x1.1; twice as long
+    assert m.step_time(0.1, prompt=True, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.3 * 2)
+    # the decode's same-core growth (x1.05) is under its co-run (x1.2): the co-run holds that part
+    assert m.step_time(0.1, prompt=False, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.2 * 2)
+    # alone on its core but for its share of the background, next to a busy core: the co-run holds
+    assert m.step_time(0.1, prompt=True, others_busy=1, core_busy=1) == pytest.approx(0.101 * 1.1 * 1.05)
+    # one core, no other worker, 0.1 cores of background: 10% of the step time-shared, x1.03
+    one = dataclasses.replace(_machine(cores=1), facts={**facts, "host_cores": 1}).under_load(5.0)
+    assert one.step_time(0.1, prompt=True, others_busy=0) == pytest.approx(0.101 * (1 + 0.3 * 0.1) * 1.1)
+    # alone on an idle host nothing is shared: no growth; without the co-run term, none either
+    assert m.step_time(0.1, prompt=True, others_busy=0, core_busy=1, idle_cores=1) == pytest.approx(0.101)
+    assert m.without("corun").step_time(0.1, True, 1, core_busy=2, idle_cores=1) == pytest.approx(0.101)
+    # a profile that did not measure it: the co-run alone, as before
+    old = dataclasses.replace(base, pinned=True).under_load(5.0)
+    assert old.step_time(0.1, prompt=True, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.1 * 2)
+
+
 def _sending(cores=2):
     # the sender's part of a transfer: 0.4 ms + bytes at 2 GB/s (the whole: 1 ms + bytes at 1 GB/s)
     return dataclasses.replace(_machine(cores), send_link=Link(bandwidth=2e9, overhead=0.0004))

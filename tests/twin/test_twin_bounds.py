@@ -12,7 +12,8 @@ its lone steps after each worker's warm-up; the model keeps every other term to 
   the requests shared move them by 20%: resampled over its own ~70 requests, a live run's P50s
   move by 11-17% (benchmarks/twin/conditioning.py), as much as the bound. At 65% load they are
   well measured but the model under-predicts them by up to 40% (steps with all four workers busy
-  ran 7-16% over it). On the 2-core dev VM the baseline's P50s missed 15% in
+  ran 7-16% over it). With the profile's same-core term (a time-shared step burns more CPU), 7 of
+  8 live baseline runs held 15% on their P50s; the miss, -18.2%, was at the edge. On the 2-core dev VM the baseline's P50s missed 15% in
   4 of 12 runs; then a 296 ms pass of the garbage collector in the router was found and removed
   (heap.py; it had put a conversation E2E P90 at -25.7% on CI's machine), and since, they missed
   it in 1 of 16 (coding TBT P50 -16.1%, before the spread was modelled; with it and the workers'

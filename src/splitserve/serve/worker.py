@@ -151,7 +151,7 @@ class Worker:
 
     def step(self) -> None:
         """One engine step; a step that raises costs its requests, not the worker."""
-        start, t0 = time.time(), time.perf_counter()
+        start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
         try:
             outs = self.engine.step()
         except Exception as e:
@@ -168,7 +168,7 @@ class Worker:
         self.step_failures = 0
         shape = getattr(self.engine, "last_shape", None)
         if self.step_log is not None and shape:
-            line = {"t": start, "s": time.perf_counter() - t0, "seqs": shape}
+            line = {"t": start, "s": time.perf_counter() - t0, "cpu": time.process_time() - c0, "seqs": shape}
             sent = [len(o.prompt_token_ids) for o in outs if o.finish_reason == "prefill"]
             if sent:  # prompts whose KV this step handed over (sent inside the step)
                 line["sent"] = sent

@@ -53,8 +53,7 @@ class MachineProfile:
     power_kw: float = 0.0
     background_cores: float = 0.0  # cores the serving path and the client take at the run's load (under_load)
     send_link: Link | None = None  # the sender's part of `link` (None: a profile that did not time it)
-    drift: tuple[float, float] = (1.0, 1.0)  # (prompt, decode) steps' speed now / when profiled: a
-                                             # live run's own step logs measure it (benchmarks/twin/ablate.py)
+    drift: tuple[float, float] = (1.0, 1.0)  # (prompt, decode) steps' speed now / profiled (steps.run_speed)
     pinned: bool = False  # the workers run pinned to cores (serve --pin-workers): time-sharing per core
     spread: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # (prompt, decode) factors of a step's work
     reserves_between_steps = True  # serve's token worker answers a reservation between steps (sim/reservation.py)
@@ -80,22 +79,19 @@ class MachineProfile:
 
     @property
     def background_s(self) -> float:
-        """CPU seconds per request the serving path and the client spend outside the engine's
-        steps (twin/path.py)."""
+        """CPU seconds a request costs the serving path and the client outside engine steps (path.py)."""
         return float(self.facts.get("path", {}).get("background_cpu_s", 0.0))
 
     def transfer_s(self, prompt_tokens: float) -> float:
-        """CPU seconds a KV transfer of `prompt_tokens` costs: on a CPU host both ends copy and
-        sign it, the measured link's time."""
+        """CPU seconds of a KV transfer of `prompt_tokens` (both ends copy and sign it): the link's time."""
         return serialized_done(self.link, prompt_tokens * self.model.kv_bytes_per_token, 0.0)
 
     def send_s(self, prompt_tokens: float) -> float:
         """CPU seconds the sending worker spends on a KV transfer of `prompt_tokens`, inside its
         engine step (serve's prompt worker signs and hands over its KV in the step that ends the
         prompt); 0 where the profile did not time the sender."""
-        if self.send_link is None:
-            return 0.0
-        return serialized_done(self.send_link, prompt_tokens * self.model.kv_bytes_per_token, 0.0)
+        link = self.send_link
+        return 0.0 if link is None else serialized_done(link, prompt_tokens * self.model.kv_bytes_per_token, 0.0)
 
     def under_load(self, rate: float, moved_tokens: float = 0.0) -> "MachineProfile":
         """This machine serving `rate` requests/s, each moving `moved_tokens` of KV between
@@ -140,16 +136,20 @@ class MachineProfile:
         one's core (with it), it shares that core with them and with its part of the background
         (`background_cores`: the serving path, the client, KV transfers) that the `idle_cores`
         do not take; without it, the host's cores are shared evenly between every computing
-        worker and the background."""
-        f = 1.0 + max(0.0, self.facts.get("corun", {}).get("prompt" if prompt else "token", 0.0)) if others_busy else 1.0
+        worker and the background. While its core is time-shared a step's work grows by the
+        measured `same_core` (the processes evict each other's caches) for the shared part."""
+        corun = self.facts.get("corun", {})
+        f = 1.0 + max(0.0, corun.get("prompt" if prompt else "token", 0.0)) if others_busy else 1.0
         if not self.facts.get("time_sharing", True):  # without("corun")
             return f
-        cores = self.host_cores
         if core_busy is None:
-            share = (others_busy + 1 + self.background_cores) / cores
+            share = (others_busy + 1 + self.background_cores) / self.host_cores
         else:
-            share = core_busy + max(0.0, self.background_cores - idle_cores) / max(1, cores - idle_cores)
-        return f * share if share > 1.0 else f
+            share = core_busy + max(0.0, self.background_cores - idle_cores) / max(1, self.host_cores - idle_cores)
+        if share <= 1.0:
+            return f
+        grown = max(0.0, corun.get("same_core", {}).get("prompt" if prompt else "token", 0.0))
+        return max(f, 1.0 + grown * min(1.0, share - 1.0)) * share  # `same_core` holds the co-run's part
 
     def step_time(self, alone_s: float, prompt: bool, others_busy: int, sent_s: float = 0.0,
                   core_busy: int | None = None, idle_cores: int = 0) -> float:

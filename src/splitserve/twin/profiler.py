@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from .corun import measure_corun
 
 COLUMNS = ("model", "hardware", "prompt_size", "batch_size", "token_size", "peak_power", "average_power",
            "prompt_time", "token_time", "e2e_time", "tensor_parallel")
@@ -195,7 +196,7 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
         "model_config": engine.cfg.to_dict() if hasattr(engine.cfg, "to_dict") else _config_dict(engine.cfg),
         "links": measure_links(layout.bytes_per_token, engine.cfg.num_layers),
         "mixed": measure_mixed(engine, rng, s.mixed_repeats),
-        "corun": measure_corun(engine, s, rng, s.corun_rounds),
+        "corun": measure_corun(engine, s.model, s.device, s.threads, rng, s.corun_rounds),
         "host_cores": os.cpu_count(),
         "how": {"threads_per_worker": s.threads, "pinning": "none (the OS schedules)",
                 "concurrent": "one engine alone in this process; the machine otherwise idle",
@@ -241,54 +242,6 @@ def measure_mixed(engine, rng: random.Random, repeats: int = 3) -> list[dict]:
                 engine.step()
         out.append({"decodes": b, "context": b * (ctx + 2), "prompt": p, "ms": statistics.median(times) * 1e3})
     return out
-
-
-_HOG = """
-import sys, time, torch
-from splitserve.engine.engine import LLMEngine
-from splitserve.engine.sampler import SamplingParams
-torch.set_num_threads(int(sys.argv[4]))
-e = LLMEngine(sys.argv[1], device=sys.argv[2], dtype=sys.argv[3], tokenizer=None, prefix_caching=False)
-print("ready", flush=True)
-while True:
-    for i in range(4):
-        e.add_request(list(range(3 + i, 259 + i)), SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True))
-    while e.has_unfinished():
-        e.step()
-"""
-
-
-def measure_corun(engine, s: ProfileSettings, rng: random.Random, rounds: int = 9) -> dict:
-    """How much slower a step runs while another engine of the same model runs on this machine
-    (two workers share caches and memory bandwidth): a 512-token prompt step and a decode step of
-    8 requests, next to a process that prefills and decodes without pause and, in turns, with
-    that process stopped (SIGSTOP), so that drift of the machine hits both alike (the median of
-    each round's ratio, - 1)."""
-    import signal
-    import subprocess
-    import sys
-
-    alone: list[tuple[float, float]] = []
-    shared: list[tuple[float, float]] = []
-    hog = subprocess.Popen([sys.executable, "-c", _HOG, s.model, s.device, str(engine.dtype).removeprefix("torch."),
-                            str(s.threads)], stdout=subprocess.PIPE, text=True)
-    try:
-        hog.stdout.readline()  # loaded
-        for _ in range(rounds):
-            for stopped, into in ((True, alone), (False, shared)):
-                hog.send_signal(signal.SIGSTOP if stopped else signal.SIGCONT)
-                time.sleep(0.3)
-                into.append((measure_row(engine, 512, 1, 2, rng)["prompt_time"],
-                             measure_row(engine, 32, 8, 16, rng)["token_time"]))
-    finally:
-        hog.kill()
-        hog.wait()
-    a = [statistics.median(x[i] for x in alone) for i in (0, 1)]
-    b = [statistics.median(x[i] for x in shared) for i in (0, 1)]
-    ratio = [statistics.median(y[i] / x[i] for x, y in zip(alone, shared)) - 1.0 for i in (0, 1)]
-    return {"prompt": ratio[0], "token": ratio[1], "alone_ms": a, "shared_ms": b,
-            "how": f"512-token prompt step and 8-request decode step, {rounds} rounds each alone (the other "
-                   "engine process stopped) and next to it (running); the median of the rounds' ratios"}
 
 
 def _config_dict(cfg) -> dict:
