@@ -1,13 +1,15 @@
-"""What a worker's step costs next to busy workers, pinned: an engine of the CI grid's model on core 0
-times a 256-token prompt step and a decode step of 8 requests, wall and CPU seconds, alone, next to a busy engine process
-on core 1 (what the profile's co-run figure measures), on core 0 (time-sharing its core), and on
-core 0 with two more on core 1 (four workers on two cores, all busy). The busy processes are
-stopped (SIGSTOP) in the conditions that do not use them, so that the machine's drift hits every
-condition alike; the median of `--rounds` rounds, as x the step alone.
+"""What a worker's step costs next to busy workers, pinned: an engine of the CI grid's model on
+core 0 times a 256-token prompt step and a decode step of 8 requests, wall and CPU seconds, alone,
+next to a busy engine process on core 1 (what the profile's co-run figure measures), on core 0
+(time-sharing its core: what its `same_core` measures), and on core 0 with two more on core 1
+(four workers on two cores, all busy). The busy processes are stopped (SIGSTOP) in the
+conditions that do not use them, so that the machine's drift hits every condition alike; the
+median of `--rounds` rounds, as x the step alone.
 
     python benchmarks/twin/time_sharing.py [--rounds 5]    # ~1 min on the 2-core VM; Linux, 2+ cores
 
-benchmarks/twin/README.md ("The baseline's P50s measured a mixing fraction") has its figures.
+benchmarks/twin/README.md ("The baseline's P50s measured a mixing fraction" and the section after
+it) has its figures.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import os
 import random
 import statistics
 import time
+
 # an engine process that prefills and decodes without pause
 HOG = """
 import sys, time, torch
