@@ -6,23 +6,24 @@ simulations, at the host's speed during each run and with its steps' spread abou
 its lone steps after each worker's warm-up; the model keeps every other term to predict).
 
 - Splitwise: every P50 within 15% and every P90 within 25% (the issue's bounds).
-- The baseline: every P90 within 25%, every P50 within 25%, not the issue's 15%. Its steps fall
-  in two heaps, alone on their core or sharing it (2x), and at this load its P50s sit at the edge
-  between them (one run's simulated gaps: P50 20.4 ms, P60 38.7 ms), where a few points more of
-  the requests shared move them by 20%: resampled over its own ~70 requests, a live run's P50s
-  move by 11-17% (benchmarks/twin/conditioning.py), as much as the bound. At 65% load they are
-  well measured but the model under-predicts them by up to 40% (steps with all four workers busy
-  ran 7-16% over it). With the profile's same-core term (a time-shared step burns more CPU), 7 of
-  8 live baseline runs held 15% on their P50s; the miss, -18.2%, was at the edge. On the 2-core dev VM the baseline's P50s missed 15% in
-  4 of 12 runs; then a 296 ms pass of the garbage collector in the router was found and removed
-  (heap.py; it had put a conversation E2E P90 at -25.7% on CI's machine), and since, they missed
-  it in 1 of 16 (coding TBT P50 -16.1%, before the spread was modelled; with it and the workers'
-  warm-up left out, re-simulated, in 1 of 20, +15.0%). benchmarks/twin/README.md has the runs.
-- Each term taken out (twin/bounds.py `controls_failing`, of the model without the spread's
-  draws) must put out of the issue's bounds a cell that model kept within them, in at least one run: the co-run slowdown with the cores'
-  time-sharing, the KV transfer (with 8-token outputs the hand-over delays a split request's
-  second token by about a decode step: TBT's tail) and the serving path (its requests' own few ms:
-  the short prompts' TTFT).
+- The baseline: every P90 within 25%, every P50 within 25%, not the issue's 15%. Its steps fall in
+  two heaps, alone on their core or sharing it (2x), and at this load its P50s sit at the edge
+  between them (one run's simulated gaps: P50 20.4 ms, P60 38.7 ms), where a few points more of the
+  requests shared move them by 20%: resampled over its own ~70 requests, a live run's P50s move by
+  11-17% (benchmarks/twin/conditioning.py), as much as the bound. At 65% load they are well measured
+  but the model under-predicts them by up to 40% (steps with all four workers busy ran 7-16% over
+  it). With the profile's same-core term (a time-shared step burns more CPU), 7 of 8 live baseline
+  runs held 15% on their P50s; the miss, -18.2%, was at the edge. On the 2-core dev VM the
+  baseline's P50s missed 15% in 4 of 12 runs; then a 296 ms pass of the garbage collector in the
+  router was found and removed (heap.py; it had put a conversation E2E P90 at -25.7% on CI's
+  machine), and since, they missed it in 1 of 16 (coding TBT P50 -16.1%, before the spread was
+  modelled; with it and the workers' warm-up left out, re-simulated, in 1 of 20, +15.0%).
+  benchmarks/twin/README.md has the runs.
+- Each term taken out (twin/bounds.py `controls_failing`, of the model without the spread's draws)
+  must put out of the issue's bounds a cell that model kept within them, in at least one run: the
+  co-run slowdown with the cores' time-sharing, the KV transfer (with 8-token outputs the hand-over
+  delays a split request's second token by about a decode step: TBT's tail) and the serving path
+  (its requests' own few ms: the short prompts' TTFT).
 - The step logs hold every planned prompt token once and every decode once (the first token is
   the prefill's).
 The errors at the profile's speed are printed beside (a prediction, without the run's speed)."""

@@ -6,17 +6,17 @@ at 35% of the capacity the profile predicts, prompts <= 256 and outputs <= 8 tok
 coding on Splitwise with prompts <= 16 tokens, where the serving path (a few ms a request) is a
 large part of TTFT, so that its control can break a bound.
 
-Each run is simulated at three speeds of the host against its profile (MachineProfile.drift):
-the profile's own; the speed measured just before the run (`calibrate`, twin/calibrate.py: a
-prediction, but the 2-core VM's speed moves 5-15% within minutes and the measurement with it);
-and the speed of the run's own lone steps (steps.run_speed: the steps no other worker computed
-beside, after each worker's warm-up: two numbers, prompt and decode), each simulated step's work
-drawn from how those lone steps spread about that speed (steps.lone_spread,
-MachineProfile.spread). The bounds are held at the last: it gives the model the host's speed and
-noise during the run and leaves it every term the bounds test, the co-run slowdown and the cores'
-time-sharing, the queues, the reservation, the KV transfer and the serving path. Each such term taken out at that same speed, without the
-spread's draws (`MachineProfile.without`), is a negative control: it counts where it puts out a
-cell that the same model with the term kept in.
+Each run is simulated at three speeds of the host against its profile (MachineProfile.drift): the
+profile's own; the speed measured just before the run (`calibrate`, twin/calibrate.py: a prediction,
+but the 2-core VM's speed moves 5-15% within minutes and the measurement with it); and the speed of
+the run's own lone steps (steps.run_speed: the steps no other worker computed beside, after each
+worker's warm-up: two numbers, prompt and decode), each simulated step's work drawn from how those
+lone steps spread about that speed (steps.lone_spread, MachineProfile.spread). The bounds are held
+at the last: it gives the model the host's speed and noise during the run and leaves it every term
+the bounds test, the co-run slowdown and the cores' time-sharing, the queues, the reservation, the
+KV transfer and the serving path. Each such term taken out at that same speed, without the spread's
+draws (`MachineProfile.without`), is a negative control: it counts where it puts out a cell that the
+same model, with the term, kept in.
 """
 
 from __future__ import annotations
