@@ -5,20 +5,14 @@ Splitwise with prompts <= 16 tokens, where the serving path is a large part of T
 simulations, at the host's speed during each run and with its steps' spread about it (those of
 its lone steps after each worker's warm-up; the model keeps every other term to predict).
 
-- Splitwise: every P50 within 15% and every P90 within 25% (the issue's bounds).
-- The baseline: every P90 within 25%, every P50 within 25%, not the issue's 15%. Its steps fall in
-  two heaps, alone on their core or sharing it (2x), and at this load its P50s sit at the edge
-  between them (one run's simulated gaps: P50 20.4 ms, P60 38.7 ms), where a few points more of the
-  requests shared move them by 20%: resampled over its own ~70 requests, a live run's P50s move by
-  11-17% (benchmarks/twin/conditioning.py), as much as the bound. At 65% load they are well measured
-  but the model under-predicts them by up to 40% (steps with all four workers busy ran 7-16% over
-  it). With the profile's same-core term (a time-shared step burns more CPU), 7 of 8 live baseline
-  runs held 15% on their P50s; the miss, -18.2%, was at the edge. On the 2-core dev VM the
-  baseline's P50s missed 15% in 4 of 12 runs; then a 296 ms pass of the garbage collector in the
-  router was found and removed (heap.py; it had put a conversation E2E P90 at -25.7% on CI's
-  machine), and since, they missed it in 1 of 16 (coding TBT P50 -16.1%, before the spread was
-  modelled; with it and the workers' warm-up left out, re-simulated, in 1 of 20, +15.0%).
-  benchmarks/twin/README.md has the runs.
+- Both designs: every P50 within 15% and every P90 within 25% (the issue's bounds). The baseline
+  was held at 25% on its P50s until the profile's mixed steps were found to be decode steps
+  (twin/profiler.measure_mixed: the CI grid's engine ran 8 sequences at most, so a prompt joining
+  8 or 16 decodes waited for the next step): the model then took a mixed step as the larger of
+  its prompt and its decodes, 4-14% short of the measured steps, where their sum fits within 3%.
+  Measured right, 12 of 12 live baseline runs held 15% on their P50s (to 8.9%) and 25% on their
+  P90s (to 20.2%); before, 13 of 14 held 15%, the miss at the edge between the two heaps of its
+  steps (alone on their core or sharing it, 2x). benchmarks/twin/README.md has the runs.
 - Each term taken out (twin/bounds.py `controls_failing`, of the model without the spread's draws)
   must put out of the issue's bounds a cell that model kept within them, in at least one run: the
   co-run slowdown with the cores' time-sharing, the KV transfer (with 8-token outputs the hand-over
@@ -34,14 +28,8 @@ import warnings
 
 import pytest
 
-from splitserve.twin.bounds import BOUNDS, HELD_AT, RUNS, check_run, controls_failing, out_of_bounds, table
+from splitserve.twin.bounds import HELD_AT, RUNS, check_run, controls_failing, out_of_bounds, table
 from splitserve.twin.machine import TERMS, load_machine_profile
-
-BASELINE = {k: 0.25 for k in BOUNDS}  # the baseline's (above)
-
-
-def bounds_of(name: str) -> dict[str, float]:
-    return BOUNDS if "splitwise" in name else BASELINE
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +43,13 @@ def results(profile_dir, tmp_path_factory):
 
 
 def worst_line(results: dict) -> str:
-    """Each design's largest P50 and P90 error at the run's speed, and whether the baseline's
-    P50s held the issue's 15%: in the warnings summary of every run of the test (CI's included)."""
+    """Each design's largest P50 and P90 error at the run's speed: in the warnings summary of every
+    run of the test (CI's included), the margins of each run on record."""
     def worst(design: str, p: str) -> float:
         return max((e for n, r in results.items() if design in n for k, e in r["errors"][HELD_AT].items() if p in k),
                    key=abs)
-    base = worst("baseline", "P50")
     return (f"twin bounds on this machine, the largest errors: splitwise P50 {worst('splitwise', 'P50'):+.1%}, "
-            f"P90 {worst('splitwise', 'P90'):+.1%}; baseline P50 {base:+.1%} "
-            f"({'within' if abs(base) <= BOUNDS['TTFT P50 (s)'] else 'beyond'} the issue's 15%), "
+            f"P90 {worst('splitwise', 'P90'):+.1%}; baseline P50 {worst('baseline', 'P50'):+.1%}, "
             f"P90 {worst('baseline', 'P90'):+.1%}")
 
 
@@ -73,7 +59,7 @@ def test_a_live_run_within_the_bounds(results, name):
     assert r["failed"] == 0 and r["requests"] > 20, r
     assert all(logged == planned for logged, planned in r["accounted"].values()), r["accounted"]
     held = r["errors"][HELD_AT]
-    assert not out_of_bounds(held, bounds_of(name)), (held, r["speed"])
+    assert not out_of_bounds(held), (held, r["speed"])
 
 
 def test_each_term_taken_out_breaks_a_run(results):

@@ -46,6 +46,7 @@ SWEEP_PROMPT = 32     # prompt size of the batch sweep
 CONTEXT_PROMPT = 512
 CONTEXT_BATCHES = (2, 4, 8, 16)
 TOKENS = 16           # tokens each request generates (the decode steps averaged)
+MIXED = ((4, 256, 512), (8, 256, 512), (16, 128, 512), (8, 256, 256))  # (decodes, their context, prompt)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +95,13 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def engine_limits(grid: list[tuple[int, int, int]]) -> tuple[int, int]:
+    """(prompt-token cap, running sequences) of the profiling engine: each row's batch in one
+    prompt step, and each of measure_mixed's steps (a prompt joining b decodes), whatever the grid."""
+    return (max(max(p * b for p, b, _ in grid), max(p + b for b, _, p in MIXED)),
+            max(max(b for _, b, _ in grid), max(b for b, _, _ in MIXED) + 1))
 
 
 def _engine(s: ProfileSettings, prompt_cap: int, max_seqs: int):
@@ -164,8 +172,7 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
     have = done_rows(csv_path, s.model, hardware)
     grid = s.grid()
     todo = [(row, k) for row in grid for k in range(have[row], s.repeats)]
-    largest = max(p * b for p, b, _ in grid)
-    engine = _engine(s, prompt_cap=largest, max_seqs=max(b for _, b, _ in grid))
+    engine = _engine(s, *engine_limits(grid))
     rng = random.Random(s.seed)
     measure_row(engine, 64, 1, 4, rng)  # warm-up
     if progress is not None and not todo:
@@ -215,12 +222,12 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
     return facts
 
 
-MIXED = ((4, 256, 512), (8, 256, 512), (16, 128, 512), (8, 256, 256))  # (decodes, their context, prompt)
-
-
 def measure_mixed(engine, rng: random.Random, repeats: int = 3) -> list[dict]:
-    """Steps that run a prompt and decodes together: `b` requests of `ctx` prompt tokens decoding,
-    then a prompt of `p` tokens joins; the step that runs them all, in ms (median of repeats)."""
+    """Steps that run a prompt and decodes together: `b` requests of `ctx` prompt tokens decoding
+    (after their prefill and two decode steps), then a prompt of `p` tokens joins; the step that
+    runs them all, in ms (median of repeats), and its decodes' KV tokens. An engine whose batch
+    limits would run the prompt in a step of its own is refused (a decode step timed as a mixed
+    one, as the CI grid's 8-request limit once did for three of the four shapes)."""
     from ..engine.sampler import SamplingParams
 
     vocab = engine.cfg.vocab_size
@@ -231,16 +238,23 @@ def measure_mixed(engine, rng: random.Random, repeats: int = 3) -> list[dict]:
             for _ in range(b):
                 engine.add_request([rng.randrange(3, vocab) for _ in range(ctx)],
                                    SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
-            for _ in range(3):  # their prefill, two decode steps
+            decoding = 0
+            while decoding < 2:  # their prefill (in as many steps as the prompt cap takes), two decode steps
                 engine.step()
+                decoding += bool(engine.last_shape) and all(n == 1 for _, n in engine.last_shape)
             engine.add_request([rng.randrange(3, vocab) for _ in range(p)],
                                SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))
             t0 = time.perf_counter()
             engine.step()
             times.append(time.perf_counter() - t0)
+            ran = sorted(n for _, n in engine.last_shape)
+            if ran != [1] * b + [p]:
+                raise RuntimeError(f"the mixed step of {b} decodes and a {p}-token prompt ran as {len(ran)} "
+                                   f"sequences of {sum(ran)} tokens: the engine's batch limits must admit it")
+            context = sum(kv for kv, n in engine.last_shape if n == 1)
             while engine.has_unfinished():
                 engine.step()
-        out.append({"decodes": b, "context": b * (ctx + 2), "prompt": p, "ms": statistics.median(times) * 1e3})
+        out.append({"decodes": b, "context": context, "prompt": p, "ms": statistics.median(times) * 1e3})
     return out
 
 
