@@ -221,3 +221,19 @@ def test_sigterm_stops_the_server_and_its_workers(keyed):
     srv.proc.send_signal(signal.SIGTERM)
     assert srv.proc.wait(timeout=15) is not None
     wait_for(lambda: not any(_running(p) for p in pids), timeout=10)
+
+
+@pytest.mark.parametrize("at_start", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"])
+def test_ctrl_c_ends_with_130_however_the_server_was_started(server_factory, at_start):
+    # SIG_IGN: how `nohup splitserve serve &` or a non-interactive shell's background job starts it
+    # (the child inherits the ignored SIGINT; uvicorn still stops on it, then re-raised it into the
+    # ignore and the server exited 0)
+    before = signal.signal(signal.SIGINT, at_start)
+    try:
+        srv = server_factory()
+    finally:
+        signal.signal(signal.SIGINT, before)
+    pids = [w["pid"] for w in srv.state()["workers"]]
+    srv.proc.send_signal(signal.SIGINT)
+    assert srv.proc.wait(timeout=15) == 130
+    wait_for(lambda: not any(_running(p) for p in pids), timeout=10)

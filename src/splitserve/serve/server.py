@@ -4,6 +4,7 @@ answer). Imported by the `serve` command once the serve extra is known to be ins
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import sys
 import time
@@ -34,6 +35,11 @@ def run_server(cfg, sock: socket.socket, http: str = "auto", loop: str = "auto")
     server.run(sockets=[sock])
     if not server.started:
         raise UserError("the server did not start (see the messages above)")
+    if server.interrupted:
+        # uvicorn re-raises the SIGINT it caught under the handler from before; a process started
+        # with SIGINT ignored (`nohup cmd &`, a non-interactive shell's background job) would
+        # then exit 0. Ctrl-C ends with 130 however the server was started.
+        raise KeyboardInterrupt
 
 
 class DrainingServer(uvicorn.Server):
@@ -46,6 +52,11 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config, router, drain_s: float, log) -> None:
         super().__init__(config)
         self.router, self.drain_s, self.log = router, drain_s, log
+        self.interrupted = False
+
+    def handle_exit(self, sig, frame) -> None:
+        self.interrupted = self.interrupted or sig == signal.SIGINT
+        super().handle_exit(sig, frame)
 
     async def startup(self, sockets=None):
         await super().startup(sockets)
