@@ -92,6 +92,12 @@ class Group:
             self.dev = dist.ProcessGroupGloo(dist.PrefixStore("dev", store), rank, size, opts)
             self._shm_reduce = ShmAllReduce(self.dev, rank, size)
 
+    def close(self) -> None:
+        """Drop the process groups while their store lives: left to the interpreter's exit, they
+        went in any order, and a follower stopped right after its start aborted in gloo's
+        teardown (std::terminate, status -6)."""
+        self.ctl = self.dev = self._shm_reduce = None
+
     # ---- rank 0's commands ------------------------------------------------------------------
     def send(self, cmd: tuple) -> None:
         raw = torch.frombuffer(bytearray(pickle.dumps(cmd)), dtype=torch.uint8)
@@ -149,6 +155,7 @@ class Ranks:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        self.group.close()
 
 
 def start_group(spec: RankSpec, size: int) -> Ranks:

@@ -88,6 +88,7 @@ def main(argv: list[str]) -> int:
         _, spec = group.receive()
         torch.set_num_threads(spec.threads)
         Follower(group, spec).run()
+        group.close()
     except Exception as e:  # rank 0 is gone (its channel closed) or a collective failed
         print(f"tensor-parallel rank {rank}: {e!r}"[:500], file=sys.stderr)
         return 1
