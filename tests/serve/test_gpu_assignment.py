@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -127,6 +128,7 @@ def test_ray_actor_asks_for_tp_gpus_of_one_node():
 def fake_gpus(monkeypatch, n: int) -> None:
     import torch
 
+    monkeypatch.setattr(gpus, "cpu_only_torch", lambda: False)   # a CUDA build of torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -200,3 +202,22 @@ def test_gpus_present_follows_cuda_visible_devices(monkeypatch):
     assert gpus.gpus_present() == ["0", "1", "2"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6,7")
     assert gpus.gpus_present() == ["5", "6", "7"]
+
+
+def test_a_cpu_build_of_torch_has_no_gpus_without_importing_torch(monkeypatch):
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.13.0+cpu")
+    assert gpus.cpu_only_torch() and gpus.gpus_present() == []
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.13.0+cu128")
+    assert not gpus.cpu_only_torch()
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.13.0")   # PyPI's CUDA wheel
+    assert not gpus.cpu_only_torch()
+
+
+def test_serve_on_the_cpu_does_not_import_torch():
+    code = ("import sys; from splitserve.serve.config import ServeConfig; "
+            "ServeConfig(device='cpu').check_device(); ServeConfig(device='auto').check_device(); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ("False" if gpus.cpu_only_torch() else "True")

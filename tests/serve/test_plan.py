@@ -13,9 +13,10 @@ import httpx
 import pytest
 
 from splitserve.cli import main
-from splitserve.errors import UserError
 from splitserve.serve.gpus import cpu_cores
 from splitserve.serve.plan import Plan, Pool, fit, read_plan
+
+from .test_gpu_assignment import fake_gpus
 
 DATA = Path(__file__).parent / "data"
 TINY_TPS = (1, 2, 4)     # the tp the `tiny` preset takes (4 query heads, 2 KV heads, 128 columns)
@@ -142,14 +143,6 @@ def test_scaled_to_the_gpus_present(provision_json, capsys, no_server, monkeypat
     assert cfg.gpu_ids == tuple(str(i) for i in range(8))
     err = capsys.readouterr().err
     assert "--plan: prompt tp 8 -> 4 (this host has 8 GPUs)\n" in err and "prompt workers 2 -> 1 (this host has 8 GPUs)" in err
-
-
-def fake_gpus(monkeypatch, n: int) -> None:
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
 def test_a_plan_sets_the_pools_model_and_policy(capsys, no_server, monkeypatch):

@@ -123,12 +123,21 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+class Embedding(nn.Embedding):
+    """nn.Embedding without its own random init: built on the meta device (build_model), where
+    torch's normal_ imports torch._dynamo, 1 s at each worker's start; the loader or init_random
+    fills the weights."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 class CausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig, max_len: int | None = None, shard: Shard | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.shard = shard or Shard.of(cfg)
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, self.shard) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)

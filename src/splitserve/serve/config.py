@@ -217,12 +217,14 @@ class ServeConfig:
         if self.worker_mode != "engine" or (self.backend == "ray" and self.ray_address):
             return                  # echo workers compute nothing; a Ray cluster's may be elsewhere
         if self.device == "auto":
-            import torch
-            if self.cuda_graphs and not torch.cuda.is_available():
+            from .gpus import gpus_present
+            if self.cuda_graphs and not gpus_present():
                 raise UserError("--cuda-graphs needs CUDA workers, but --device auto runs them on the CPU "
                                 "here: use --device cuda on a host with a GPU, or leave --cuda-graphs out")
             self.share_gpus()
             return
+        if self.device == "cpu":
+            return              # without importing torch (~1 s of each start)
         import torch
 
         try:

@@ -21,6 +21,7 @@ actor's CUDA_VISIBLE_DEVICES to those GPUs (its followers inherit it).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from collections.abc import Sequence
 
@@ -68,10 +69,22 @@ def assign(homes: Sequence[str], tps: Sequence[int], present: int, share: bool =
                     + ": give fewer workers or a smaller --tp/--prompt-tp/--token-tp")
 
 
+def cpu_only_torch() -> bool:
+    """Whether the installed torch is a CPU build (`+cpu` in its version), which has no CUDA
+    whatever the host: read from its metadata, as importing torch to ask costs ~1 s at every
+    serve start."""
+    try:
+        return importlib.metadata.version("torch").endswith("+cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False            # torch's own import says what is missing
+
+
 def gpus_present() -> list[str]:
     """This host's GPUs as a worker's CUDA_VISIBLE_DEVICES names them: this process's
     CUDA_VISIBLE_DEVICES entries where it is set, else 0..n-1 (torch counts them; imported here,
     not at a CLI module's top)."""
+    if cpu_only_torch():
+        return []
     import torch
 
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
