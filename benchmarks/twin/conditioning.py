@@ -76,7 +76,7 @@ def simulated_spread(profiles: list[Path], loads: list[float], runs: str,
         for name in [n for n in RUNS if runs in n]:
             spec = spec_of(name, machine)
             for load in loads:
-                result, _, under = simulate(dataclasses.replace(spec, rps=spec.rps / LOAD * load), machine)
+                result, _, under = simulate(dataclasses.replace(spec, rps=spec.rps / LOAD[spec.design] * load), machine)
                 over = under.request_overhead
                 reqs = [(r.token_times[0] - r.arrival + over, r.token_times[-1] - r.arrival + over,
                          len(r.token_times)) for r in result.requests if r.token_times]
