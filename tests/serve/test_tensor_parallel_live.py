@@ -77,23 +77,26 @@ def test_killing_one_rank_under_load_loses_nothing(server_factory, reference_eng
     token = next(w for w in srv.state()["workers"] if w["home"] == "token")
     [victim] = followers(token["pid"])
     prompts, max_tokens = workload(40, 11)
-    max_tokens = [m + 48 for m in max_tokens]  # long enough to be decoding when the rank dies
+    max_tokens = [m + 160 for m in max_tokens]  # long enough to be decoding when the rank dies
     want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
-    in_flight = []
+    decoding = []
 
-    def kill_soon():  # 0.3 s after the first request is in flight (a fixed 0.3 s from the start
-        deadline = time.monotonic() + 30  # once came before any had reached a loaded CI machine)
-        while srv.state()["in_flight"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)
-        in_flight.append(srv.state()["in_flight"])
+    def token_running() -> int:
+        return next(w["running"] for w in srv.state()["workers"] if w["id"] == token["id"])
+
+    def kill_when_decoding():  # at once when the token worker reports requests running: a fixed wait
+        deadline = time.monotonic() + 30  # after the first was in flight once outlived the whole load in CI
+        while (n := token_running()) == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        decoding.append(n)
         os.kill(victim, signal.SIGKILL)
 
-    killer = threading.Thread(target=kill_soon)
+    killer = threading.Thread(target=kill_when_decoding)
     killer.start()
+    t0 = time.monotonic()
     got = asyncio.run(serve_all(srv.url, prompts, max_tokens, srv.headers))  # every one 200, or it fails here
     killer.join()
-    assert in_flight[0] > 0  # under load: requests were in flight when the rank died
+    assert decoding[0] > 0, f"no request reached the token worker in {time.monotonic() - t0:.1f} s"
     assert got == want
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
