@@ -241,3 +241,24 @@ def test_a_split_prompt_waits_for_its_token_machine_between_steps(tmp_path):
     assert a.token_times[0] < b.arrival < a.token_times[1]       # B came during A's first decode step
     assert b.prompt_started_at == pytest.approx(a.token_times[1])
     assert c.prompt_started_at == pytest.approx(c.arrival)
+
+
+def test_a_busy_prompt_machine_starts_its_next_step_without_a_prompt_still_reserving(tmp_path):
+    """serve's reservation on a busy prompt worker, by hand on 1P+1T: A (100 tokens, 3 outputs)
+    decodes on the token machine; C (one output: it moves no KV, so nothing to reserve) starts on
+    the idle prompt machine during A's first decode step, and X (2 outputs) arrives during C's
+    2.6 ms prompt step. C's step ends first, but X's prompt reaches the worker only when the token
+    machine answers between steps (A's second token): the prompt machine idles until then, where
+    X once started as soon as C's step ended (a live run of 342 such requests: 40 missed a step)."""
+    from splitserve.sim.simulator import SimConfig, Simulation
+    from splitserve.twin.machine import load_machine_profile
+
+    m = load_machine_profile(_profile_dir(tmp_path, False))
+    reqs = [SimpleNamespace(arrival=a, prompt_tokens=p, output_tokens=n)
+            for a, p, n in ((0.0, 100, 3), (0.013, 16, 1), (0.014, 16, 2))]
+    res = Simulation(m.cluster("splitwise"), m.model, reqs, SimConfig(machine=m, record_requests=True)).run()
+    a, c, x = sorted(res.requests, key=lambda r: r.arrival)
+    assert a.token_times[0] < c.arrival < x.arrival < c.token_times[0] < a.token_times[1]
+    assert c.prompt_started_at == pytest.approx(c.arrival)
+    assert c.token_times[0] - c.prompt_started_at == pytest.approx(0.0026 + m.step_overhead)  # 1 ms + 0.1 ms x 16
+    assert x.prompt_started_at == pytest.approx(a.token_times[1])  # not c.token_times[0]

@@ -2,10 +2,11 @@
 
 In `serve` the router asks the token worker to reserve a split request's KV (`expect`) before it
 sends the prompt to the prompt worker, and a worker reads its messages between two engine steps:
-while the token worker runs a step, the prompt of a request that arrives waits for that step's
-end, even on an idle prompt worker (benchmarks/twin/README.md: 2-10 points of the live runs'
-TTFT P50). A simulation of a measured machine (`Hosts.reserves_between_steps`) does the same: an
-idle prompt machine starts such a prompt when its token machine's step in flight ends. The
+while the token worker runs a step, the prompt of a request that arrives reaches the prompt
+worker only at that step's end: an idle prompt worker waits for it (benchmarks/twin/README.md:
+2-10 points of the live runs' TTFT P50), and a busy one that ends its step first starts its next
+without it. A simulation of a measured machine (`Hosts.reserves_between_steps`) does the same:
+such a prompt joins its prompt machine's queue when its token machine's step in flight ends. The
 catalog's machines reserve at once. A part of `Simulation` (sim/simulator.py)."""
 
 from __future__ import annotations
@@ -18,26 +19,34 @@ from ..policy.state import Machine, Request
 
 @trait
 class StepReservations:
-    """Simulation's prompt machines waiting for a token machine's step to end (by its id)."""
+    """Simulation's split requests waiting for their token machine's step to end (by its id),
+    each with its prompt machine, out of that machine's prompt queue meanwhile."""
 
     machines: list[Machine]
     batches: list[tuple | None]
-    awaiting: dict[int, list[Machine]]
+    awaiting: dict[int, list[tuple[Request, Machine]]]
 
     def _start(self, m: Machine, now: float) -> None: ...
 
     def _reserving(self, r: Request, p: Machine) -> bool:
-        """Whether idle prompt machine `p` waits for `r`'s token machine to answer between steps."""
+        """Whether `r`, just queued on prompt machine `p`, waits for its token machine to answer
+        between steps: then it leaves `p`'s prompt queue (its counters keep it: the router counts
+        it queued) until that machine's step in flight ends, and no batch of `p` takes it."""
         t = r.token_machine
-        if p.busy or not moves_kv(r) or self.batches[t] is None:
+        if not moves_kv(r) or self.batches[t] is None or not p.prompt_queue or p.prompt_queue[-1] is not r:
             return False
-        self.awaiting.setdefault(t, []).append(p)
+        p.prompt_queue.pop()
+        self.awaiting.setdefault(t, []).append((r, p))
         return True
 
     def _reserved(self, t: Machine, now: float) -> None:
-        """Token machine `t` is between steps: the prompt machines waiting on it may start."""
+        """Token machine `t` is between steps: the prompts waiting on it join their prompt
+        machines' queues, in the order they arrived (their prompts reach the worker in that order),
+        and an idle one starts."""
         waiting = self.awaiting.pop(t.id, None)
         if waiting is not None:
-            for p in waiting:
+            for r, p in waiting:
+                p.prompt_queue.append(r)
+            for _, p in waiting:
                 if not p.busy:
                     self._start(p, now)
