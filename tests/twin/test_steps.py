@@ -10,7 +10,7 @@ import json
 import pytest
 
 from splitserve.twin.steps import (Step, busy_spans, compare_steps, drift, lone_spread, overlaps, read_steps, run_speed,
-                                   step_of)
+                                   slowest_step, step_of)
 
 
 def test_a_line_is_prefill_chunks_and_decodes():
@@ -152,3 +152,23 @@ def test_the_hosts_spread_is_its_lone_steps_about_their_speed():
 
     assert run_speed(steps, Host(), _Machine()).spread == ((), ())
     assert run_speed(steps, Host(), _Machine(), spread=True).spread[1] == pytest.approx((1.1 / 1.2, 1.3 / 1.2))
+
+
+def test_the_slowest_step_is_the_most_cpu_over_its_shape_median_after_the_warm_up():
+    def step(w, start, cpu, prompt=0, decodes=0):
+        return Step(w, start, cpu, prompt, prompt * prompt, decodes, 10 * decodes, 10, (), cpu)
+
+    # worker 0: 16-token prompts of 30 ms each second from 1.0 s, and one of 57 ms at 4.5 s (x1.9);
+    # worker 1: decodes of 20 ms every 0.1 s from 0.9 s, one of 70 ms at 1.1 s, in its warm-up (its
+    # first 0.5 s: not counted), and one of 30 ms at 2.5 s (x1.5); a shape run only twice (512-token
+    # prompts of 0.2 and 0.9 s) is not compared
+    steps = ([step(0, 1.0 + i, 0.030, prompt=16) for i in range(6)] + [step(0, 4.5, 0.057, prompt=16)]
+             + [step(1, 0.9 + 0.1 * i, 0.020, decodes=1) for i in range(12)]
+             + [step(1, 1.15, 0.070, decodes=1), step(1, 2.5, 0.030, decodes=1)]
+             + [step(0, 5.5, 0.2, prompt=512), step(0, 6.5, 0.9, prompt=512)])
+    steps.sort(key=lambda s: s.start)
+    ratio, at = slowest_step(steps)
+    assert ratio == pytest.approx(0.057 / 0.030) and at == pytest.approx(4.5 - 0.9)  # from the run's first step
+    assert slowest_step([dataclasses.replace(s, cpu=0.0) for s in steps]) is None  # a log without CPU seconds
+    assert step_of(0, {"t": 0, "s": 0.5, "cpu": 0.4, "seqs": [[0, 8]]}).cpu == 0.4
+    assert step_of(0, {"t": 0, "s": 0.5, "seqs": [[0, 8]]}).cpu == 0.0

@@ -32,7 +32,7 @@ from .machine import TERMS, MachineProfile
 from .profiler import ProfileSettings
 from .report import compare
 from .run import TwinSpec, loaded, planned, predicted_capacity, run_live, run_sim
-from .steps import read_steps, run_speed
+from .steps import read_steps, run_speed, slowest_step
 
 BOUNDS = {"TTFT P50 (s)": 0.15, "TBT P50 (s)": 0.15, "E2E P50 (s)": 0.15,
           "TTFT P90 (s)": 0.25, "TBT P90 (s)": 0.25, "E2E P90 (s)": 0.25}
@@ -89,7 +89,8 @@ def spec_of(name: str, machine: MachineProfile, duration: float | None = None) -
 def check_run(name: str, machine: MachineProfile, profile_dir: Path, out: Path, duration: float | None = None,
               calibrate: bool = True) -> dict:
     """Run `name` live (its server's files under `out`) and simulate it at each speed and without
-    each term: {"rps", "requests", "failed", "speed" (label: drift), "errors" (label: metric:
+    each term: {"rps", "requests", "failed", "slowest_step" (steps.slowest_step: a host stall shows
+    there), "speed" (label: drift), "errors" (label: metric:
     error), "broken" (label: metrics out of the bounds), "accounted" (prompt tokens and decodes:
     [in the workers' step logs, planned])}."""
     spec = spec_of(name, machine, duration)
@@ -104,6 +105,7 @@ def check_run(name: str, machine: MachineProfile, profile_dir: Path, out: Path, 
     models.update({f"without {t}": plain.without(t) for t in TERMS})
     rows = {label: errors(live, run_sim(spec, m)[0]) for label, m in models.items()}
     return {"rps": spec.rps, "requests": live["requests"], "failed": live["failed"],
+            "slowest_step": slowest_step(steps),
             "speed": {label: list(m.drift) for label, m in models.items() if not label.startswith("without")},
             "errors": rows, "broken": {label: out_of_bounds(r) for label, r in rows.items()},
             "accounted": {"prompt_tokens": [sum(s.prompt_tokens for s in steps), sum(r.prompt_tokens for r in reqs)],
@@ -123,8 +125,10 @@ def table(results: dict[str, dict], labels: tuple[str, ...] = ()) -> str:
     lines = []
     for name, r in results.items():
         speed = r["speed"][HELD_AT]
+        stall = r.get("slowest_step")
+        at = f"; its slowest step burnt x{stall[0]:.2f} its shape's median CPU, at {stall[1]:.1f} s" if stall else ""
         lines.append(f"{name}: {r['rps']:.2f} req/s, {r['requests']} requests, the run's speed x{speed[0]:.3f} "
-                     f"prompt, x{speed[1]:.3f} decode")
+                     f"prompt, x{speed[1]:.3f} decode{at}")
         for label, errs in r["errors"].items():
             if labels and label not in labels:
                 continue

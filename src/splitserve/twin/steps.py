@@ -33,6 +33,7 @@ class Step:
     context: int         # the decodes' KV tokens
     longest: int = 0     # the longest decode's KV tokens
     sent: tuple[int, ...] = ()  # prompt tokens of each prompt whose KV the step handed over
+    cpu: float = 0.0     # the worker's CPU seconds in the step (0: a log that did not record them)
 
     @property
     def kind(self) -> str:
@@ -55,7 +56,8 @@ def step_of(worker: int, line: dict) -> Step:
             d += 1
             ctx += before + n
             longest = max(longest, before + n)
-    return Step(worker, line["t"], line["s"], p, sq, d, ctx, longest, tuple(line.get("sent", ())))
+    return Step(worker, line["t"], line["s"], p, sq, d, ctx, longest, tuple(line.get("sent", ())),
+                float(line.get("cpu", 0.0)))
 
 
 def read_steps(log_dir: str | Path) -> list[Step]:
@@ -169,6 +171,27 @@ def lone_steps(steps: list[Step], machine: MachineProfile) -> Iterator[tuple[Ste
     for s, spans in zip(steps, busy_spans(steps, machine.cores_of)):
         if s.start - first.setdefault(s.worker, s.start) >= WARMUP_S and busy_fraction(s, spans) < ALONE:
             yield s, spans
+
+
+def slowest_step(steps: list[Step], least: int = 5) -> tuple[float, float] | None:
+    """(its CPU seconds over the median of its worker's steps of the same shape, seconds after the
+    run's first step) of the step that burnt the most CPU against its kind, among shapes run at
+    least `least` times after each worker's warm-up (WARMUP_S): a host stall, which no model of the
+    host's speed foresees (one CI-test miss: a prompt step of 1.87x, three of 30 requests caught).
+    None: no such shape, or a log without CPU seconds."""
+    first: dict[int, float] = {}
+    shapes: dict[tuple[int, int, int], list[Step]] = {}
+    for s in steps:
+        if s.cpu > 0 and s.start - first.setdefault(s.worker, s.start) >= WARMUP_S:
+            shapes.setdefault((s.worker, s.prompt_tokens, s.decodes), []).append(s)
+    worst: tuple[float, float] | None = None
+    for group in shapes.values():
+        if len(group) >= least:
+            median = sorted(s.cpu for s in group)[len(group) // 2]
+            top = max(group, key=lambda s: s.cpu)
+            if worst is None or top.cpu / median > worst[0]:
+                worst = (top.cpu / median, top.start - steps[0].start)
+    return worst
 
 
 def drift(steps: list[Step], machine: MachineProfile, alone_only: bool = False) -> tuple[float, float]:
