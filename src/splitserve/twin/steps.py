@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -175,10 +176,10 @@ def lone_steps(steps: list[Step], machine: MachineProfile) -> Iterator[tuple[Ste
 
 def slowest_step(steps: list[Step], least: int = 5) -> tuple[float, float] | None:
     """(its CPU seconds over the median of its worker's steps of the same shape, seconds after the
-    run's first step) of the step that burnt the most CPU against its kind, among shapes run at
+    run's first step) of the step that burnt the most CPU against its shape, among shapes run at
     least `least` times after each worker's warm-up (WARMUP_S): a host stall, which no model of the
-    host's speed foresees (one CI-test miss: a prompt step of 1.87x, three of 30 requests caught).
-    None: no such shape, or a log without CPU seconds."""
+    host's speed foresees (a local run of the CI test that missed: a token step of x3.15, three of
+    its 30 requests caught). None: no such shape, or a log without CPU seconds."""
     first: dict[int, float] = {}
     shapes: dict[tuple[int, int, int], list[Step]] = {}
     for s in steps:
@@ -187,7 +188,7 @@ def slowest_step(steps: list[Step], least: int = 5) -> tuple[float, float] | Non
     worst: tuple[float, float] | None = None
     for group in shapes.values():
         if len(group) >= least:
-            median = sorted(s.cpu for s in group)[len(group) // 2]
+            median = statistics.median(s.cpu for s in group)
             top = max(group, key=lambda s: s.cpu)
             if worst is None or top.cpu / median > worst[0]:
                 worst = (top.cpu / median, top.start - steps[0].start)
