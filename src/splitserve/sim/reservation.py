@@ -31,7 +31,8 @@ class StepReservations:
     def _reserving(self, r: Request, p: Machine) -> bool:
         """Whether `r`, just queued on prompt machine `p`, waits for its token machine to answer
         between steps: then it leaves `p`'s prompt queue (its counters keep it: the router counts
-        it queued) until that machine's step in flight ends, and no batch of `p` takes it."""
+        it queued) until that machine's step in flight ends, and no batch of `p` takes it. Asked
+        whether `p` is busy or not (Simulation._arrive: before it tries to start `p`)."""
         t = r.token_machine
         if not moves_kv(r) or self.batches[t] is None or not p.prompt_queue or p.prompt_queue[-1] is not r:
             return False

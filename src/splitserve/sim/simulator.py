@@ -140,7 +140,6 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores, StepRese
                             f"machines, a smaller model or shorter requests") from None
         if queued:  # else it waits in its token machine's admit queue, holding no memory
             p = self.machines[r.prompt_machine]
-            # _reserving first: a prompt still reserving leaves the queue of a busy machine too
             if not (self.reserve_late and self._reserving(r, p)) and not p.busy:
                 self._start(p, now)
 
