@@ -18,6 +18,7 @@ from setuptools.command.build_ext import build_ext
 
 HOT = ["src/splitserve/report/histogram.py", "src/splitserve/sim/metrics.py", "src/splitserve/policy/state.py",
        "src/splitserve/policy/transitions.py", "src/splitserve/policy/machine.py",
+       "src/splitserve/policy/kv_allocation.py", "src/splitserve/policy/preemption.py",
        "src/splitserve/sim/simulator.py", "src/splitserve/sim/handoff.py", "src/splitserve/sim/stages.py",
        "src/splitserve/sim/prefix.py", "src/splitserve/policy/prefix_routing.py",
        "src/splitserve/sim/sharing.py", "src/splitserve/sim/reservation.py"]

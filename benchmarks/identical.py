@@ -6,6 +6,10 @@ trees and compare their outputs, timing left out.
     python benchmarks/identical.py run --out /tmp/new [--heavy]
     python benchmarks/identical.py diff /tmp/old /tmp/new
 
+    # a change that adds an option: the new tree at the old behaviour, the new keys left out
+    python benchmarks/identical.py run --out /tmp/new --extra "--kv-allocation reserve"
+    python benchmarks/identical.py diff /tmp/old /tmp/new --ignore kv-allocation,recomputed_tokens
+
 `run` simulates every serving system of policy/systems.py on the coding and conversation workloads,
 the prefix caches on the multiturn and sysprompt workloads
 (summary.json, events counted), every machine-level scheduler, the twin's measured machine, a
@@ -75,18 +79,18 @@ def run(args: argparse.Namespace) -> None:
         d.mkdir(exist_ok=True)
         cmd = [sys.executable, "-m", "splitserve.cli", *argv, "--out", str(d)]
         if argv[0] == "simulate":
-            cmd += ["--json", "--seed", "0"]
+            cmd += ["--json", "--seed", "0", *args.extra.split()]
         p = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
         (d / "stderr.txt").write_text(p.stderr)
         print(f"{name:32s} rc={p.returncode}", flush=True)
 
 
-def strip(x, root: str = "\0"):
-    """`x` without its timing keys, and with the output directory `root` written as <OUT>."""
+def strip(x, root: str = "\0", ignore: frozenset = frozenset()):
+    """`x` without its timing keys (and the keys `ignore`), the output directory `root` written as <OUT>."""
     if isinstance(x, dict):
-        return {k: strip(v, root) for k, v in x.items() if k not in TIMING}
+        return {k: strip(v, root, ignore) for k, v in x.items() if k not in TIMING and k not in ignore}
     if isinstance(x, list):
-        return [strip(v, root) for v in x]
+        return [strip(v, root, ignore) for v in x]
     if isinstance(x, str):
         return x.replace(root, "<OUT>")
     return x
@@ -102,7 +106,8 @@ def diff(args: argparse.Namespace) -> int:
             print(f"MISSING {rel}")
             bad += 1
             continue
-        if strip(json.loads(pa.read_text()), str(a)) != strip(json.loads(pb.read_text()), str(b)):
+        ignore = frozenset(filter(None, args.ignore.split(",")))
+        if strip(json.loads(pa.read_text()), str(a), ignore) != strip(json.loads(pb.read_text()), str(b), ignore):
             print(f"DIFFERS {rel}")
             bad += 1
     print(f"{len(files)} files, {bad} differ or are missing")
@@ -116,9 +121,11 @@ def main() -> None:
     r.add_argument("--out", required=True)
     r.add_argument("--heavy", action="store_true")
     r.add_argument("--only", default="")
+    r.add_argument("--extra", default="", help="options added to every simulate command")
     d = sub.add_parser("diff")
     d.add_argument("a")
     d.add_argument("b")
+    d.add_argument("--ignore", default="", help="keys left out of the comparison, comma-separated")
     args = ap.parse_args()
     if args.cmd == "run":
         run(args)

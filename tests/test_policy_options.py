@@ -22,9 +22,13 @@ def options(name: str) -> dict[str, tuple]:
 def test_serve_accepts_every_policy_option_of_simulate_with_the_same_default():
     sim, srv = options("simulate"), options("serve")
     policy = {f"--{o.name}" for o in OPTIONS}
-    assert len(policy) == 21 and policy <= set(sim) and policy <= set(srv)
-    for name in policy:
+    assert len(policy) == 24 and policy <= set(sim) and policy <= set(srv)
+    for name in policy - {"--kv-allocation"}:
         assert sim[name] == srv[name], name
+    # the one exception, said in both helps: the live system allocates on demand (SERVING)
+    assert sim["--kv-allocation"][1].endswith("(default: reserve)")
+    assert srv["--kv-allocation"][1].endswith("(default: on-demand)")
+    assert sim["--kv-allocation"][1].rsplit("(", 1)[0] == srv["--kv-allocation"][1].rsplit("(", 1)[0]
     # and nothing else of simulate sets a policy: every field of PolicyConfig has its option
     fields = {f"{s.name}.{f.name}" for s in dataclasses.fields(PolicyConfig) if dataclasses.is_dataclass(s.default)
               for f in dataclasses.fields(s.default)} | {"layerwise_threshold"}

@@ -23,7 +23,8 @@ from splitserve.policy.predictor import make_predictor
 from splitserve.policy.schedulers import SCHEDULERS, form_batch
 from splitserve.policy.schedulers.ecoserve.order import host
 from splitserve.policy.state import Machine, Phase, Pool, Request
-from splitserve.policy.transitions import DoesNotFit, kv_landed
+from splitserve.policy.kv_allocation import DoesNotFit
+from splitserve.policy.transitions import kv_landed
 from splitserve.serve.cluster_state import LiveCluster, NoWorkers
 from splitserve.serve.messages import TO_ROUTER, decode, encode
 from splitserve.serve.worker import step_message

@@ -21,7 +21,7 @@ import typer
 
 from ..errors import UserError
 from ..nodes.ray_cluster import local_ip
-from ..policy.config import OPTIONS, PolicyConfig, policy_options
+from ..policy.config import OPTIONS, SERVING, PolicyConfig, policy_options
 from ..serve.config import RequestLimits, ServeConfig
 from .lists import ListedHelp
 
@@ -31,7 +31,7 @@ PLAN_SETS = ("prompt_workers", "token_workers", "mixed_workers", "design", "tp",
 
 
 @app.command(cls=ListedHelp)
-@policy_options
+@policy_options(defaults=SERVING)
 def serve(
     ctx: typer.Context,
     model: Annotated[str, typer.Option(help="A Hugging Face-format directory or a preset: {presets}.")] = "tiny",

@@ -10,14 +10,14 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UserError
-from ..policy.config import PolicyConfig, policy_options
+from ..policy.config import SERVING, PolicyConfig, policy_options
 from .lists import ListedHelp
 
 app = typer.Typer()
 
 
 @app.command(cls=ListedHelp)
-@policy_options
+@policy_options(defaults=SERVING)
 def twin(
     profile_dir: Annotated[Path, typer.Option("--profile-dir", help="A `splitserve profile --out` directory: the "
                                               "machine and model to run and to simulate.")] = Path("profiles/local"),

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from .latency import BatchLatency
 from .predictor import LengthPredictor, predict
 from .state import Machine, Phase, Request
-from .transitions import admit_waiting, check_fits, enqueue_prompt, reserve_decode
+from .kv_allocation import check_fits
+from .transitions import admit_waiting, enqueue_prompt, reserve_decode
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +121,14 @@ def admit(cls: ClusterScheduler, r: Request, pull: bool = False) -> bool:
         enqueue_prompt(p, r)
         return True
     return False
+
+
+def readmit(cls: ClusterScheduler, r: Request, pull: bool = False) -> bool:
+    """A decode preempted on its token machine that recomputes through the prompt pool
+    (`--recompute prompt-pool`; policy/preemption.py requeue left it, holding nothing): admitted
+    again as at its arrival, by the load of this moment, its prefill its prompt and the tokens it
+    made; its token machine takes their KV (and its next token's) as `admit` says. As `admit`."""
+    return admit(cls, r, pull)
 
 
 def arrive(cls: ClusterScheduler, r: Request, predictor: LengthPredictor | None, pull: bool = False) -> bool:

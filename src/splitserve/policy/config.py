@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 from ..errors import UserError
 from .cluster import RoutingConfig
 from .cluster_schedulers import CLUSTER_SCHEDULERS
+from .kv_allocation import ALLOCATIONS, RECOMPUTES, RESERVE
 from .kv_transfer import DEFAULT_LAYERWISE_THRESHOLD
 from .machine import BatchingConfig
 from .predictor import PRESETS as PREDICTORS
@@ -84,6 +85,19 @@ OPTIONS = (
     Option("machine-scheduler", "batching.scheduler",
            "Machine-level scheduler (policy/schedulers/, each described there): "
            + ", ".join(f"{n} ({s.about})" if s.about else n for n, s in SCHEDULERS.items()) + "."),
+    Option("kv-allocation", "batching.kv_allocation",
+           "How a machine allocates KV (policy/kv_allocation.py): reserve (a request holds its prompt and every "
+           "token it may generate from admission: the Splitwise authors' simulator) or on-demand (the blocks of "
+           "the tokens it has, grown a block at a time; a decode that finds none preempts the newest, which "
+           "recomputes later: vLLM, SGLang). --policy vllm, sarathi, distserve, tetriinfer and aladdin allocate "
+           "on demand, as those systems do; `serve` and `twin` default to on-demand; orca, fastertransformer and "
+           "ecoserve reserve by their own rules."),
+    Option("kv-watermark", "batching.kv_watermark",
+           "--kv-allocation on-demand: share of a machine's KV blocks an admission leaves free (vLLM's watermark)."),
+    Option("recompute", "batching.recompute",
+           "Where a decode preempted on its token machine (its prompt ran on another) recomputes its KV: in-place "
+           "(a prefill of its prompt and outputs there, in a mixed step) or prompt-pool (routed again as at "
+           "arrival: a prompt machine recomputes, its KV is sent again)."),
     Option("orca-max-len", "batching.max_len",
            "--machine-scheduler orca: KV tokens reserved per request at admission (0: its prompt + output)."),
     Option("prompt-queue-threshold", "routing.prompt_queue_threshold",
@@ -143,7 +157,7 @@ SYSTEM_HELP = (f"A serving system by name, its policy settings at once (policy/s
                "Options given beside it win; unsplit systems run the design's machines as one mixed pool.")
 
 
-def _param(o: Option) -> inspect.Parameter:
+def _param(o: Option, defaults: dict[str, Any]) -> inspect.Parameter:
     import typer
 
     name = o.name.replace("-", "_")
@@ -152,13 +166,21 @@ def _param(o: Option) -> inspect.Parameter:
                                  default=typer.Option(False, f"--{o.name}", help=o.help, rich_help_panel="Policy"))
     # None: not given (a value given on the command line wins over --policy's, even the default's)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[type(o.default())],
-                             default=typer.Option(None, f"--{o.name}", help=f"{o.help} (default: {o.default()})",
+                             default=typer.Option(None, f"--{o.name}", help=f"{o.help} (default: {defaults.get(o.path, o.default())})",
                                                   rich_help_panel="Policy", show_default=False))
 
 
-def policy_options(command: Callable) -> Callable:
+SERVING = {"batching.kv_allocation": "on-demand"}   # the live system's defaults (`serve`, `twin`): it cannot
+                                                   # know output lengths, so it allocates on demand
+
+
+def policy_options(command: Callable | None = None, *, defaults: dict[str, Any] | None = None) -> Callable:
     """Give a typer command one option per policy setting; it receives them as `policy=PolicyConfig`
-    (UserError for a value out of range)."""
+    (UserError for a value out of range). `defaults`: the command's own, where it differs from the
+    dataclasses' (SERVING; make_policy). As `@policy_options` or `@policy_options(defaults=...)`."""
+    if command is None:
+        return functools.partial(policy_options, defaults=defaults)
+    own = defaults or {}
     hints = typing.get_type_hints(command, include_extras=True)  # resolved where the command lives
     sig = inspect.signature(command)
     params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()
@@ -169,10 +191,10 @@ def policy_options(command: Callable) -> Callable:
         given = {o: kw.pop(o.name.replace("-", "_")) for o in OPTIONS}   # a switch: given when on
         values = {o.path: o.given(True) if o.flag else v for o, v in given.items()
                   if (v is True if o.flag else v is not None)}
-        return command(policy=make_policy(values, kw.pop("policy_system")), **kw)
+        return command(policy=make_policy(values, kw.pop("policy_system"), own), **kw)
 
     import typer
-    extra = [_param(o) for o in OPTIONS] + [inspect.Parameter(
+    extra = [_param(o, own) for o in OPTIONS] + [inspect.Parameter(
         "policy_system", inspect.Parameter.KEYWORD_ONLY, annotation=str,
         default=typer.Option("", "--policy", help=SYSTEM_HELP, show_default=False, rich_help_panel="Policy"))]
     wrapper.__signature__ = sig.replace(parameters=params + extra)
@@ -180,12 +202,16 @@ def policy_options(command: Callable) -> Callable:
     return wrapper
 
 
-def make_policy(values: dict[str, Any], system: str = "") -> PolicyConfig:
+def make_policy(values: dict[str, Any], system: str = "", defaults: dict[str, Any] | None = None) -> PolicyConfig:
     """A PolicyConfig from the options given, {path: value}, over the settings of serving system
-    `system` (systems.py), over the defaults; checked: UserError names the option to fix."""
+    `system` (systems.py), over a command's own `defaults` (serve's on-demand allocation: kept
+    only where the machine scheduler can allocate on demand), over the dataclasses' defaults;
+    checked: UserError names the option to fix."""
+    base = dict(defaults or {})
     if system:
         from .systems import apply
-        values = apply(system, values)
+        base = apply(system, base)
+    values = {**_applicable(base, {**base, **values}), **values}
     sections: dict[str, dict] = {"batching": {}, "routing": {}}
     top = {}
     for path, v in values.items():
@@ -200,6 +226,13 @@ def make_policy(values: dict[str, Any], system: str = "") -> PolicyConfig:
                     (b.chunk_size == 0 or b.scheduler in SCHEDULERS and SCHEDULERS[b.scheduler].chunked,
                      f"--chunk-size applies to --machine-scheduler {' or '.join(chunked)} only (got {b.scheduler})"),
                     (b.max_len >= 0, f"--orca-max-len must be >= 0, got {b.max_len}"),
+                    (b.kv_allocation in ALLOCATIONS,
+                     f"--kv-allocation must be one of {', '.join(ALLOCATIONS)}, got {b.kv_allocation!r}"),
+                    (b.kv_allocation == RESERVE or b.scheduler not in SCHEDULERS or SCHEDULERS[b.scheduler].on_demand,
+                     f"--machine-scheduler {b.scheduler} reserves KV by its own rule: it takes --kv-allocation "
+                     f"reserve only"),
+                    (0 <= b.kv_watermark < 1, f"--kv-watermark must be in [0, 1), got {b.kv_watermark}"),
+                    (b.recompute in RECOMPUTES, f"--recompute must be one of {', '.join(RECOMPUTES)}, got {b.recompute!r}"),
                     (b.max_len == 0 or b.scheduler == "orca",
                      f"--orca-max-len applies to --machine-scheduler orca only (got {b.scheduler})"),
                     (b.prompt_token_cap >= 1, f"--prompt-cap must be at least 1, got {b.prompt_token_cap}"),
@@ -232,6 +265,16 @@ def make_policy(values: dict[str, Any], system: str = "") -> PolicyConfig:
         if not ok:
             raise UserError(msg)
     return cfg
+
+
+def _applicable(base: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """The settings of `base` (a command's defaults under a system's) that apply under `values`
+    (all settings): an allocation only where the machine scheduler takes it (`--policy vllm
+    --machine-scheduler orca` reserves, as orca does; given on the command line, it is refused)."""
+    sched = values.get("batching.scheduler", BatchingConfig().scheduler)
+    if sched in SCHEDULERS and not SCHEDULERS[sched].on_demand:
+        return {k: v for k, v in base.items() if k != "batching.kv_allocation"}
+    return base
 
 
 def _predictors() -> list[str]:

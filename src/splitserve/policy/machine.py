@@ -33,14 +33,12 @@ finish_iteration decide, and the transitions of policy/transitions.py carry the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol, TypeVar
+from typing import Any, Callable
 
 from .state import Machine, Phase, Request
-from .transitions import (decode_reservation, decode_tokens, end_chunk, first_token, preempt,
-                          prefill_reservation, requeue_preempted, start_chunk, start_decodes)
-
-R = TypeVar("R", bound="Preemptible")
-
+from .kv_allocation import prefill_reservation
+from .preemption import grow_decodes, make_room, requeue
+from .transitions import decode_tokens, end_chunk, first_token, start_chunk, start_decodes
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchingConfig:
@@ -50,6 +48,10 @@ class BatchingConfig:
     max_seqs: int = 0                  # requests holding KV at once (0: as many as memory holds)
     scheduler: str = "splitwise"       # the machine-level scheduler, by name (policy/schedulers/)
     max_len: int = 0                   # orca only: KV tokens reserved per request (0: its prompt + output)
+    kv_allocation: str = "reserve"     # "reserve" or "on-demand" (policy/kv_allocation.py)
+    kv_watermark: float = 0.01         # on demand: share of the KV blocks an admission leaves free
+    recompute: str = "in-place"        # a decode preempted where its prompt did not run: recomputed
+                                       # "in-place" or through the "prompt-pool" (policy/cluster.py readmit)
 
 
 @dataclass(slots=True)
@@ -62,6 +64,7 @@ class Batch:
     decodes: int = 0                                        # len(decoding)
     context: int = 0                                        # their KV tokens
     preempted: list[Request] = field(default_factory=list)
+    grown: list[Request] = field(default_factory=list)     # on demand: decodes that took KV for this step
     cached: int = 0                                         # of prompt_tokens, those a prefix cache gave
                                                             # (not computed; set by the simulator: sim/prefix.py)
 
@@ -70,7 +73,7 @@ class Batch:
 class BatchReport:
     """A formed batch as its machine tells a view of it kept elsewhere (a worker, the router), by
     request id: prefill chunks started (id, tokens), decodes preempted, decodes that joined, and
-    the decodes it runs; and its machine scheduler's own report (`sched`: MachineScheduler.report,
+    the decodes it runs (`grown`: those of them that took KV for it, on demand); and its machine scheduler's own report (`sched`: MachineScheduler.report,
     opaque here; ecoserve's KV sizing), None when it tells nothing; and (an engine's) each prompt
     starting there with the tokens its prefix cache gave it (`cached`: id, tokens). The view applies the same
     transitions (serve/cluster_state.py)."""
@@ -79,12 +82,13 @@ class BatchReport:
     preempted: list[str] = field(default_factory=list)
     joined: list[str] = field(default_factory=list)
     decoding: list[str] = field(default_factory=list)
+    grown: list[str] = field(default_factory=list)
     sched: Any = None
     cached: list[tuple[str, int]] = field(default_factory=list)  # an engine's starting prompts: tokens from its prefix cache
 
     def told(self) -> bool:
         """Whether a view kept elsewhere must hear of this batch (it changed something there)."""
-        return bool(self.chunks or self.preempted or self.joined) or self.sched is not None
+        return bool(self.chunks or self.preempted or self.joined or self.grown) or self.sched is not None
 
 
 @dataclass(slots=True)
@@ -115,47 +119,6 @@ def prompt_take(cfg: BatchingConfig, remaining: int, budget: int, first: bool) -
     return remaining if first or remaining <= budget else 0
 
 
-class Preemptible(Protocol):
-    arrival: float
-    preemptions: int
-
-
-def preemption_victims(running: Iterable[R], shortfall: int, held: Callable[[R], int],
-                       limit: int) -> list[R] | None:
-    """Running decodes to preempt so that a prompt gets `shortfall` more KV: the youngest first, none
-    preempted more than `limit` times; `held(r)` is what preempting `r` frees. None when all that
-    may be preempted together free too little (the prompt waits and nobody is preempted)."""
-    if shortfall <= 0:
-        return []
-    eligible = [r for r in running if r.preemptions < limit]
-    if sum(map(held, eligible)) < shortfall:
-        return None
-    eligible.sort(key=lambda r: r.arrival, reverse=True)
-    out: list[R] = []
-    for r in eligible:
-        if shortfall <= 0:
-            break
-        out.append(r)
-        shortfall -= held(r)
-    return out
-
-
-def _make_room(m: Machine, need: int, limit: int, batch: Batch, decoding: list[Request]) -> bool:
-    """Free at least `need` KV tokens on `m`, preempting decodes of `decoding` (preemption_victims)
-    if needed; False (nobody preempted) when that cannot free enough."""
-    if need <= m.kv_free:
-        return True
-    victims = preemption_victims(decoding, need - m.kv_free, lambda r: decode_reservation(m, r), limit)
-    if victims is None:
-        return False
-    for v in victims:
-        preempt(m, v)
-        batch.preempted.append(v)
-        if decoding is not m.running:
-            decoding.remove(v)
-    return True
-
-
 def _admit(m: Machine, cfg: BatchingConfig, head: Request, budget: int, batch: Batch,
            decoding: list[Request], fits: Callable[[Request], bool] | None = None) -> int:
     """Start the next chunk of prompt `head` if the rules let it: the tokens it takes; 0 when it
@@ -171,7 +134,7 @@ def _admit(m: Machine, cfg: BatchingConfig, head: Request, budget: int, batch: B
         if fits is not None:
             if not fits(head):
                 return 0
-        elif not _make_room(m, prefill_reservation(m, head), cfg.preemption_limit, batch, decoding):
+        elif not make_room(m, prefill_reservation(m, head), cfg.preemption_limit, batch.preempted, decoding):
             return 0
     start_chunk(m, head, n)
     batch.prompts.append(head)
@@ -193,8 +156,7 @@ def close_batch(m: Machine, batch: Batch, decoding: list[Request]) -> Batch | No
     preempted are requeued (they recompute soon, before younger prompts); None when it runs
     nothing. On a pipelined machine its decodes are in flight until it ends."""
     if batch.preempted:
-        for v in batch.preempted:
-            requeue_preempted(m, v)
+        requeue(m, batch.preempted)
     elif not batch.prompts and not decoding:
         return None
     batch.decoding = decoding
@@ -220,8 +182,9 @@ def form_mixed(m: Machine, cfg: BatchingConfig) -> Batch | None:
         return _form_isolated(m, cfg, batch)
     queue = m.prompt_queue
     running = m.running if m.stages == 1 else free_decodes(m)
+    grow_decodes(m, running, batch.preempted, cfg.preemption_limit, batch.grown)  # on demand
     budget = prompt_budget(cfg, len(running))
-    while queue:
+    while queue and not (m.kv_on_demand and batch.preempted):  # vLLM: no prompt joins a step that preempted
         n = _admit(m, cfg, queue[0], budget, batch, running)
         if not n:
             break
@@ -229,11 +192,11 @@ def form_mixed(m: Machine, cfg: BatchingConfig) -> Batch | None:
     return close_batch(m, batch, running)
 
 
-def _formed(m: Machine, batch: Batch, decoding: list[Request]) -> Batch | None:
-    """An isolated iteration running `decoding` and the prompts taken (form_batch's end, for a part
-    of the running decodes)."""
-    for v in batch.preempted:
-        requeue_preempted(m, v)
+def _formed(m: Machine, cfg: BatchingConfig, batch: Batch, decoding: list[Request]) -> Batch | None:
+    """An isolated iteration running `decoding` (grown on demand) and the prompts taken
+    (form_batch's end, for a part of the running decodes)."""
+    grow_decodes(m, decoding, batch.preempted, cfg.preemption_limit, batch.grown)
+    requeue(m, batch.preempted)
     if not batch.prompts and not decoding and not batch.joined:  # decodes that joined must be told
         return None
     batch.decoding = decoding
@@ -254,10 +217,10 @@ def _form_isolated(m: Machine, cfg: BatchingConfig, batch: Batch) -> Batch | Non
         if alone:
             for lone in isolated:
                 if lone.phase is Phase.DECODE:
-                    return _formed(m, batch, [lone])
+                    return _formed(m, cfg, batch, [lone])
                 _admit(m, cfg, lone, prompt_budget(cfg, 0), batch, others)
                 if batch.prompts:
-                    return _formed(m, batch, [])
+                    return _formed(m, cfg, batch, [])
         else:
             budget = prompt_budget(cfg, len(others))
             for head in [r for r in m.prompt_queue if not r.isolated]:
@@ -266,9 +229,9 @@ def _form_isolated(m: Machine, cfg: BatchingConfig, batch: Batch) -> Batch | Non
                     break
                 budget -= n
             if batch.prompts or others:
-                return _formed(m, batch, others)
+                return _formed(m, cfg, batch, others)
         m.isolated_turn = not m.isolated_turn
-    return _formed(m, batch, [])
+    return _formed(m, cfg, batch, [])
 
 
 def finish_iteration(m: Machine, batch: Batch) -> IterationResult:

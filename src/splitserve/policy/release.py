@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from .sized_kv import drop_waiting
 from .state import Machine, Phase, Request
-from .transitions import decode_reservation, end_decode, prefill_reservation, release_prompt_kv
+from .kv_allocation import decode_reservation, prefill_reservation
+from .transitions import end_decode, release_prompt_kv
 
 
 def release(r: Request, p: Machine | None, t: Machine | None) -> None:
@@ -47,6 +48,8 @@ def release(r: Request, p: Machine | None, t: Machine | None) -> None:
 
 def _drop_reservation(t: Machine, r: Request) -> None:
     t.kv_used -= decode_reservation(t, r)
+    if t.kv_on_demand:
+        r.kv_held = 0
     t.inbound_tokens -= r.output_tokens - 1
     t.pending -= r.output_tokens - 1
     r.kv_on_token_machine = False
@@ -68,5 +71,7 @@ def _leave_prefill(p: Machine, r: Request) -> None:
     p.pending -= rest
     if r.phase is Phase.PREFILL:
         p.kv_used -= prefill_reservation(p, r)
+        if p.kv_on_demand and r.token_machine == p.id:
+            r.kv_held = 0
     if r.isolated:
         p.isolated -= 1

@@ -55,9 +55,10 @@ class Request:
     log_ref: float = 0.0                     # its logarithm in histogram buckets (sim/metrics.py ref_bucket)
     predicted: int = 0                 # predicted output tokens, the first included (0: none), for the
                                        # policies that schedule by it (policy/predictor.py predict)
-    kv_held: int = 0                   # KV tokens it holds on its decode machine when > 0, sized by its
+    kv_held: int = 0                   # KV tokens it holds on its decode machine when > 0: sized by its
                                        # machine scheduler in place of the prompt + output rule
-                                       # (transitions.decode_reservation; ecoserve's)
+                                       # (transitions.decode_reservation; ecoserve's), or, allocated
+                                       # on demand, the blocks of the tokens it has (kv_allocation.py)
     sched: Any = None                  # its machine scheduler's own state of it, of that scheduler's
                                        # type (policy/schedulers/base.py; ecoserve's Gen), or None
     blocks: list[int] | None = None    # its prompt's full blocks' names (policy/prefix_cache.py) where
@@ -72,8 +73,8 @@ class Request:
 
     @property
     def kv_need(self) -> int:
-        """KV tokens reserved for this request on the machine that decodes it (prompt and every
-        token it will generate), so a running batch never outgrows memory."""
+        """KV tokens of this request at its end (prompt and every token it will generate): reserved
+        up front on the machine that decodes it (reserve), or the most it grows to (on demand)."""
         return self.prompt_tokens + self.output_tokens
 
 
@@ -85,6 +86,11 @@ class Machine:
     kv_capacity: int                    # tokens of KV cache it can hold
     kv_block: int = 1                   # tokens per KV block: reservations are whole blocks (a
                                         # paged cache); 1 models an unpaged cache
+    kv_on_demand: bool = False          # how it allocates KV (policy/kv_allocation.py): False reserve
+                                        # (prompt + every output token from admission), True on demand
+    kv_watermark: int = 0               # on demand: KV tokens an admission leaves free (vLLM's watermark)
+    recompute_here: bool = True         # a decode preempted here whose prompt ran elsewhere recomputes
+                                        # here (True) or goes back through the prompt pool (False)
     pool: Pool = Pool.PROMPT            # the pool it is in now (MIXED while borrowed or overflowing)
     kv_used: int = 0                    # tokens reserved
     prompt_queue: deque[Request] = field(default_factory=deque)

@@ -23,6 +23,11 @@ system's. `compare` (compare/) runs them side by side.
     ecoserve     unsplit, JSQ; EcoServe's machine scheduler (policy/schedulers/ecoserve/): prompt
                  and generation queues, KV for the predicted output (its ShareGPT estimate, 73.2% at
                  15% padding), same-length groups, KV-cache pipelining
+
+KV memory (policy/kv_allocation.py): vllm, sarathi, distserve, tetriinfer and aladdin allocate it on
+demand, as those systems do (vLLM's paged blocks; DistServe, TetriInfer and Aladdin run on vLLM);
+splitwise reserves each request's prompt and output, as the Splitwise authors' simulator does
+(their live system runs on vLLM); ecoserve reserves by its predictions, its own rule.
 """
 
 from __future__ import annotations
@@ -42,19 +47,19 @@ class System:
 
 
 SYSTEMS: dict[str, System] = {s.name: s for s in (
-    System("vllm", False, {"routing.cluster_scheduler": "jsq", "batching.scheduler": "vllm"},
+    System("vllm", False, {"routing.cluster_scheduler": "jsq", "batching.scheduler": "vllm", "batching.kv_allocation": "on-demand"},
            "unsplit, prefill-first iterations (vLLM v0)"),
-    System("sarathi", False, {"routing.cluster_scheduler": "jsq", "batching.scheduler": "sarathi"},
+    System("sarathi", False, {"routing.cluster_scheduler": "jsq", "batching.scheduler": "sarathi", "batching.kv_allocation": "on-demand"},
            "unsplit, stall-free chunked prefill (Sarathi-Serve)"),
     System("splitwise", True, {}, "prompt, token and mixed pools (Splitwise)"),
-    System("distserve", True, {"routing.mixed_pool": False, "batching.scheduler": "vllm"},
+    System("distserve", True, {"routing.mixed_pool": False, "batching.scheduler": "vllm", "batching.kv_allocation": "on-demand"},
            "prompt and token pools, no mixed pool (DistServe)"),
     System("tetriinfer", True, {"routing.mixed_pool": False, "routing.decode_dispatch": "tetriinfer",
                                 "routing.predictor": "tetriinfer-200", "batching.scheduler": "tetriinfer-fcfs",
-                                "routing.cluster_scheduler": "tetriinfer"},
+                                "routing.cluster_scheduler": "tetriinfer", "batching.kv_allocation": "on-demand"},
            "chunked prefill, decode dispatch by predicted length (TetriInfer)"),
     System("aladdin", False, {"routing.cluster_scheduler": "aladdin", "routing.predictor": "tetriinfer-100",
-                              "routing.scale_window": 30.0},
+                              "routing.scale_window": 30.0, "batching.kv_allocation": "on-demand"},
            "best-fit placement for SLOs, workers scaled to the arrival rate (Aladdin)"),
     System("ecoserve", False, {"routing.cluster_scheduler": "jsq", "batching.scheduler": "ecoserve",
                                "routing.predictor": "ecoserve-sharegpt"},

@@ -29,32 +29,8 @@ batching can keep them alone (policy/machine.py).
 
 from __future__ import annotations
 
+from .kv_allocation import admission_kv, can_reserve, decode_reservation, prefill_reservation
 from .state import Machine, Phase, Request
-
-
-class DoesNotFit(Exception):
-    """The request's KV cannot fit the machine at all (not even alone)."""
-
-
-def decode_reservation(m: Machine, r: Request) -> int:
-    """KV tokens `r` holds on the machine `m` that decodes it: the prompt and every token it will
-    generate, reserved up front (whole blocks) so a running decode batch never outgrows memory; or,
-    when a scheduler sized it (`r.kv_held` > 0: ecoserve's prompt, then predicted output), that."""
-    return r.kv_held or m.kv_round(r.kv_need)
-
-
-def prefill_reservation(m: Machine, r: Request) -> int:
-    """KV tokens a prefill of `r` holds on `m`: everything if `m` will decode it too, else only the
-    prompt's KV until it has been sent to the token machine."""
-    return decode_reservation(m, r) if r.token_machine == m.id else m.kv_round(r.prompt_tokens)
-
-
-def check_fits(m: Machine, r: Request) -> None:
-    """DoesNotFit when `r` could never be held by `m`, even with nothing else on it (a capacity is
-    whole blocks, so the unrounded need decides)."""
-    if r.kv_need > m.kv_capacity:
-        raise DoesNotFit(f"request {r.id} ({r.prompt_tokens} prompt + {r.output_tokens} output tokens) needs "
-                         f"{decode_reservation(m, r)} tokens of KV cache but a machine holds {m.kv_capacity}")
 
 
 # ---- prompt side ---------------------------------------------------------------------------------
@@ -78,7 +54,10 @@ def start_chunk(m: Machine, r: Request, n: int) -> None:
     else:
         q.remove(r)
     if r.prefilled == 0:
-        m.kv_used += prefill_reservation(m, r)
+        need = prefill_reservation(m, r)
+        m.kv_used += need
+        if m.kv_on_demand and r.token_machine == m.id:
+            r.kv_held = need
         r.phase = Phase.PREFILL
     r.chunk = n
     m.queued_prompt_tokens -= n
@@ -107,6 +86,8 @@ def first_token(m: Machine, r: Request) -> bool:
     if r.generated == r.output_tokens:
         r.phase = Phase.DONE
         m.kv_used -= prefill_reservation(m, r)
+        if m.kv_on_demand and r.token_machine == m.id:
+            r.kv_held = 0
         if r.isolated:
             m.isolated -= 1
         return True
@@ -137,7 +118,7 @@ def reserve_decode(m: Machine, r: Request, wait: bool = True) -> bool:
     taken), holding no memory anywhere, until `admit_waiting` admits it. Reserving first means a
     prompt machine never holds KV that has nowhere to go, so no two machines can wait on each
     other's memory."""
-    if not m.admit_queue and decode_reservation(m, r) <= m.kv_free:
+    if not m.admit_queue and can_reserve(m, r):
         _reserve(m, r)
         return True
     if wait:
@@ -148,7 +129,10 @@ def reserve_decode(m: Machine, r: Request, wait: bool = True) -> bool:
 
 
 def _reserve(m: Machine, r: Request) -> None:
-    m.kv_used += decode_reservation(m, r)
+    need = admission_kv(m, r)
+    m.kv_used += need
+    if m.kv_on_demand:
+        r.kv_held = need
     m.inbound_tokens += r.output_tokens - 1      # all but the first token, made by the prompt side
     m.pending += r.output_tokens - 1
     r.kv_on_token_machine = True
@@ -159,7 +143,7 @@ def admit_waiting(m: Machine) -> list[Request]:
     (their prompts may be queued now)."""
     admitted: list[Request] = []
     q = m.admit_queue
-    while q and decode_reservation(m, q[0]) <= m.kv_free:
+    while q and can_reserve(m, q[0]):
         r = q.popleft()
         m.queued_decode_tokens -= r.output_tokens - r.generated
         m.pending -= r.output_tokens - r.generated
@@ -241,6 +225,15 @@ def end_decode(m: Machine, r: Request) -> None:
         m.isolated -= 1
 
 
+def grow_decode(m: Machine, r: Request) -> None:
+    """On demand: running decode `r` takes the KV its next step writes (the blocks of its prompt and
+    every token made so far, the last one's written by this step; policy/growth.py decides)."""
+    need = m.kv_round(r.prompt_tokens + r.generated) - r.kv_held
+    if need > 0:
+        m.kv_used += need
+        r.kv_held += need
+
+
 def preempt(m: Machine, r: Request) -> None:
     """Running decode `r` loses its KV on `m` to make room; it is recomputed later
     (requeue_preempted, once the iteration that preempted it has been formed)."""
@@ -261,3 +254,11 @@ def requeue_preempted(m: Machine, r: Request) -> None:
     m.pending += r.prefill_len
     if r.isolated:
         m.isolated += 1
+
+
+def leave_preempted(r: Request) -> None:
+    """Preempted `r` leaves the machine that decoded it for the prompt pool (`recompute`
+    prompt-pool): holding nothing, it waits to be admitted again as at its arrival
+    (policy/cluster.py readmit), its prefill its prompt and what it had generated."""
+    r.phase = Phase.QUEUED
+    r.prefilled = 0

@@ -71,6 +71,7 @@ def simulation_summary(result, workload, slo: SLO = SLO(), goodput=None) -> dict
             "cost_per_1k_requests": cost * hours / mt.completed * 1000 if mt.completed else None,
             "borrowed_into_mixed_pool": result.borrowed,
             "preemptions": mt.preemptions,
+            "recomputed_tokens": mt.recomputed_tokens,
         },
         "kv_transfer": {
             "transfers": mt.transfers,

@@ -46,8 +46,9 @@ from ..policy.schedulers import SCHEDULERS, MachineScheduler
 from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.release import release
 from ..policy.sized_kv import drop_waiting, plan_kv
-from ..policy.transitions import (DoesNotFit, decode_tokens, end_chunk, first_token, kv_landed, preempt,
-                                  requeue_preempted, start_chunk, start_decode)
+from ..policy.kv_allocation import DoesNotFit
+from ..policy.transitions import (decode_tokens, end_chunk, first_token, kv_landed, preempt, requeue_preempted,
+                                  start_chunk, start_decode)
 from .prefix_view import PrefixView
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from mypy_extensions import trait
 
-from ..policy.cluster import ClusterScheduler, admit_freed, pull_kv
+from ..policy.cluster import ClusterScheduler, admit_freed, pull_kv, readmit
+from ..policy.preemption import sent_back
 from ..policy.prefix_cache import cached_tokens
 from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import kv_landed
@@ -32,12 +33,15 @@ class KVHandoff:
     trace: ChromeTrace | None
     cls: ClusterScheduler
     block: int
+    pull: bool
 
     def _push(self, t: float, kind: int, obj: object) -> None: ...
 
     def _start(self, m: Machine, now: float) -> None: ...
 
     def _prefix_named(self, m: Machine, r: Request) -> None: ...
+
+    def _queued(self, r: Request, now: float) -> None: ...
 
     def _link(self, src: Machine, dst: Machine) -> Link:
         key = (src.hardware, dst.hardware)
@@ -62,7 +66,7 @@ class KVHandoff:
         if not r.kv_on_token_machine and not pull_kv(t, r):
             return
         link = self._link(p, t)
-        nbytes = (r.prompt_tokens - self._transfer_skip(t, r)) * self.kv_bytes
+        nbytes = (r.prefill_len - 1 - self._transfer_skip(t, r)) * self.kv_bytes  # a recompute's outputs too
         mt = self.metrics
         if layerwise:
             ready = start
@@ -88,6 +92,13 @@ class KVHandoff:
         if not t.busy:
             self._start(t, now)
         self._freed(p, now)
+
+    def _readmit(self, m: Machine, preempted: list[Request], now: float) -> None:
+        """Decodes `m` preempted that recompute through the prompt pool (policy/preemption.py
+        requeue): admitted again as at their arrival (policy/cluster.py readmit)."""
+        for r in sent_back(m, preempted):
+            if readmit(self.cls, r, self.pull):
+                self._queued(r, now)
 
     def _freed(self, m: Machine, now: float) -> None:
         """KV memory was released on `m`: requests waiting for it may go, and `m` may resume."""

@@ -39,6 +39,7 @@ class Metrics:
     failed: int = 0
     tokens: int = 0
     preemptions: int = 0
+    recomputed_tokens: int = 0         # prefill tokens run again after a preemption (their KV was dropped)
     transfers: int = 0
     transfer_bytes: float = 0.0
     transfer_layerwise: int = 0

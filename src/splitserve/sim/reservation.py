@@ -25,8 +25,16 @@ class StepReservations:
     machines: list[Machine]
     batches: list[tuple | None]
     awaiting: dict[int, list[tuple[Request, Machine]]]
+    reserve_late: bool
 
     def _start(self, m: Machine, now: float) -> None: ...
+
+    def _queued(self, r: Request, now: float) -> None:
+        """`r`'s prompt was queued on its prompt machine: an idle one starts, unless `r` waits for its
+        token machine to reserve between steps (a measured machine's: `_reserving`)."""
+        p = self.machines[r.prompt_machine]
+        if not (self.reserve_late and self._reserving(r, p)) and not p.busy:
+            self._start(p, now)
 
     def _reserving(self, r: Request, p: Machine) -> bool:
         """Whether `r`, just queued on prompt machine `p`, waits for its token machine to answer

@@ -31,7 +31,7 @@ from ..policy.machine import finish_iteration
 from ..policy.schedulers import batch_former
 from ..policy.predictor import arrival_predictor
 from ..policy.state import Machine, Phase, Request
-from ..policy.transitions import DoesNotFit
+from ..policy.kv_allocation import DoesNotFit, configure
 from ..report.goodput import GoodputSLO
 from .chrome_trace import ChromeTrace
 from .events import ARRIVAL, ITER_END, SHARED_END, STAGE_FREE, TRANSFER_END, TURN, WATCH
@@ -64,7 +64,7 @@ class SimConfig:
     block_size: int = 16                     # KV block tokens of the prefix caches (sim/prefix.py)
 
 
-class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores, StepReservations):
+class Simulation(PrefixCaching, StepReservations, KVHandoff, PipelineStages, SharedCores):
     def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Iterable, cfg: SimConfig = SimConfig()):
         self.cluster, self.model, self.workload, self.cfg = cluster, model, workload, cfg
         self.batching = cfg.policy.batching
@@ -89,6 +89,7 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores, StepRese
             cap = step.kv_capacity
             for _ in range(count):
                 m = Machine(id=len(self.machines), hardware=name, home=pool, kv_capacity=cap, stages=inst.pp)
+                configure(m, self.batching, cfg.block_size)   # on demand: the engine's paged blocks
                 self.machines.append(m)
                 self.steps.append(step)
                 self.power.append(step.power)
@@ -124,8 +125,7 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores, StepRese
         mt = self.metrics
         r = Request(mt.requests, spec.arrival, spec.prompt_tokens, spec.output_tokens)
         mt.requests += 1
-        mt.first_arrival = min(mt.first_arrival, now)
-        mt.last_arrival = now
+        mt.first_arrival, mt.last_arrival = min(mt.first_arrival, now), now
         if self.cfg.record_requests:
             r.token_times = []
             self.kept.append(r)
@@ -139,9 +139,7 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores, StepRese
             raise UserError(f"{e} ({self.machines[r.token_machine].hardware}, {self.model.name}); use larger "
                             f"machines, a smaller model or shorter requests") from None
         if queued:  # else it waits in its token machine's admit queue, holding no memory
-            p = self.machines[r.prompt_machine]
-            if not (self.reserve_late and self._reserving(r, p)) and not p.busy:
-                self._start(p, now)
+            self._queued(r, now)
 
     def _start(self, m: Machine, now: float) -> None:
         batch = self.form_batch(m, self.batching)
@@ -173,6 +171,8 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores, StepRese
                 if r.prompt_started_at < 0:
                     r.prompt_started_at = now
                     mt.queue.add(now - r.arrival)
+                elif r.generated:                 # a recompute after a preemption
+                    mt.recomputed_tokens += n
                 if (mode is TransferMode.LAYERWISE and r.token_machine != mid
                         and r.prefilled + n == r.prefill_len and r.kv_on_token_machine):
                     if not isinstance(layerwise, list):
@@ -196,6 +196,8 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores, StepRese
             self._reshare(now)   # times this step and those it slows (sim/sharing.py)
         else:
             self._push(end, ITER_END, m)
+        if batch.preempted and not m.recompute_here:  # back through the prompt pool (sim/handoff.py)
+            self._readmit(m, batch.preempted, now)
 
     def _iter_end(self, m: Machine, now: float) -> None:
         if m.stages > 1:
@@ -241,9 +243,8 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores, StepRese
             self._reserved(m, now)
 
     def _watch(self, now: float) -> None:
-        """The cluster scheduler's periodic watcher (TetriInfer's instance flip,
-        policy/instance_flip.py): every `watch_interval` of simulated time while other events are
-        due (so the run's end, `sim_end`, may fall up to one interval after its last other event)."""
+        """The cluster scheduler's watcher (policy/instance_flip.py), every `watch_interval` while other
+        events are due (the run's end, `sim_end`, may fall up to one interval after its last other)."""
         for m in self.cls.watch(now):
             if not m.busy:
                 self._start(m, now)
@@ -296,5 +297,4 @@ class Simulation(PrefixCaching, KVHandoff, PipelineStages, SharedCores, StepRese
         return SimResult(metrics=mt, cluster=self.cluster, model=self.model.name, events=events,
                          wall_s=time.perf_counter() - wall0, sim_end=now,
                          borrowed=self.cls.borrowed, perf_sources=self.perf_sources,
-                         requests=self.kept, hardware=self.hw,
-                         scaling=self.cls.activity(now))
+                         requests=self.kept, hardware=self.hw, scaling=self.cls.activity(now))

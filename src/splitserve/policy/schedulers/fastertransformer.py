@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from ..machine import Batch, BatchingConfig, _admit, _form_isolated, close_batch, free_decodes
 from ..state import Machine, Request
-from ..transitions import prefill_reservation, start_decode, start_decodes
+from ..kv_allocation import prefill_reservation
+from ..transitions import start_decode, start_decodes
 from .base import MachineScheduler
 
 
@@ -52,4 +53,4 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
 
 
 SCHEDULER = MachineScheduler("fastertransformer", form_batch,
-                             "static batches: nobody joins until the whole batch has finished")
+                             "static batches: nobody joins until the whole batch has finished", on_demand=False)

@@ -32,7 +32,7 @@ from typing import Iterable
 
 from ..machine import Batch, BatchingConfig
 from ..state import Machine, Request
-from ..transitions import prefill_reservation
+from ..kv_allocation import fits as kv_fits, prefill_reservation
 from .base import MachineScheduler
 from .vllm import prefill_first
 
@@ -61,7 +61,7 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
         if not held:
             held.extend(usage(m, d) for d in m.running)
         u = usage(m, r)
-        if prefill_reservation(m, r) > m.kv_free or peak_kv([*held, u]) > m.kv_capacity:
+        if not kv_fits(m, prefill_reservation(m, r)) or peak_kv([*held, u]) > m.kv_capacity:
             return False
         held.append(u)
         return True

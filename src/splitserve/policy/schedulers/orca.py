@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from ..machine import Batch, BatchingConfig, _admit, _form_isolated, close_batch, free_decodes
 from ..state import Machine, Phase, Request
-from ..transitions import decode_reservation, prefill_reservation, start_decodes
+from ..kv_allocation import decode_reservation, prefill_reservation
+from ..transitions import start_decodes
 from .base import MachineScheduler
 
 
@@ -72,4 +73,4 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
 
 
 SCHEDULER = MachineScheduler("orca", form_batch,
-                             "Orca: prompts and decodes together, admission reserves max_len per request")
+                             "Orca: prompts and decodes together, admission reserves max_len per request", on_demand=False)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..machine import Batch, BatchingConfig, _admit, _form_isolated, close_batch, free_decodes
+from ..preemption import grow_decodes
 from ..state import Machine, Request
 from ..transitions import start_decodes
 from .base import MachineScheduler
@@ -47,7 +48,10 @@ def prefill_first(m: Machine, cfg: BatchingConfig,
         if not n:
             break
         budget -= n
-    return close_batch(m, batch, [] if batch.prompts else running)
+    if batch.prompts:
+        return close_batch(m, batch, [])
+    grow_decodes(m, running, batch.preempted, cfg.preemption_limit, batch.grown)  # on demand: their next blocks
+    return close_batch(m, batch, running)
 
 
 def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:

@@ -164,4 +164,5 @@ class EcoServe(MachineScheduler):
 
 
 SCHEDULER = EcoServe("ecoserve", form_batch, "EcoServe: prompt and generation queues, KV for the predicted output, "
-                     "same-length groups, a long reservation lent to short requests", predicts=True, pools_kv=True)
+                     "same-length groups, a long reservation lent to short requests", predicts=True, pools_kv=True,
+                     on_demand=False)

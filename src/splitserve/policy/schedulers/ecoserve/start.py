@@ -9,7 +9,8 @@ from operator import attrgetter
 from ...machine import Batch, BatchingConfig
 from ...state import Machine, Request
 from ...sized_kv import drop_waiting, note, plan_kv
-from ...transitions import prefill_reservation, start_chunk
+from ...kv_allocation import prefill_reservation
+from ...transitions import start_chunk
 from .order import BUFFER, gt_key, left, predicted, prompt_key, reserve, written
 from .sizing import resume
 
