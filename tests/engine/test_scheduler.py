@@ -139,7 +139,9 @@ def workloads(draw):
         reqs.append((p, o, draw(st.integers(0, 3)), draw(st.booleans())))  # arrives after k steps; isolated
     cfg = BatchingConfig(prompt_token_cap=draw(st.sampled_from([16, 64, 2048])),
                          chunk_size=draw(st.sampled_from([0, 0, 24])),
-                         preemption_limit=draw(st.integers(0, 3)), max_seqs=draw(st.sampled_from([0, 2])))
+                         preemption_limit=draw(st.integers(0, 3)), max_seqs=draw(st.sampled_from([0, 2])),
+                         kv_allocation=draw(st.sampled_from(["reserve", "on-demand"])),
+                         kv_watermark=draw(st.sampled_from([0.0, 0.05])))
     return bs, num_blocks, reqs, cfg
 
 
@@ -161,7 +163,7 @@ def test_the_view_covers_every_block_and_tokens_are_unchanged(w):
             if out.finished:
                 done[out.request_id] = out.token_ids
         held = eng.blocks.num_blocks - eng.blocks.num_free
-        assert held * bs <= m.kv_used <= m.kv_capacity          # reserved covers allocated
+        assert held * bs <= m.kv_used <= m.kv_capacity          # reserved (or taken on demand) covers allocated
         assert m.pending == m.recount_pending() >= 0
         eng.blocks.check()
     assert done == want

@@ -23,10 +23,11 @@ from splitserve.policy.predictor import make_predictor
 from splitserve.policy.schedulers import SCHEDULERS, form_batch
 from splitserve.policy.schedulers.ecoserve.order import host
 from splitserve.policy.state import Machine, Phase, Pool, Request
-from splitserve.policy.kv_allocation import DoesNotFit
+from splitserve.policy.kv_allocation import DoesNotFit, configure
 from splitserve.policy.transitions import kv_landed
 from splitserve.serve.cluster_state import LiveCluster, NoWorkers
 from splitserve.serve.messages import TO_ROUTER, decode, encode
+from splitserve.serve.router_views import idle
 from splitserve.serve.worker import step_message
 
 
@@ -35,6 +36,8 @@ class SimPath:
 
     def __init__(self, homes, cap, block, split, routing, batching, predictor=None):
         self.ms = [Machine(i, "x", home=h, kv_capacity=cap, kv_block=block) for i, h in enumerate(homes)]
+        for m in self.ms:   # reserve or on demand, as the router's view and the engine's are made
+            configure(m, batching)
         self.sched = SCHEDULERS[batching.scheduler]
         for m in self.ms:   # as the engine's view of itself: it reports what its scheduler records
             self.sched.record(m)
@@ -98,6 +101,7 @@ def reported(m: Machine, b, sched) -> BatchReport:
         rep.chunks = [(str(r.id), c) for r, c in zip(b.prompts, b.chunks)]
         rep.preempted = [str(r.id) for r in b.preempted]
         rep.joined = [str(r.id) for r in b.joined]
+        rep.grown = [str(r.id) for r in b.grown]
     return rep
 
 
@@ -107,16 +111,18 @@ def deliver(live: LiveCluster, i: int, rep: BatchReport, live_reqs: dict[int, Re
     msg = decode(msgpack.unpackb(msgpack.packb(encode(step_message(rep)))), TO_ROUTER)
     get = lambda rid: live_reqs.get(int(rid))  # noqa: E731
     live.step_started(i, [(get(rid), n) for rid, n in msg.chunks], [get(rid) for rid in msg.preempted],
-                      [get(rid) for rid in msg.joined], msg.sched, get)
+                      [get(rid) for rid in msg.joined], msg.sched, get, [get(rid) for rid in msg.grown or ()])
 
 
 @st.composite
-def scenarios(draw):
+def scenarios(draw, pressure: bool = False):
+    """Random clusters, policies and events; `pressure`: KV on demand in a small cache (128-256
+    tokens) with longer outputs, so that decodes run out of blocks and preempt one another."""
     split = draw(st.booleans())
     P, T = Pool.PROMPT, Pool.TOKEN
     homes = draw(st.sampled_from([[P, P, T, T], [P, P, P, T], [P, T, T]])) if split else [Pool.MIXED] * 2
     block = draw(st.sampled_from([1, 16]))
-    cap = draw(st.sampled_from([256, 512, 1024]))
+    cap = draw(st.sampled_from([128, 192, 256] if pressure else [256, 512, 1024]))
     routing = RoutingConfig(prompt_queue_threshold=draw(st.sampled_from([64, 8192])),
                             token_queue_threshold=draw(st.sampled_from([0, 100])),
                             decode_dispatch=draw(st.sampled_from(["jsq", "tetriinfer"])),
@@ -127,9 +133,12 @@ def scenarios(draw):
                             flip_idle_s=draw(st.sampled_from([0.0, 0.0, 3.0])))
     batching = BatchingConfig(prompt_token_cap=draw(st.sampled_from([64, 2048])),
                               chunk_size=draw(st.sampled_from([0, 0, 48])),
-                              preemption_limit=draw(st.integers(0, 3)))
+                              preemption_limit=draw(st.integers(0, 3)),
+                              kv_allocation=draw(st.sampled_from(["on-demand"] if pressure else ["reserve", "on-demand"])),
+                              kv_watermark=draw(st.sampled_from([0.0, 0.01, 0.1])))
     events = draw(st.lists(st.one_of(
-        st.tuples(st.just("arrive"), st.integers(1, 200), st.integers(1, 60), st.booleans()),
+        st.tuples(st.just("arrive"), st.integers(1, 60 if pressure else 200), st.integers(20 if pressure else 1,
+                  120 if pressure else 60), st.booleans()),
         st.tuples(st.just("step"), st.integers(0, 3)),
         st.tuples(st.just("end"), st.integers(0, 3)),
         st.tuples(st.just("land"), st.integers(0, 7)),
@@ -146,8 +155,20 @@ def scenarios(draw):
            ("arrive", 72, 14, False), ("arrive", 28, 60, True)]))  # unreported, then starved
 def test_the_router_view_follows_the_simulator_event_by_event(sc):
     split, homes, cap, block, routing, batching, events = sc
-    flipped = drive(split, homes, cap, block, routing, batching, events)
+    stats: dict = {}
+    flipped = drive(split, homes, cap, block, routing, batching, events, stats=stats)
     event(f"instances flipped: {bool(flipped)}")
+    event(f"{batching.kv_allocation}: preempted {bool(stats.get('preempted'))}, grown {bool(stats.get('grown'))}")
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios(pressure=True))
+def test_the_router_view_follows_decodes_that_run_out_of_blocks(sc):
+    """KV on demand under pressure: every grown block and every preemption for one, followed."""
+    split, homes, cap, block, routing, batching, events = sc
+    stats: dict = {}
+    drive(split, homes, cap, block, routing, batching, events, stats=stats)
+    event(f"preempted: {bool(stats.get('preempted'))}")
 
 
 def drive(split, homes, cap, block, routing, batching, events, predictor: str | None = None,
@@ -159,7 +180,7 @@ def drive(split, homes, cap, block, routing, batching, events, predictor: str | 
                   make_predictor(predictor) if predictor is not None else None)
     live = LiveCluster(homes, [cap] * len(homes), split, routing, kv_block=block,
                        predictor=make_predictor(predictor) if predictor is not None else None,
-                       scheduler=SCHEDULERS[batching.scheduler])
+                       batching=batching)
     order = batching.scheduler != "ecoserve"
     live_reqs: dict[int, Request] = {}
     in_transfer: list[int] = []
@@ -177,6 +198,9 @@ def drive(split, homes, cap, block, routing, batching, events, predictor: str | 
         if i in sim.batches:
             return
         b = sim.step(i)
+        if stats is not None and b is not None:
+            stats["preempted"] = stats.get("preempted", 0) + len(b.preempted)
+            stats["grown"] = stats.get("grown", 0) + len(b.grown)
         rep = reported(sim.ms[i], b, sim.sched)
         if rep.told():   # the engine reports a step that changed something (engine/engine.py step)
             deliver(live, i, rep, live_reqs)
@@ -236,7 +260,7 @@ def drive(split, homes, cap, block, routing, batching, events, predictor: str | 
         for i in range(n):
             step(i)
             check()
-    assert all(r.phase is Phase.DONE for r in sim.reqs.values()) and live.idle()
+    assert all(r.phase is Phase.DONE for r in sim.reqs.values()) and idle(live)
     if routing.cluster_scheduler == "aladdin":
         event(f"aladdin workers scaled down: {live.cls.scale_downs > 0}")
     if stats is not None:

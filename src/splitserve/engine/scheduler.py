@@ -10,16 +10,21 @@ the step `finish_iteration` accounts for it, and a sequence that ends early (a s
 abort, a prefill handed over) is `release`d. The view only ever changes through the transitions
 of policy/transitions.py, the same the simulator and the live router use.
 
-What the policy reserves, the block manager can always allocate: a request's reservation (its
-prompt, and every token it may generate if it decodes here) covers every block it will take.
-KV for a request prefilled elsewhere is reserved the same way before it arrives (`reserve`).
+What the policy holds, the block manager can always allocate. Under reserve a request's
+reservation (its prompt, and every token it may generate if it decodes here) covers every block it
+will take; on demand (policy/kv_allocation.py) a prefill holds its blocks from its first chunk and
+each decode takes the block its next token needs as the step is formed (form_batch grows it, or
+preempts the last joined), so the step's allocations are always within what the view holds.
+KV for a request prefilled elsewhere is reserved the same way before it arrives (`reserve`); a
+reservation that does not fit now raises `NoRoom` (the router lets it wait and asks again).
 Under the ecoserve scheduler a reservation is sized by the policy (`Request.kv_held`: the prompt,
 then the predicted output, grown when under-predicted) and shared by a host and the guests it
 hosts: before each step every such family's reserved, unwritten blocks (what its members hold
 less what they have written) are set aside as one pool in the block manager, and the family's
 new blocks come out of that pool only, so a guest writes into blocks its host reserved.
 
-`report` says what the last step did (prompt chunks that started, decodes preempted or joined;
+`report` says what the last step did (prompt chunks that started, decodes preempted, joined or
+grown;
 and the scheduler's own report, `MachineScheduler.report`: under ecoserve the KV sizing its
 form_batch recorded in the view's `Machine.sched`: GTs parked, resumed with their reservation and
 host, re-hosted, reservations grown, prefills planned),
@@ -31,16 +36,22 @@ from __future__ import annotations
 import itertools
 
 from ..errors import UserError
+from ..policy.kv_allocation import configure
 from ..policy.machine import Batch, BatchingConfig, BatchReport, finish_iteration
 from ..policy.schedulers import scheduler_of
 from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.release import release
-from ..policy.transitions import enqueue_prompt, join_decode, reserve_decode
+from ..policy.transitions import enqueue_prompt, kv_arrived, reserve_decode
 from .block_manager import BlockManager
 from ..policy.prefix_cache import attachable, extend_hashes
 from .sequence import Sequence, Status
 
-HERE = 0  # the engine's machine id in its own view
+HERE, ELSEWHERE = 0, -1  # the engine's machine id in its own view; where a reserved request's prompt ran
+
+
+class NoRoom(UserError):
+    """A reservation for KV about to arrive does not fit now (the router's view thought it would:
+    its reports lag the engine); it may fit later."""
 
 
 class Scheduler:
@@ -49,6 +60,7 @@ class Scheduler:
         self.sched = scheduler_of(cfg)
         self.m = Machine(HERE, "engine", home=Pool.MIXED, kv_capacity=blocks.num_blocks * blocks.block_size,
                          kv_block=blocks.block_size)
+        configure(self.m, cfg)
         self.seqs: dict[int, Sequence] = {}   # policy request id -> sequence
         self._ids = itertools.count()
         self.batch: Batch | None = None       # the step being run
@@ -58,11 +70,11 @@ class Scheduler:
         self.prefix_queries = self.prefix_hits = 0  # prompt tokens looked up in / found in the prefix cache
         self.sched.record(self.m)             # form_batch records what it reports beyond the batch
 
-    def _shadow(self, seq: Sequence, generated: int = 0, predicted: int = 0) -> Request:
+    def _shadow(self, seq: Sequence, predicted: int = 0, prompt_machine: int = HERE) -> Request:
         out = min(seq.params.max_tokens, seq.max_len - len(seq.prompt_ids))
-        r = Request(next(self._ids), float(seq.arrival), len(seq.prompt_ids), out, generated=generated,
-                    prompt_machine=HERE, token_machine=-1 if seq.prefill_only else HERE, isolated=seq.isolated,
-                    predicted=predicted)
+        r = Request(next(self._ids), float(seq.arrival), len(seq.prompt_ids), out, generated=len(seq.output_ids),
+                    prompt_machine=prompt_machine, token_machine=-1 if seq.prefill_only else HERE,
+                    isolated=seq.isolated, predicted=predicted)
         seq.shadow = r
         self.seqs[r.id] = seq
         return r
@@ -75,18 +87,19 @@ class Scheduler:
         enqueue_prompt(self.m, self._shadow(seq, predicted=predicted))
 
     def reserve(self, seq: Sequence) -> None:
-        """Hold KV for `seq`, prefilled elsewhere, before its KV arrives (all of its decode's, as the
-        policy reserves it); UserError when it does not fit now."""
-        r = self._shadow(seq, generated=1)  # its first token is made where its prompt runs
+        """Hold KV for `seq`, prefilled elsewhere, before its KV arrives (what the policy takes for it:
+        its whole decode's under reserve, its prompt's and first token's blocks on demand); NoRoom
+        when it does not fit now."""
+        r = self._shadow(seq, prompt_machine=ELSEWHERE)
         if not reserve_decode(self.m, r, wait=False):
             del self.seqs[r.id]
-            raise UserError(f"no room in the KV cache for a {r.prompt_tokens}-token prompt and "
-                            f"{r.output_tokens} tokens ({self.m.kv_free} of {self.m.kv_capacity} tokens free)")
+            raise NoRoom(f"no room in the KV cache for a {r.prompt_tokens}-token prompt and "
+                         f"{r.output_tokens} tokens ({self.m.kv_free} of {self.m.kv_capacity} tokens free)")
 
     def arrived(self, seq: Sequence) -> None:
-        """`seq`'s KV (and first token) arrived: it decodes from the next step."""
+        """`seq`'s KV and first token (made where its prompt ran) arrived: it decodes from the next step."""
         seq.status = Status.RUNNING
-        join_decode(self.m, seq.shadow)
+        kv_arrived(self.m, seq.shadow)
 
     # ---- views -----------------------------------------------------------------------------------
     @property
@@ -123,6 +136,7 @@ class Scheduler:
             self.num_preemptions += 1
             rep.preempted.append(seq.request_id)
         rep.joined = [seqs[r.id].request_id for r in batch.joined]
+        rep.grown = [seqs[r.id].request_id for r in batch.grown]
         scheduled = [(seqs[r.id], 1) for r in batch.decoding]
         rep.decoding = [s.request_id for s, _ in scheduled]
         for r, n in zip(batch.prompts, batch.chunks):

@@ -184,7 +184,8 @@ def form_mixed(m: Machine, cfg: BatchingConfig) -> Batch | None:
     running = m.running if m.stages == 1 else free_decodes(m)
     grow_decodes(m, running, batch.preempted, cfg.preemption_limit, batch.grown)  # on demand
     budget = prompt_budget(cfg, len(running))
-    while queue and not (m.kv_on_demand and batch.preempted):  # vLLM: no prompt joins a step that preempted
+    while queue and not (m.kv_on_demand and batch.preempted and queue[0].prefilled == 0):  # vLLM: a step
+        # that preempted takes no new prompt (a started prefill goes on: it holds its KV)
         n = _admit(m, cfg, queue[0], budget, batch, running)
         if not n:
             break
@@ -197,7 +198,7 @@ def _formed(m: Machine, cfg: BatchingConfig, batch: Batch, decoding: list[Reques
     (form_batch's end, for a part of the running decodes)."""
     grow_decodes(m, decoding, batch.preempted, cfg.preemption_limit, batch.grown)
     requeue(m, batch.preempted)
-    if not batch.prompts and not decoding and not batch.joined:  # decodes that joined must be told
+    if not (batch.prompts or decoding or batch.joined or batch.preempted):  # what changed must be told
         return None
     batch.decoding = decoding
     batch.decodes = len(decoding)

@@ -75,3 +75,17 @@ def _leave_prefill(p: Machine, r: Request) -> None:
             r.kv_held = 0
     if r.isolated:
         p.isolated -= 1
+
+
+def unreserve(r: Request, p: Machine, t: Machine) -> None:
+    """Token machine `t` could not reserve for `r` after all (on demand, a live worker's own view
+    had less room than the router's view of it: its reports lag): undo its reservation there and
+    its prompt queued on `p` (not sent yet); it waits first in `t`'s admit queue, as if it had not
+    been admitted (policy/cluster.py admit_freed takes it when memory frees)."""
+    _drop_reservation(t, r)
+    _leave_prefill(p, r)
+    r.phase = Phase.QUEUED
+    t.admit_queue.appendleft(r)
+    left = r.output_tokens - r.generated
+    t.queued_decode_tokens += left
+    t.pending += left

@@ -160,6 +160,14 @@ def join_decode(m: Machine, r: Request) -> None:
         m.isolated += 1
 
 
+def kv_arrived(m: Machine, r: Request) -> None:
+    """A token machine's view of itself (an engine's, which never sees the prompt machine):
+    reserved `r`'s KV and the token its prefill made elsewhere arrived; it decodes from the next
+    iteration (as first_token on its prompt machine, then join_decode, in a view of both)."""
+    r.generated += 1
+    join_decode(m, r)
+
+
 def start_decode(m: Machine, r: Request) -> None:
     """Ready `r` enters `m`'s decode batch."""
     m.ready.remove(r)

@@ -7,11 +7,10 @@ caching, each machine's view of its worker's cache follows these events too (ser
     a request arrives                      arrive: predict, route,          Simulation._arrive
                                            reserve_decode or wait,
                                            enqueue_prompt
-    a worker's step starts ("step")        start_decode (joined), preempt,  form_batch
-                                           start_chunk, requeue_preempted;
-                                           the scheduler's own report
-                                           (ecoserve: park, grow_kv,
-                                           drop_waiting, resume, plan_kv)
+    a worker's step starts ("step")        start_decode (joined), grow_decode form_batch
+                                           (grown), preempt, start_chunk,
+                                           requeue_preempted; the scheduler's
+                                           own report (ecoserve's sizing)
     that step ends ("out")                 end_chunk; first_token for a     finish_iteration, then
                                            completed prefill; decode_tokens; Simulation._iter_end
                                            settle; admit_freed
@@ -23,32 +22,28 @@ starts, as in the simulator, and pending tokens move from queued to running then
 token of a split request can reach the router through the token worker ("kv_in") before the
 prompt worker's step report: `first_from_token_worker` applies the prompt side's transitions
 then, and the late report finds nothing left to do. tests/serve/test_cluster_state.py drives the
-simulator's path and this one with the same random events and compares the machines after each. `down`/`up` take a dead worker out of its pool and put
-its replacement in. Nothing here does I/O; the router carries the decisions out.
+simulator's path and this one with the same random events and compares the machines after
+each. `down`/`up` take a dead worker out of its pool and put its replacement in. Nothing here does I/O; the router carries the decisions out.
 
-Under ecoserve a worker's scheduler sizes KV itself (policy/schedulers/ecoserve/): prompts hold
-their prefill's KV only, generation tasks wait in the machine's decode queue holding theirs, start
-with a reservation for their predicted output or inside a host's, and grow. Its step report says
-each of these (its own report, `MachineScheduler.report`), and `step_started` applies it
-(`MachineScheduler.apply_report`) with the same calls ecoserve made (`park`, `grow_kv`,
-`drop_waiting`, `resume`, `plan_kv`), so kv_used, pending, the queues and each request's kv_held
-and host follow the worker's. The queues' order may differ from the worker's: the decode queue
-is ordered by `gt_key` with the router's arrival times (the worker keys deadlines by its admission
-counter), and the prompt queue stays first come first served here (the worker reorders its own by
-deadline); this view never takes from its queues, only their members and counters matter.
+Under ecoserve a worker's scheduler sizes KV itself and reports how (policy/schedulers/ecoserve/
+view.py: `step_started` applies it with the calls ecoserve made). On demand, a step's report names
+the decodes that took KV for it (`grown`), and a worker with no room for a reservation after all
+makes the request wait here (`wait_for_room`). Queue order may differ from a worker's (ecoserve's
+deadlines); this view never takes from its queues, only their members and counters matter.
 """
 
 from __future__ import annotations
 
 from ..policy.cluster import RoutingConfig, admit_freed, arrive
 from ..policy.cluster_schedulers import make_cluster_scheduler
-from ..policy.schedulers import SCHEDULERS, MachineScheduler
+from ..policy.schedulers import SCHEDULERS
 from ..policy.state import Machine, Phase, Pool, Request
-from ..policy.release import release
+from ..policy.release import release, unreserve
 from ..policy.sized_kv import drop_waiting, plan_kv
-from ..policy.kv_allocation import DoesNotFit
-from ..policy.transitions import (decode_tokens, end_chunk, first_token, kv_landed, preempt, requeue_preempted,
-                                  start_chunk, start_decode)
+from ..policy.kv_allocation import DoesNotFit, configure
+from ..policy.machine import BatchingConfig
+from ..policy.transitions import (decode_tokens, end_chunk, first_token, grow_decode, kv_landed, preempt,
+                                  requeue_preempted, start_chunk, start_decode)
 from .prefix_view import PrefixView
 
 
@@ -59,17 +54,17 @@ class NoWorkers(RuntimeError):
 class LiveCluster:
     def __init__(self, homes: list[Pool], kv_tokens: list[int], split: bool,
                  routing: RoutingConfig = RoutingConfig(), kv_block: int = 1, predictor=None,
-                 scheduler: MachineScheduler = SCHEDULERS["splitwise"], prefix: bool = False) -> None:
-        """kv_tokens: each worker's KV cache in tokens; kv_block: tokens per block (reservations
-        are whole blocks, as the workers' paged caches allocate them); predictor: the output-length
-        predictor a request's estimate comes from at arrival, as in the simulator (the ecoserve
-        scheduler's, policy/predictor.py arrival_predictor; the router sends it in `gen`);
-        scheduler: the workers' machine scheduler, whose own step reports this view applies; prefix:
-        whether the workers keep prefix caches, each machine then a view of its worker's (`prefix`:
-        serve/prefix_view.py, blocks of kv_block tokens)."""
+                 batching: BatchingConfig = BatchingConfig(), prefix: bool = False) -> None:
+        """kv_tokens: each worker's KV cache in tokens; kv_block: tokens per block (KV is held in whole
+        blocks, as the workers' paged caches allocate it); predictor: the output-length predictor a
+        request's estimate comes from at arrival, as in the simulator (policy/predictor.py
+        arrival_predictor; the router sends it in `gen`); batching: the workers' settings (their
+        machine scheduler, whose own step reports this view applies; their KV allocation, which
+        each machine follows); prefix: whether the workers keep prefix caches, each machine then a
+        view of its worker's (serve/prefix_view.py)."""
+        self.batching, self.sched = batching, SCHEDULERS[batching.scheduler]
         self.prefix = PrefixView(kv_block) if prefix else None
         self.predictor = predictor
-        self.sched = scheduler
         self.split = split
         self.homes = list(homes)
         self.kv_tokens = list(kv_tokens)
@@ -92,17 +87,21 @@ class LiveCluster:
 
     # ---- a worker's step ------------------------------------------------------------------------
     def step_started(self, wid: int, chunks: list[tuple[Request, int]], preempted: list[Request],
-                     joined: list[Request], report=None, get=None) -> None:
+                     joined: list[Request], report=None, get=None, grown: list[Request] = ()) -> None:
         """Worker `wid` formed a step: what form_batch did for it. `report`: its scheduler's own
         report of the step (the `step` message's `sched`; `get`: request id -> this view's request,
         None when it has none), applied by the scheduler in its order (ecoserve: re-hosted guests,
         GTs parked, reservations grown, then the preempted (guests, and waiting GTs "unstuck"), GTs
-        resumed, prompts planned as they start). (A report may name a request this view has
-        released already, on its own: it is skipped.)"""
+        resumed, prompts planned as they start); `grown`: on demand, its decodes that took KV for
+        it. (A report may name a request this view has released already, on its own: it is
+        skipped.)"""
         m = self.machines[wid]
         for r in joined:
             if r.phase is Phase.READY and r in m.ready:
                 start_decode(m, r)
+        for r in grown:
+            if r.phase is Phase.DECODE and r.token_machine == wid:
+                grow_decode(m, r)
         sized = self.sched.apply_report(m, report, get)
         sized.before()
         victims = [r for r in preempted if r.phase is Phase.DECODE and r in m.running
@@ -195,6 +194,12 @@ class LiveCluster:
             self.prefix.leaving(m, r, tokens)
         return self._admit(self._release(r))
 
+    def wait_for_room(self, r: Request) -> None:
+        """`r`'s token worker had no room for its reservation after all (`reserved` full: on demand,
+        this view's reports lag the worker): it waits in that worker's admit queue, holding nothing,
+        and is admitted again when memory frees there (returned then by end_step or kv_landed)."""
+        unreserve(r, self.machines[r.prompt_machine], self.machines[r.token_machine])
+
     def _release(self, r: Request) -> set[Machine]:
         if r.phase is Phase.DONE:
             return set()
@@ -277,22 +282,10 @@ class LiveCluster:
 
     def _machine(self, i: int, home: Pool, cap: int) -> Machine:
         m = Machine(i, "live", home=home, kv_capacity=cap, kv_block=self.kv_block)
+        configure(m, self.batching)
         if self.prefix is not None:
             self.prefix.fresh(m)
         return m
-
-    def idle(self) -> bool:
-        """Every live machine's counters are back at zero (tests)."""
-        return all(m.pending == 0 and m.kv_used == 0 and m.recount_pending() == 0
-                   and not (m.prompt_queue or m.running or m.ready or m.admit_queue or m.decode_queue)
-                   for m, a in zip(self.machines, self.alive) if a)
-
-    def snapshot(self) -> list[dict]:
-        return [{"id": m.id, "alive": a, "home": m.home.name.lower(), "pool": m.pool.name.lower(),
-                 "pending": m.pending, "kv_used": m.kv_used, "kv_capacity": m.kv_capacity,
-                 "prompt_queue": len(m.prompt_queue), "prefill_tokens_running": m.running_prompt_tokens,
-                 "admit_queue": len(m.admit_queue), "running": len(m.running), "accepting": self.accepting(m)}
-                for m, a in zip(self.machines, self.alive)]
 
     def accepting(self, m: Machine) -> bool:
         """Whether new requests may be routed to `m`: a scaling scheduler's scaled-down workers

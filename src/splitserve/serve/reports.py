@@ -55,13 +55,17 @@ class WorkerReports:
                     self.cluster.prefix_reported(w.id, q.pr, sizes.get(rid, 0), k)  # the view corrected
             self.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
             self.cluster.step_started(w.id, chunks, live(msg.preempted), live(msg.joined), msg.sched,
-                                      lambda rid: q.pr if (q := get(rid)) is not None else None)
+                                      lambda rid: q.pr if (q := get(rid)) is not None else None,
+                                      live(msg.grown or ()))
         elif type(msg) is Reserved:
             req = get(msg.rid)
             if req is not None and req.stage is Stage.RESERVING:
                 if msg.ok:
                     self.cluster.prefix_reserved(req.pr, msg.skip)
                     self._send_prefill(req, msg.blocks, msg.skip)
+                elif msg.full:  # on demand: no room there now after all; it waits, no try lost
+                    self.cluster.wait_for_room(req.pr)
+                    req.stage = Stage.WAITING
                 else:
                     self._restart(req, f"token worker could not reserve KV: {msg.msg}")
         elif type(msg) is KvIn:

@@ -29,7 +29,6 @@ import time
 
 from ..policy.cluster import moves_kv
 from ..policy.predictor import arrival_predictor
-from ..policy.schedulers import scheduler_of
 from ..policy.state import Pool, Request
 from .channel import RouterChannel
 from .cluster_state import LiveCluster, NoWorkers
@@ -113,7 +112,7 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
             await asyncio.sleep(0.05)
         homes, bs = [POOLS[w.home] if cfg.split else Pool.MIXED for w in self.workers], self.workers[0].block_size
         self.cluster = LiveCluster(homes, [w.kv_tokens for w in self.workers], cfg.split, cfg.policy.routing,
-                                   bs, arrival_predictor(cfg.policy), scheduler_of(cfg.policy.batching),
+                                   bs, arrival_predictor(cfg.policy), cfg.policy.batching,
                                    prefix=cfg.prefix_caching and cfg.worker_mode == "engine")  # prefix_view.py
         self.max_request_tokens()
         self._tasks.append(asyncio.create_task(self._monitor_loop()))

@@ -4,6 +4,22 @@ debug state (/debug/state). A part of the Router (router.py)."""
 from __future__ import annotations
 
 
+def snapshot(cluster) -> list[dict]:
+    """Each machine of the router's policy view (serve/cluster_state.py LiveCluster), as /debug/state shows it."""
+    return [{"id": m.id, "alive": a, "home": m.home.name.lower(), "pool": m.pool.name.lower(),
+             "pending": m.pending, "kv_used": m.kv_used, "kv_capacity": m.kv_capacity,
+             "prompt_queue": len(m.prompt_queue), "prefill_tokens_running": m.running_prompt_tokens,
+             "admit_queue": len(m.admit_queue), "running": len(m.running), "accepting": cluster.accepting(m)}
+            for m, a in zip(cluster.machines, cluster.alive)]
+
+
+def idle(cluster) -> bool:
+    """Every live machine of the view holds nothing, its counters back at zero."""
+    return all(m.pending == 0 and m.kv_used == 0 and m.recount_pending() == 0
+               and not (m.prompt_queue or m.running or m.ready or m.admit_queue or m.decode_queue)
+               for m, a in zip(cluster.machines, cluster.alive) if a)
+
+
 class RouterViews:
     """The Router's read-only views (its state is the router's)."""
 
@@ -16,7 +32,7 @@ class RouterViews:
         return ok, body
 
     def cluster_snapshot(self) -> list[dict]:
-        return self.cluster.snapshot() if self.cluster is not None else []
+        return snapshot(self.cluster) if self.cluster is not None else []
 
     def borrowed(self) -> int:
         """Machines the cluster scheduler has moved into the mixed pool so far."""
@@ -30,7 +46,7 @@ class RouterViews:
                          "restarts": w.restarts, "failures": w.failures, "last_failure": w.last_failure,
                          "kv_addr": w.kv_addr} for w in self.workers],
             "machines": self.cluster_snapshot(),
-            "policy_idle": self.cluster.idle() if self.cluster is not None else True,
+            "policy_idle": idle(self.cluster) if self.cluster is not None else True,
             "flips": self.flips,
             "in_flight": len(self.reqs),
             "parked": len(self.reqs.parked),

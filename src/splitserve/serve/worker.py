@@ -116,8 +116,8 @@ class Worker:
                 try:
                     where = self.receiver.expect(rid, msg.prompt_ids, sampling_params(msg.params, self.echo),
                                                  msg.src, isolated=msg.isolated)
-                except UserError as e:
-                    self.send(Reserved(rid=rid, ok=False, msg=str(e)))
+                except UserError as e:  # NoRoom (engine/scheduler.py): the router's view lagged; it waits
+                    self.send(Reserved(rid=rid, ok=False, msg=str(e), full=type(e).__name__ == "NoRoom" or None))
                     return
                 # `where`: one-sided, the blocks the prompt worker writes into
                 self.send(Reserved(rid=rid, ok=True, blocks=where.get("blocks"), skip=where.get("skip") or None))
@@ -249,7 +249,8 @@ def step_message(rep, at: float | None = None) -> Step:
     """The `step` message of an engine's step report (policy/machine.py BatchReport), formed at
     `at` (time.perf_counter()), with its scheduler's own report (`sched`, None: left out)."""
     return Step(chunks=[StepChunk(*c) for c in rep.chunks], preempted=list(rep.preempted), joined=list(rep.joined),
-                at=at, sched=rep.sched, cached=[StepChunk(*c) for c in rep.cached] or None)
+                at=at, sched=rep.sched, cached=[StepChunk(*c) for c in rep.cached] or None,
+                grown=list(rep.grown) or None)
 
 
 def _unlink_on_sigterm(region) -> None:

@@ -152,6 +152,7 @@ class Reserved(Message):
     blocks: list[int] | None = None
     msg: str | None = None
     skip: int | None = None  # leading prompt tokens whose KV this worker's prefix cache holds already
+    full: bool | None = None  # not ok only for want of room now (on demand: it may fit later)
 
 
 @_msg
@@ -198,6 +199,7 @@ class Step(Message):
                                   # (policy/schedulers/base.py MachineScheduler.report; ecoserve's KV sizing)
     at: float | None = None       # the worker's time.perf_counter() when the step was formed
     cached: list[StepChunk] | None = None  # prompts starting: tokens from the prefix cache (left out when none start)
+    grown: list[str] | None = None  # on demand: its decodes that took KV for it (left out when none)
 
 
 # ---- worker -> worker (KV transport) ---------------------------------------------------------

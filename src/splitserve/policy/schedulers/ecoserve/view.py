@@ -2,7 +2,15 @@
 with the calls the worker's form_batch made, in its order (serve/cluster_state.py step_started):
 re-hosted guests, GTs parked, reservations grown (`before` the batch's preemptions), a preempted
 decode hosted by nobody, then GTs resumed (`after`), and prompts planned as they start. A report
-may name a request the view has released already, on its own: it is skipped."""
+may name a request the view has released already, on its own: it is skipped.
+
+Under ecoserve a worker's scheduler sizes KV itself: prompts hold their prefill's KV only,
+generation tasks wait in the machine's decode queue holding theirs, start with a reservation for
+their predicted output or inside a host's, and grow; the report says each, and the view applies it
+with the same calls (`park`, `grow_kv`, `drop_waiting`, `resume`, `plan_kv`), so kv_used, pending,
+the queues and each request's kv_held and host follow the worker's. The decode queue is ordered by
+`gt_key` with the router's arrival times (the worker keys deadlines by its admission counter), and
+the prompt queue stays first come first served (the worker reorders its own by deadline)."""
 
 from __future__ import annotations
 
