@@ -18,6 +18,10 @@ The setup, as the paper gives it and where it does not (ASSUMED):
   the report says why). GPUs needed: the fewest workers meeting the
   target, times GPUs per worker. Aladdin with scaling beside: the pool JSQ needs, its active
   workers following Eq. 7 (`--scale-window`), the mean number on.
+- Every worker allocates KV on demand, as vLLM does and Aladdin runs on it (policy/systems.py):
+  a request holds the blocks of the tokens it has, a prompt waits for its blocks and a 1%
+  watermark, a decode that finds no block preempts the last-joined decode (recomputed later).
+  Before on-demand allocation every worker here reserved each request's prompt + output.
 - Figure 12 (split phase, decode GPUs only, as the paper): prompt workers fixed at
   1 + ceil(rate / 8) for every dispatcher (ASSUMED; the paper does not simulate them); the token
   workers needed under JSQ (DistServe's), power of two (TetriInfer's decode dispatch: two at random

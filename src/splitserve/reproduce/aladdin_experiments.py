@@ -28,6 +28,7 @@ WORKLOAD = "sharegpt"
 TARGET = 0.99                 # ASSUMED in place of P100 (see above)
 FIG11 = ("vllm", "jsq", "aladdin", "aladdin-0.7")
 FIG12 = ("split-jsq", "split-p2", "split-aladdin")
+ALLOCATION = "on-demand"      # every worker allocates KV as vLLM does, Aladdin's (policy/systems.py) too
 NAMES = {"vllm": "vLLM (4 GPUs/worker, JSQ)", "jsq": "JSQ (1 GPU/worker)", "aladdin": "Aladdin, theta 0.9",
          "aladdin-0.7": "Aladdin, theta 0.7",
          "split-jsq": "JSQ", "split-p2": "Power of two", "split-aladdin": "Aladdin"}
@@ -99,14 +100,14 @@ def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, wind
     if kind in FIG11:
         routing = RoutingConfig(**aladdin) if kind in THETAS else RoutingConfig(cluster_scheduler="jsq")
         cluster = make_cluster("baseline-a100", machines=workers, parallel=Parallelism(tp=GPUS.get(kind, 1)))
-        batching = BatchingConfig(scheduler="vllm")
+        batching = BatchingConfig(scheduler="vllm", kv_allocation=ALLOCATION)
     else:
         routing = {"split-jsq": RoutingConfig(mixed_pool=False),
                    "split-p2": RoutingConfig(mixed_pool=False, decode_dispatch="tetriinfer", predictor="tetriinfer-100"),
                    "split-aladdin": RoutingConfig(mixed_pool=False, **aladdin)}[kind]
         cluster = make_cluster("splitwise-aa", prompt_machines=prompt_workers(rate), token_machines=workers,
                                parallel=Parallelism(tp=1))
-        batching = BatchingConfig()
+        batching = BatchingConfig(kv_allocation=ALLOCATION)
     cfg = SimConfig(policy=PolicyConfig(batching=batching, routing=routing), goodput=GoodputSLO(ttft, atgt),
                     perf_model=scale.perf_model, machine=hosts)
     wl = list(make_workload(WORKLOAD, rps=rate, duration=scale.duration, seed=seed))

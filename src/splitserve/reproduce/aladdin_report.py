@@ -70,7 +70,9 @@ def _setup(rep: Report, res: dict, pub: dict) -> None:
             "- Figure 11: vLLM's prefill-first iterations on every worker; vLLM with 4 GPUs per worker "
             "and JSQ, JSQ with 1 GPU per worker (Table 3's optimum), Aladdin's placement with 1 GPU per "
             "worker (no scaling; its 100-token bucket predictor). Figure 12: decode workers of a split "
-            "cluster (prompt workers fixed at 1 + ceil(rate / 8)), JSQ, TetriInfer's power of two, Aladdin.", "")
+            "cluster (prompt workers fixed at 1 + ceil(rate / 8)), JSQ, TetriInfer's power of two, Aladdin.",
+            "- KV on demand on every worker, as vLLM allocates it (a prompt waits for its blocks and a 1% "
+            "watermark, a decode that finds no block preempts the last-joined decode, recomputed later).", "")
 
 
 def _figure11(rep: Report, res: dict) -> None:
@@ -141,8 +143,9 @@ def _differences(rep: Report, res: dict) -> None:
             "- Outputs: `sharegpt` is a fit of ShareGPT's lengths (DistServe's), not Llama2-13B's own outputs; "
             "the predictor is a 100-token bucket classifier at 58.9% (TetriInfer's), where the paper uses "
             "the mean output per prompt length (its accuracy unstated).",
-            "- splitserve reserves each request's whole KV at admission, so an Aladdin placement that "
-            "overbooks its predicted KV peak waits for memory instead of being preempted later.",
+            "- KV is allocated on demand, so an Aladdin placement that overbooks its predicted KV peak "
+            "admits the request and preempts (recomputes) a decode later, as vLLM would; before on-demand "
+            "allocation the request waited for its whole reservation instead.",
             f"- P100 vs >= {TARGET:.0%}: the last percent of requests (the largest prompts queued behind "
             "others) decides P100 in a finite sample; the paper's simulation draws outputs from a CDF and "
             "reports P100 of its own model.",

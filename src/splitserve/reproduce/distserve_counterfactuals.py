@@ -9,9 +9,11 @@ move a number, each a goodput search of distserve_probe.py.
   what our vLLM reaches under them: a direct check of the vLLM baseline's goodput, and the same
   with a per-step overhead added to vLLM's batches (does the paper's vLLM carry one ours lacks?).
 - Per experiment: both systems at half and twice Table 1's SLOs (how the gain moves with the
-  SLOs' tightness against our latencies); for OPT-13B chatbot, the vLLM baseline without
-  preemption, with mixed batching in place of prefill-first, with a 5 ms step overhead, and
-  DistServe pulling the KV (its own rule) in place of reserving it before the prefill; for
+  SLOs' tightness against our latencies); for OPT-13B chatbot, the vLLM baseline reserving each
+  request's prompt + output (`--kv-allocation reserve`, its allocation before on demand) with and
+  without preemption, with mixed batching in place of prefill-first, with a 5 ms step overhead,
+  and DistServe pulling the KV (its own rule) in place of taking the prompt's blocks on the token
+  machine before the prefill; for
   OPT-175B, the paper's own placement (pp 3, prefill tp 3, decode tp 4, §6.2), outside our grid,
   or where tp 3 cannot be modelled (the operator model has no 3-GPU all-reduce) pp 3 with prefill
   tp 2.
@@ -75,7 +77,9 @@ def experiment(run: Runner, res: dict, scale, seed: int, perf_model: str) -> dic
     slo = (ttft, tpot)
     if res["experiment"] == "chatbot-opt-13b":
         for name, p in ((f"vLLM + {OVERHEAD_S * 1e3:g} ms per step", replace(vllm, overhead_s=OVERHEAD_S)),
-                        ("vLLM without preemption", replace(vllm, preemption_limit=0)),
+                        ("vLLM reserving prompt + output (before on demand)", replace(vllm, kv_allocation="reserve")),
+                        ("vLLM reserving, without preemption", replace(vllm, kv_allocation="reserve",
+                                                                         preemption_limit=0)),
                         ("vLLM with mixed batching (not prefill-first)", replace(vllm, scheduler="splitwise"))):
             v = run.goodput(p, slo, lat)
             rows.append({"run": name, "distserve": d0, "vllm": v, "gain": _gain(d0, v)})

@@ -2,9 +2,10 @@
 same clusters as provision/placement/'s jobs (an unsplit vLLM instance, or prompt and token
 instances of one DGX-A100 kind with no mixed pool, KV over NVLink), with the settings a `Job`
 cannot carry: a per-step time added to every batch (a serving system's overhead outside the
-GPU), the preemption limit, the KV pull, fixed request sizes (DistServe's Figure 1: 512 in,
-64 out). Without those, a probe simulates exactly what its `Job` does (the tests check that the
-vLLM goodput equals the main run's)."""
+GPU), the preemption limit, the KV allocation, the KV pull, fixed request sizes (DistServe's
+Figure 1: 512 in, 64 out). Without those, a probe simulates exactly what its `Job` does (KV on
+demand, as distserve_experiments.on_demand makes the jobs; the tests check that the vLLM goodput
+equals the main run's)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class Probe:
     pp: int = 1                            # pipeline stages of every instance
     scheduler: str | None = "vllm"         # machine scheduler (None: the default batching)
     preemption_limit: int = 3
+    kv_allocation: str = "on-demand"       # as vLLM and DistServe allocate (policy/kv_allocation.py)
     overhead_s: float = 0.0                # seconds added to every batch
     kv_pull: bool = False
     perf_model: str = "auto"
@@ -87,7 +89,7 @@ def _fixed(prompt: int, output: int, rate: float, duration: float, seed: int):
 
 def _policy(p: Probe) -> PolicyConfig:
     pol = PolicyConfig()
-    b = replace(pol.batching, preemption_limit=p.preemption_limit)
+    b = replace(pol.batching, preemption_limit=p.preemption_limit, kv_allocation=p.kv_allocation)
     if p.scheduler is not None:
         b = replace(b, scheduler=p.scheduler)
     r = pol.routing if p.prompt is None else replace(pol.routing, mixed_pool=False, kv_pull=p.kv_pull)

@@ -96,9 +96,12 @@ def _setup(rep: Report, scale: Scale, seed: int, search: dict, wall_s: float, pe
             "perf/operator_perf.py; roofline: perf/roofline.py), not DistServe's profiled latency model.",
             "- DistServe: Alg. 2 (low node-affinity, §4.2), as the paper's end-to-end runs: the best pair of "
             "a prefill and a decode instance of pp stages whose stage segments share a node (tp_p + tp_d <= 8), "
-            "KV over NVLink; FCFS; no mixed pool (provision/placement/).",
+            "KV over NVLink; FCFS; no mixed pool; KV on demand on both instances, as the `distserve` system "
+            "(policy/systems.py; provision/placement/).",
             "- vLLM: one colocated instance with the paper's intra-op degree (1, 4, 8 for OPT-13B/66B/175B, §6.1), "
-            "the `vllm` machine scheduler (policy/schedulers/vllm.py: prefill-first). vLLM++: the same at its "
+            "the `vllm` system (policy/schedulers/vllm.py: prefill-first; KV on demand, policy/kv_allocation.py: a "
+            "prompt waits for its blocks and a 1% watermark, a decode that finds no block preempts the last-joined "
+            "decode, recomputed later). vLLM++: the same at its "
             "best tensor degree among those searched (§6.4), pp 1 (vLLM has no inter-op parallelism).",
             "- Workloads: synthetic sizes (scripts/distserve_workloads.py): ShareGPT means from seed 003 Table 2; "
             "HumanEval lengths and LongBench output lengths ASSUMED (the paper's Figure 7 is an image); "
@@ -184,8 +187,10 @@ def _known(rep: Report, scale: Scale) -> None:
             "- Performance model: the simulator's (see Setup), not DistServe's fitted latency model "
             "(its Appendix A); the A100 figures are the catalog's.",
             "- Workload sizes: synthetic, partly assumed (see Setup); DistServe samples the real datasets.",
-            "- KV reservation: splitserve reserves prompt + output KV at admission; DistServe and vLLM page KV as it "
-            "grows. Decode-heavy, small instances (tp 1) are limited by KV capacity here.",
+            "- KV allocation: on demand in blocks as tokens are written, as DistServe and vLLM page it; a preempted "
+            "decode is recomputed, never swapped to host memory (vLLM's other option). Before on-demand allocation "
+            "this reproduction reserved each request's prompt + output at admission "
+            "(docs/reproduction/kv_on_demand.md sets the two runs side by side).",
             "- Pipeline stages of an instance are packed into nodes in order (perf/pipeline.py); in Alg. 2 each stage "
             "is in a different node, so its activation hops would cross the 25 Gbps network (small: activations only).",
             "- The SLO-scale comparison is at vLLM's goodput rate per GPU (ASSUMED; the paper fixes a rate it does "

@@ -13,9 +13,10 @@ The setup, as the paper gives it and where it does not (ASSUMED):
   for a fixed time per dataset (so that an overload shows as growing latency), at most a cap.
 - Systems: `ecoserve` (policy/schedulers/ecoserve/) with the dataset's predictor (77.5/73.2/69.8%
   at 10/15/20% padding), its Oracle (the true lengths), `vllm` as `--policy vllm` (prefill-first;
-  a waiting prompt preempts the youngest decodes, recomputed later), the same without preemption
-  (`vllm-np`: KV reserved whole never needs to grow, so vLLM v0 would not preempt), and FastGen as
-  `sarathi` (Dynamic SplitFuse ~ stall-free chunked prefill, 512-token chunks: ASSUMED stand-in), ORCA
+  KV on demand: a prompt waits for its blocks and a 1% watermark, a decode that finds no block for
+  its next token preempts the last-joined decode, recomputed later), the same reserving each
+  request's true prompt + output without preemption (`vllm-np`, `--kv-allocation reserve`: KV
+  reserved whole never needs to grow, so nothing is preempted), and FastGen as `sarathi` (on demand) (Dynamic SplitFuse ~ stall-free chunked prefill, 512-token chunks: ASSUMED stand-in), ORCA
   as `orca` with the paper's batch of 8 and max-allocation (2,048 tokens per request, §2.1).
 - Counterfactuals (ecoserve_claims.py): vLLM reserving the whole context, EcoServe and vLLM with 0.9 of
   HBM for KV, 'sustained' at other latency limits; left out of the roofline run of --versus-roofline.

@@ -108,12 +108,12 @@ def section(rep: Report, res: dict, pub: dict) -> None:
         return
     rep.add("## Counterfactuals: what moves the gaps", "",
             "Each row is EcoServe's sustained rate over another system's, from simulator runs on the same grid:",
-            "- **vLLM without preemption**: vLLM keeping a whole reservation per request, never recomputing.",
+            "- **vLLM without preemption**: vLLM reserving each request's true prompt + output (`--kv-allocation "
+            "reserve`, the allocation of splitserve's vLLM before on demand), never recomputing.",
             "- **vLLM reserving the context**: vLLM admitting a request only with 2,048 tokens of KV free for it "
             "(Orca's iteration scheduler with max-allocation, no batch cap): what not knowing output lengths costs at "
-            "worst. splitserve's `vllm` reserves each request's true prompt + output, an allocation that knows the "
-            "output length (the paper's vLLM allocates 32-token blocks as sequences grow and swaps on failure: in "
-            "between).",
+            "worst. splitserve's `vllm` allocates blocks as sequences grow and recomputes the last-joined decode when "
+            "one finds none, as the paper's vLLM allocates 32-token blocks and swaps on failure.",
             "- **both with 0.9 of HBM for KV**: EcoServe and vLLM with the A100's whole KV room instead of the "
             "paper's 12 GB (`ecoserve-kv` over `vllm-kv`).",
             f"- **'sustained' within Nx**: the same runs, the latency limit N x vLLM's lowest-rate normalized "

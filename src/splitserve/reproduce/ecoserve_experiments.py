@@ -82,16 +82,19 @@ def memory_utilization() -> float:
 
 def policy(system: str, dataset: str):
     """The policy of the compared `system` on `dataset` (FastGen: sarathi's; ORCA: Orca's scheduler
-    with the paper's batch of 8, reserving the whole context; `-kv`: the same policy as without)."""
+    with the paper's batch of 8, reserving the whole context; `-kv`: the same policy as without).
+    vllm and sarathi allocate KV on demand (their systems' rule, policy/systems.py); vllm-np,
+    ORCA and vllm-max reserve, named here so that the counterfactuals keep their meaning."""
     system = system.removesuffix("-kv")
     if system == "oracle":   # the system's predictor replaced by the truth (an option at its default
         return make_policy({"batching.scheduler": "ecoserve", "routing.cluster_scheduler": "jsq"})  # loses)
     options = {"ecoserve": {"routing.predictor": f"ecoserve-{dataset}"},
-               "vllm-np": {"batching.preemption_limit": 0},
+               "vllm-np": {"batching.preemption_limit": 0, "batching.kv_allocation": "reserve"},  # a whole
+                                                       # reservation never grows: nobody is preempted
                "orca": {"batching.scheduler": "orca", "batching.max_len": CONTEXT, "batching.max_seqs": ORCA_BATCH,
-                        "batching.preemption_limit": 0},
+                        "batching.preemption_limit": 0, "batching.kv_allocation": "reserve"},
                "vllm-max": {"batching.scheduler": "orca", "batching.max_len": CONTEXT,
-                            "batching.preemption_limit": 0}}.get(system, {})
+                            "batching.preemption_limit": 0, "batching.kv_allocation": "reserve"}}.get(system, {})
     base = {"fastgen": "sarathi", "ecoserve": "ecoserve"}.get(system, "vllm")
     return make_policy(options, base)
 

@@ -92,8 +92,10 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
             "Poisson arrivals at the rates of each table (around this instance's capacity; the paper's 36, 28 and "
             "1.2 req/s are ASSUMED replaced).",
             "- EcoServe: `--policy ecoserve` with the dataset's predictor (policy/predictor.py: 77.5/73.2/69.8% "
-            "covered at 10/15/20% padding); Oracle: the true lengths. vLLM: `--policy vllm` (prefill-first, a waiting "
-            "prompt preempts the youngest decodes) and without preemption; FastGen: `--policy sarathi` (ASSUMED "
+            "covered at 10/15/20% padding); Oracle: the true lengths. vLLM: `--policy vllm` (prefill-first, KV on "
+            "demand: a prompt waits for its blocks and a 1% watermark, a decode that finds no block preempts the "
+            "last-joined decode, recomputed later) and without preemption (reserving each request's true prompt + "
+            "output, `--kv-allocation reserve`: splitserve's vLLM before on-demand allocation); FastGen: `--policy sarathi` (ASSUMED "
             "stand-in: chunked prefill beside the decodes); ORCA: Orca's iteration scheduler with the paper's batch "
             "of 8, reserving the whole 2,048-token context per request (max-allocation, §2.1); it and `vLLM reserving "
             f"the context` (Counterfactuals) run at most {ORCA_MAX_REQUESTS:,} requests a point (the time to simulate Orca's scheduler "
@@ -185,13 +187,15 @@ def _differences(res: dict, sc: Scale, pub: dict) -> list[str]:
         "preemption, a likely cause (not measured here) is EcoServe's rule that prompts use only the reserve "
         "while a generation task waits for memory: 3% of 12 GB holds no long prompt, so memory a new prompt "
         "could use stays empty until the waiting task fits.",
-        "- vLLM here is splitserve's `vllm` scheduler, which reserves a request's whole prompt + output when its "
-        "prefill starts (policy/transitions.py): it never fails a KV allocation mid-decode, the failures the paper "
-        "measures in 74% of vLLM's requests and blames for 20% of its JCT (§1, Figure 1d). Its stand-in for "
-        f"vLLM's recompute under pressure is a waiting prompt preempting the youngest decodes ({vpre} preemptions "
-        "over the vLLM runs, each a recompute); without it (`vLLM (no preemption)`) vLLM keeps "
-        "a whole reservation per request and EcoServe's advantage is what remains: mixed batches of prompts and "
-        "decodes, and reservations for the predicted rather than the full output.",
+        "- vLLM here allocates KV on demand, as vLLM does (policy/kv_allocation.py): a request holds the blocks "
+        "of the tokens it has, a prompt starts when its blocks and a 1% watermark are free, and a decode that "
+        "finds no block for its next token preempts the last-joined decode, recomputed later "
+        f"({vpre} preemptions over the vLLM runs): the mid-decode allocation failures the paper measures in 74% "
+        "of vLLM's requests and blames for 20% of its JCT (§1, Figure 1d; the paper's vLLM swaps, ours "
+        "recomputes). `vLLM (no preemption)` reserves each request's true prompt + output instead (an allocation "
+        "that knows the output length, splitserve's vLLM before on-demand allocation) and never preempts; "
+        "EcoServe's advantage over it is what remains: mixed batches of prompts and decodes, and reservations "
+        "for the predicted rather than the full output.",
         "- The simulator charges no scheduling time: the paper's gains from time-synced batching (\"reduces "
         "scheduling time\", 19% of JCT in its ablation) and its costs (2.93% more scheduling overhead than "
         "vLLM) are not here.",

@@ -8,13 +8,15 @@ table (tetriinfer_claims.py: each figure of §5.1, ours under this run's step-ti
 claim's "why" with counterfactual runs (tetriinfer_claims.py; left out of that roofline run).
 
 The setup, as the paper gives it and where it does not (ASSUMED):
-- vLLM: one instance, the `vllm` system (prefill-first iterations, paged KV reserved whole here),
-  with no preemption (ASSUMED: vLLM v0 preempts only when a running request's KV cannot grow, which
-  a whole reservation never needs; splitserve's default of preempting the youngest decodes for a
-  waiting prompt recomputes ~380 requests of a 128-request burst and doubles vLLM's JCT here).
+- vLLM: one instance, the `vllm` system (prefill-first iterations, KV on demand as vLLM's paged
+  blocks: a prompt waits for its blocks and a 1% watermark and preempts nobody, a decode that finds
+  no block for its next token preempts the last-joined decode, recomputed later; preemption limit
+  0, so the last-joined always goes first, as in vLLM). Before on-demand allocation it reserved
+  each request's prompt + output, with no preemption (the `reserve` counterfactual runs that).
   TetriInfer: one prefill and one decode instance ("twice the number of hardware cards", §5.1), the
   `tetriinfer` system with the SJF prefill scheduler of §5.1 (512-token chunks), its decode
-  dispatch and its 200-token bucket predictor (74.9%), instance flips after a minute idle.
+  dispatch and its 200-token bucket predictor (74.9%), instance flips after a minute idle; KV on
+  demand on both of its instances, as the system's rule (policy/systems.py: it runs on vLLM).
 - Hardware: one A100-80GB per instance (ASSUMED: the catalog has no V100; the paper ran OPT-13B on
   V100-32GB cards), OPT-13B, tp 1. KV moves over the machines' network (TS-RoCE) or NVLink
   (TS-NVLink, `colocated`).

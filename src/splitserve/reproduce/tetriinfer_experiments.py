@@ -67,8 +67,8 @@ def simulate(system: str, reqs: list, link: str = "roce", prompt: int = 1, token
     par = Parallelism(tp=1)
     if system == "vllm":
         cluster = make_cluster("baseline-a100", machines=1, parallel=par)
-        policy = make_policy({"batching.preemption_limit": 0, **(vllm or {})}, "vllm")   # vLLM v0 preempts
-                                                                  # no running request for a waiting one
+        policy = make_policy({"batching.preemption_limit": 0, **(vllm or {})}, "vllm")   # KV on demand (the
+        # system's): a decode short of a block preempts the last-joined decode (limit 0: always it, as vLLM)
     else:
         cluster = make_cluster("splitwise-aa", prompt_machines=prompt, token_machines=token, parallel=par)
         policy = make_policy({"batching.scheduler": "tetriinfer-sjf", "routing.flip_idle_s": flip_idle_s,

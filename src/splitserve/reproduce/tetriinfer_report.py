@@ -96,13 +96,15 @@ def _setup(rep: Report, res: dict, scale: Scale, pub: dict) -> None:
             "vLLM's value TetriInfer saves (+44%: 44% lower; negative: higher).", "")
     _claims(rep, res, pub)
     rep.add("## Setup", "",
-            "- vLLM: one instance, the `vllm` system (unsplit, prefill-first iterations), no preemption "
-            "(`--preemption-limit 0`, ASSUMED: vLLM v0 never preempts a running request for a waiting one, "
-            "and KV reserved whole never needs to grow). TetriInfer: one prefill + "
+            "- vLLM: one instance, the `vllm` system (unsplit, prefill-first iterations, KV on demand as vLLM's "
+            "paged blocks: a prompt waits for its blocks and a 1% watermark, a decode that finds no block for its "
+            "next token preempts the last-joined decode, recomputed later; `--preemption-limit 0`, so the last "
+            "joined always goes first). TetriInfer: one prefill + "
             "one decode instance (twice the cards, §5.1), the `tetriinfer` system: SJF prefill scheduler in "
             "512-token chunks (§5.1, §3.3), decode dispatch by predicted length with the 200-token bucket "
             "predictor at 74.9% (§3.3.4, §5.2.2), instance flip after a minute idle (§5.1; with one instance per "
-            "role nothing can flip: each role keeps one).",
+            "role nothing can flip: each role keeps one), KV on demand on both instances. Before on-demand "
+            "allocation both systems reserved each request's prompt + output (the `reserve` counterfactual).",
             f"- Hardware and model: OPT-13B (§5), one A100-80GB per instance, tp 1, the `{res['perf_model']}` step-time "
             f"model ({model_name(res['perf_model'])}; docs/perf-model.md). The paper: V100-32GB; the catalog has no "
             f"V100. An A100-80GB holds {res['kv_tokens']:,} KV tokens of OPT-13B; a counterfactual gives every "
@@ -168,8 +170,8 @@ _KNOWN = (
     "- Workload sizes are synthetic (the paper samples ShareGPT into its five classes; its Figure 1 is an "
     "image); ShareGPT's output median here is near 300 tokens where the paper says 128.",
     "- Arrivals: 128 at once (ASSUMED); the rate table shows the dependence.",
-    "- TetriInfer's decode instance runs splitserve's machine scheduler (continuous batching with whole KV "
-    "reserved at admission), not the paper's reserve-dynamic policy on paged KV; PrefillSchedBatch (16) is "
+    "- TetriInfer's decode instance runs splitserve's machine scheduler (continuous batching, KV on demand as "
+    "vLLM's), not the paper's reserve-dynamic admission by predicted length (§3.4); PrefillSchedBatch (16) is "
     "not modelled: SJF orders every waiting prompt.",
     "- The length predictor's own cost on the prefill instance (about 10% of prefill throughput under stress, "
     "§5.2.2) is not modelled; nor is TetriInfer's chunk padding to 512 tokens.",
