@@ -8,7 +8,10 @@ from __future__ import annotations
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+import pytest
+
 from splitserve.engine.engine import LLMEngine
+from splitserve.engine.kv_cache import KVExport
 from splitserve.engine.sampler import SamplingParams
 from splitserve.engine.scheduler import NoRoom
 from splitserve.policy.machine import BatchingConfig
@@ -111,3 +114,30 @@ def test_under_pressure_tokens_are_unchanged_and_every_block_comes_back(w):
     assert done == want
     assert m.kv_used == 0 and eng.blocks.num_free == num_blocks
     event(f"decodes preempted: {eng.scheduler.num_preemptions > 0}")
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(max_tokens=15, ignore_eos=True),
+    SamplingParams(max_tokens=15, ignore_eos=True, temperature=0.9, top_p=0.9, seed=7),
+    SamplingParams(max_tokens=15, ignore_eos=True, temperature=0.8, seed=3, frequency_penalty=0.5,
+                   presence_penalty=0.3, repetition_penalty=1.2),
+], ids=["greedy", "seeded", "seeded-penalties"])
+def test_a_decode_resumed_through_the_prompt_pool_makes_the_tokens_it_would_have(params):
+    """`--recompute prompt-pool`: a request preempted after 6 tokens is prefilled anew on another
+    engine with its prompt and those 6 (`resumed`: they are its outputs, for the penalties and
+    the seeds), which ships the KV of all of them and makes token 7; a third engine decodes the
+    rest: the same 15 tokens as a run alone."""
+    prompt = ids(20, 4)
+    alone_tokens = LLMEngine("tiny").generate([prompt], params)[0].token_ids
+    g = 6
+    a, b = LLMEngine("tiny", seed=11), LLMEngine("tiny", seed=22)
+    first = a.prefill_only(prompt + alone_tokens[:g], params, resumed=g)
+    assert first.token == alone_tokens[g] and first.kv.num_tokens == len(prompt) + g
+    wire = KVExport.from_bytes(first.kv.metadata(), first.kv.to_bytes())
+    rid = b.add_request_with_kv(prompt + alone_tokens[:g], first.token, wire, params, resumed=g)
+    out = None
+    while b.has_unfinished():
+        for o in b.step():
+            out = o
+    assert out.request_id == rid and out.token_ids == alone_tokens
+    assert a.blocks.num_free == a.blocks.num_blocks and b.blocks.num_free == b.blocks.num_blocks

@@ -16,10 +16,11 @@ import msgpack
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from splitserve.policy.cluster import RoutingConfig, admit_freed, arrive
+from splitserve.policy.cluster import RoutingConfig, admit_freed, arrive, readmit
 from splitserve.policy.cluster_schedulers import make_cluster_scheduler
 from splitserve.policy.machine import BatchingConfig, BatchReport, finish_iteration
 from splitserve.policy.predictor import make_predictor
+from splitserve.policy.preemption import sent_back
 from splitserve.policy.schedulers import SCHEDULERS, form_batch
 from splitserve.policy.schedulers.ecoserve.order import host
 from splitserve.policy.state import Machine, Phase, Pool, Request
@@ -55,6 +56,8 @@ class SimPath:
         b = form_batch(self.ms[i], self.batching)
         if b is not None:
             self.batches[i] = b
+            for r in sent_back(self.ms[i], b.preempted):   # Simulation._readmit (--recompute prompt-pool)
+                readmit(self.cls, r)
         return b
 
     def end(self, i: int) -> None:
@@ -110,8 +113,10 @@ def deliver(live: LiveCluster, i: int, rep: BatchReport, live_reqs: dict[int, Re
     as the router does (serve/reports.py)."""
     msg = decode(msgpack.unpackb(msgpack.packb(encode(step_message(rep)))), TO_ROUTER)
     get = lambda rid: live_reqs.get(int(rid))  # noqa: E731
-    live.step_started(i, [(get(rid), n) for rid, n in msg.chunks], [get(rid) for rid in msg.preempted],
-                      [get(rid) for rid in msg.joined], msg.sched, get, [get(rid) for rid in msg.grown or ()])
+    back = live.step_started(i, [(get(rid), n) for rid, n in msg.chunks], [get(rid) for rid in msg.preempted],
+                             [get(rid) for rid in msg.joined], msg.sched, get, [get(rid) for rid in msg.grown or ()])
+    for r in back:   # the router's Recovery._resume
+        live.arrive(r, again=True)
 
 
 @st.composite
@@ -135,7 +140,8 @@ def scenarios(draw, pressure: bool = False):
                               chunk_size=draw(st.sampled_from([0, 0, 48])),
                               preemption_limit=draw(st.integers(0, 3)),
                               kv_allocation=draw(st.sampled_from(["on-demand"] if pressure else ["reserve", "on-demand"])),
-                              kv_watermark=draw(st.sampled_from([0.0, 0.01, 0.1])))
+                              kv_watermark=draw(st.sampled_from([0.0, 0.01, 0.1])),
+                              recompute=draw(st.sampled_from(["in-place", "prompt-pool"])))
     events = draw(st.lists(st.one_of(
         st.tuples(st.just("arrive"), st.integers(1, 60 if pressure else 200), st.integers(20 if pressure else 1,
                   120 if pressure else 60), st.booleans()),

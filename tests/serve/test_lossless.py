@@ -87,12 +87,13 @@ def test_server_matches_generate_cli(split_server, capsys):
 
 @pytest.mark.parametrize("limit", [3, 0])
 def test_mixed_worker_preempts_decodes_for_prompts_without_changing_tokens(limit, server_factory, reference_engine):
-    """One mixed worker whose cache (40 blocks of 16 tokens) one long request mostly fills: the
-    prompts that arrive while it decodes need 9 blocks where 8 are free, so the machine-level
-    policy preempts it (it is recomputed to the same tokens), at most --preemption-limit times.
-    With --preemption-limit 0 the prompts wait for it instead, and nothing is preempted."""
+    """KV reserved (--kv-allocation reserve): one mixed worker whose cache (40 blocks of 16 tokens)
+    one long request mostly fills: the prompts that arrive while it decodes need 9 blocks where 8
+    are free, so the machine-level policy preempts it (it is recomputed to the same tokens), at
+    most --preemption-limit times. With --preemption-limit 0 the prompts wait for it instead, and
+    nothing is preempted. (On demand a prompt never preempts: test_kv_on_demand_live.py.)"""
     srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--num-blocks", "40",
-                         "--preemption-limit", str(limit))
+                         "--preemption-limit", str(limit), "--kv-allocation", "reserve")
     long_prompt, long_out = [(7 * i) % 250 + 3 for i in range(20)], 480       # 500 tokens: 32 of 40 blocks
     rng = random.Random(11)
     prompts = [[rng.randrange(3, 259) for _ in range(130)] for _ in range(4)]  # 138 tokens: 9 blocks each

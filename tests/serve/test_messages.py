@@ -95,15 +95,16 @@ records = st.none() | st.lists(record, max_size=3)
 lp = st.tuples(records, records).map(list)
 
 gen_full = st.builds(Gen, rid=rid, prompt_ids=ids, params=params, kind=st.just("full"), isolated=st.booleans(),
-                     predicted=st.none() | st.integers(1, U64))
+                     predicted=st.none() | st.integers(1, U64), resumed=st.none() | st.integers(1, U64))
 gen_prefill = st.builds(Gen, rid=rid, prompt_ids=ids, params=params, kind=st.just("prefill"),
                         isolated=st.booleans(), dest=nat, dest_ident=st.text(max_size=30),
                         dest_addr=st.text(max_size=30), threshold=nat, region=st.none() | opaque,
-                        blocks=st.none() | ids, skip=st.none() | nat)
+                        blocks=st.none() | ids, skip=st.none() | nat, resumed=st.none() | st.integers(1, U64))
 
 KINDS: dict[type, st.SearchStrategy] = {
     Gen: gen_full | gen_prefill,
-    Expect: st.builds(Expect, rid=rid, prompt_ids=ids, params=params, src=nat, isolated=st.booleans()),
+    Expect: st.builds(Expect, rid=rid, prompt_ids=ids, params=params, src=nat, isolated=st.booleans(),
+                      resumed=st.none() | st.integers(1, U64)),
     Cancel: st.builds(Cancel, rid=rid),
     Abort: st.builds(Abort, rid=rid, prefill_sent=st.booleans()),
     PeerDown: st.builds(PeerDown, peer=nat),
@@ -344,9 +345,10 @@ EXAMPLES: dict[type, Message] = {
         max_tokens=4, temperature=0.0, top_p=1.0, top_k=0, ignore_eos=False, stop_token_ids=[2], seed=1,
         presence_penalty=0.1, frequency_penalty=0.1, repetition_penalty=1.1, logit_bias=[(1, 1.0)], logprobs=2,
         prompt_logprobs=1), kind="prefill", isolated=True, predicted=7, dest=1, dest_ident=W1, dest_addr="tcp://h:1", threshold=512,
-        region={"kind": "shm"}, blocks=[0], skip=16),
+        region={"kind": "shm"}, blocks=[0], skip=16, resumed=1),
     Expect: Expect(rid="1.0", prompt_ids=[1], params=WireParams(
-        max_tokens=4, temperature=0.0, top_p=1.0, top_k=0, ignore_eos=False, stop_token_ids=[]), src=0, isolated=True),
+        max_tokens=4, temperature=0.0, top_p=1.0, top_k=0, ignore_eos=False, stop_token_ids=[]), src=0, isolated=True,
+        resumed=1),
     Cancel: Cancel(rid="1.0"), Abort: Abort(rid="1.0", prefill_sent=True), PeerDown: PeerDown(peer=1),
     Ping: Ping(), Stop: Stop(),
     Hello: Hello(worker_id=0, pid=1, kv_addr="tcp://h:1", blocks=8, block_size=16, free=8, max_len=512,

@@ -30,12 +30,14 @@ class Conveniences:
         return [final[i] for i in ids]
 
     def prefill_only(self, prompt_ids: list[int] | str, params: SamplingParams | None = None,
-                     request_id: str | None = None) -> PrefillResult:
-        """Prefill one prompt now (prompt worker): its first token and the prompt's KV.
+                     request_id: str | None = None, resumed: int = 0) -> PrefillResult:
+        """Prefill one prompt now (prompt worker): its first token and the prompt's KV (`resumed`:
+        the last ids are outputs made before a preemption; their KV comes too, and the token is
+        the next output).
 
         Other requests in this engine advance too; their outputs come with the next `step()`. If a
         step fails (StepFailed), this request is dropped too and the error propagates."""
-        rid = self.add_request(prompt_ids, params, request_id, prefill_only=True)
+        rid = self.add_request(prompt_ids, params, request_id, prefill_only=True, resumed=resumed)
         mine: list[RequestOutput] = []  # its one output: it finishes at its first token
         others: list[RequestOutput] = []
         try:
@@ -48,5 +50,5 @@ class Conveniences:
         finally:
             self._stashed = others + self._stashed
         out = mine[0]
-        return PrefillResult(rid, out.token_ids[0], out.kv, out.finish_reason != "prefill", out.finish_reason,
+        return PrefillResult(rid, out.new_token_ids[0], out.kv, out.finish_reason != "prefill", out.finish_reason,
                              out.logits)

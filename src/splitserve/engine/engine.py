@@ -11,12 +11,12 @@ The prompt/token split (Splitwise) is two calls on two engines:
     rid = engine_b.add_request_with_kv(prompt_ids, first.token, first.kv, params)
 
 and engine B continues exactly where engine A would have (same greedy tokens; same sampled
-tokens for seeded requests; penalties see the same prompt and output tokens).
+tokens for seeded requests; penalties see the same prompt and output tokens). A request resumed
+after a preemption elsewhere (`resumed=k`: the last k ids are outputs it made) does the same.
 
-A step that raises after its batch was scheduled (model, sampler, ...) drops the batch's requests
-and raises StepFailed naming them; every other request carries on, and the engine stays usable.
-A request added with `isolated=True` never shares a step with another one (scheduler.py), so a
-suspect request cannot take others down with it.
+A step that raises after its batch was scheduled drops the batch's requests and raises StepFailed
+naming them; the engine stays usable. A request added with `isolated=True` never shares a step
+with another one (scheduler.py), so a suspect request cannot take others down with it.
 
 With `tp` > 1 the engine is rank 0 of a tensor-parallel group (parallel.py, sharding.py): it
 starts the other ranks, sends each step to them, and samples from its own logits; the KV its
@@ -66,11 +66,9 @@ from .tokenizer import Tokenizer
 
 class LLMEngine(KVHostMixin, Conveniences):
     def __init__(self, model: str | Path | ModelConfig, *, device: str | torch.device = "cpu",
-                 dtype: str | torch.dtype = "auto", seed: int = 0, weight_seed: int = 0,
-                 block_size: int = 16,
+                 dtype: str | torch.dtype = "auto", seed: int = 0, weight_seed: int = 0, block_size: int = 16,
                  num_blocks: int | None = None, kv_cache_bytes: int | None = None,
-                 max_model_len: int | None = None, max_num_seqs: int = 256,
-                 batching: BatchingConfig = BatchingConfig(),
+                 max_model_len: int | None = None, max_num_seqs: int = 256, batching: BatchingConfig = BatchingConfig(),
                  cuda_graphs: bool = False, tokenizer: Tokenizer | None | str = "auto",
                  kv_alloc: KVAllocator | None = None, connector: KVConnector | None = None, tp: int = 1,
                  prefix_caching: bool = True) -> None:
@@ -82,10 +80,10 @@ class LLMEngine(KVHostMixin, Conveniences):
         hold (default: 1 GiB on CPU, 90% of free memory less 4 GiB on CUDA), never more than
         `max_num_seqs` full-length sequences need. max_model_len: context limit (default: the
         model's). Batching: the machine-level policy (scheduler.py) under `batching` (prompt token
-        cap, chunked prefill, preemption limit), with at most `max_num_seqs` sequences holding KV
-        (its `max_seqs`, if that is 0). cuda_graphs: replay decode
-        steps from CUDA graphs (CUDA only). tokenizer: a Tokenizer, None, or "auto" (the
-        checkpoint's tokenizer.json; the byte-level one for `tiny`). kv_alloc: where the KV cache tensor is
+        cap, chunked prefill, preemption limit, KV allocation), with at most `max_num_seqs`
+        sequences holding KV (its `max_seqs`, if that is 0). cuda_graphs: replay decode steps from
+        CUDA graphs (CUDA only). tokenizer: a Tokenizer, None, or "auto" (the checkpoint's
+        tokenizer.json; the byte-level one for `tiny`). kv_alloc: where the KV cache tensor is
         allocated (default torch.zeros; serve/shm.py puts it in memory a peer can map).
         connector: KV transfer (kv_connector.py), also settable later (`engine.connector = c`).
         tp: tensor parallel size (rank r on cuda:(N + r) for device cuda:N; all on the CPU else).
@@ -133,8 +131,7 @@ class LLMEngine(KVHostMixin, Conveniences):
             from .cuda_graph import DecodeGraphs
             self.graphs = DecodeGraphs(self.model, self.kv, max_num_seqs, self.blocks.blocks_for(self.max_seq_len))
         self._seqs: dict[str, Sequence] = {}
-        self._ids = itertools.count()
-        self._arrivals = itertools.count()
+        self._ids, self._arrivals = itertools.count(), itertools.count()   # request ids; admission order
         self._stashed: list[RequestOutput] = []
         self.current_batch: list[tuple[Sequence, int]] = []  # the step being run
         self.last_shape: list[tuple[int, int]] = []  # the last step run: (KV tokens before, tokens) per sequence
@@ -155,28 +152,30 @@ class LLMEngine(KVHostMixin, Conveniences):
         return list(prompt)
 
     def _new_sequence(self, prompt_ids: list[int] | str, params: SamplingParams | None,
-                      request_id: str | None, isolated: bool) -> Sequence:
-        ids = self.encode(prompt_ids)
+                      request_id: str | None, isolated: bool, resumed: int = 0) -> Sequence:
+        ids = self.encode(prompt_ids)   # the last `resumed` are outputs it made before (its grammar past them)
         params = params or SamplingParams()
         check_request(ids, params, self.cfg.vocab_size, self.max_model_len,
                       self.blocks.num_blocks * self.blocks.block_size, self.tokenizer is not None)
         rid = request_id if request_id is not None else str(next(self._ids))
         if rid in self._seqs:
             raise UserError(f"request id {rid!r} is already in use")
-        seq = Sequence(rid, ids, params, next(self._arrivals), self.max_seq_len, isolated=isolated,
-                       matcher=self.grammars.matcher(params.grammar) if params.grammar else None)
+        cut = len(ids) - resumed
+        seq = Sequence(rid, ids[:cut], params, next(self._arrivals), self.max_seq_len, ids[cut:], isolated=isolated,
+                       resumed=resumed,
+                       matcher=self.grammars.matcher(params.grammar, ids[cut:]) if params.grammar else None)
         self._seqs[rid] = seq
         return seq
 
     def add_request(self, prompt_ids: list[int] | str, params: SamplingParams | None = None,
                     request_id: str | None = None, prefill_only: bool = False, isolated: bool = False,
-                    predicted: int = 0) -> str:
+                    predicted: int = 0, resumed: int = 0) -> str:
         """Queue a request; returns its id. With prefill_only, the request stops after its first
         token and its output carries the prompt's KV (`finish_reason == "prefill"`). An isolated
-        request runs in steps of its own (a suspect one: if it breaks a step, it breaks only its own).
-        predicted: its predicted output tokens, for a scheduler that reserves KV by them (ecoserve;
-        0: none, its max_tokens)."""
-        seq = self._new_sequence(prompt_ids, params, request_id, isolated)
+        request runs in steps of its own (if it breaks a step, it breaks only its own). predicted:
+        its predicted output tokens, for a scheduler that reserves KV by them (ecoserve; 0: none).
+        resumed: the last `resumed` ids are outputs it made before a preemption elsewhere."""
+        seq = self._new_sequence(prompt_ids, params, request_id, isolated, resumed)
         seq.prefill_only = prefill_only
         self.scheduler.add(seq, predicted)
         return seq.request_id
@@ -204,6 +203,8 @@ class LLMEngine(KVHostMixin, Conveniences):
         self.sync_kv()
         self.last_shape = []
         batch, copies = self.scheduler.schedule()
+        for rid in self.scheduler.report.left:   # preempted, to recompute elsewhere (--recompute prompt-pool)
+            del self._seqs[rid]
         if self.on_schedule is not None and (batch or self.scheduler.report.told()):
             self.on_schedule(self.scheduler.report)
         new: list[RequestOutput] = []
@@ -234,9 +235,8 @@ class LLMEngine(KVHostMixin, Conveniences):
         inp, samplers = prepare(self.kv, self.blocks, batch)
         scored = [(seq, prompt_positions(seq, n)) for seq, n in batch if seq.params.prompt_logprobs is not None]
         inp.copies = copies
-        exports = [(seq.request_id, self.kv.slots(self.blocks.block_table(seq.request_id), 0, len(seq.prompt_ids)))
-                   for seq, n in batch if seq.prefill_only and seq.export_kv
-                   and seq.num_computed + n >= len(seq.prompt_ids)]
+        exports = [(seq.request_id, self.kv.slots(self.blocks.block_table(seq.request_id), 0, seq.prefix_len))
+                   for seq, n in batch if seq.prefill_only and seq.export_kv and seq.num_computed + n >= seq.prefix_len]
         try:
             if self.group is not None:
                 self.ranks.check()

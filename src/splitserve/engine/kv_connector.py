@@ -111,12 +111,15 @@ class KVHost(Protocol):
     @property
     def kv_layout(self) -> KVLayout: ...
 
-    def reserve_kv(self, prompt_ids: list[int], params, request_id: str, isolated: bool = False) -> list[int]:
-        """Reserve room for a request prefilled elsewhere (the scheduler's policy reservation of
-        its whole decode) and allocate the blocks of its prompt and first token; their ids. With
-        prefix caching its longest cached prefix is attached first (`kv_cached` tokens: whole
-        blocks, fewer than the prompt), and only the rest needs writing. UserError when it does
-        not fit. Applies the connector's `get_finished` first."""
+    def reserve_kv(self, prompt_ids: list[int], params, request_id: str, isolated: bool = False,
+                   resumed: int = 0) -> list[int]:
+        """Reserve room for a request prefilled elsewhere (what the scheduler's policy takes for
+        it: its whole decode's, or on demand its prompt's and first token's blocks) and allocate
+        the blocks of its prompt and next token; their ids. `resumed`: the last ids of `prompt_ids`
+        are outputs it made before a preemption (their KV comes too). With prefix caching its
+        longest cached prefix is attached first (`kv_cached` tokens: whole blocks, fewer than the
+        prompt), and only the rest needs writing. UserError when it does not fit (NoRoom: not
+        now). Applies the connector's `get_finished` first."""
 
     def kv_cached(self, request_id: str) -> int:
         """A reservation's leading prompt tokens whose K/V this engine already holds (its prefix

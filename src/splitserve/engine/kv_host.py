@@ -81,14 +81,14 @@ class KVHostMixin:
         c = self._connector
         if c is None:
             return False
-        chunks = [PromptChunk(seq.request_id, n, len(seq.prompt_ids), seq.num_computed + n >= len(seq.prompt_ids))
-                  for seq, n in batch if seq.num_computed < len(seq.prompt_ids)]
+        chunks = [PromptChunk(seq.request_id, n, seq.prefix_len, seq.num_computed + n >= seq.prefix_len)
+                  for seq, n in batch if seq.num_computed < seq.prefix_len]
         if not chunks:
             return False
         streamed = c.start_step(chunks)
         if streamed:
             for seq, n in batch:
-                p = len(seq.prompt_ids)
+                p = seq.prefix_len
                 if seq.request_id in streamed and seq.num_computed + n >= p:
                     seq.export_kv = False  # streamed layer by layer: no whole-cache copy at the step's end
                     self._kv_saves[seq.request_id] = self.kv_slot_ids(self.blocks.block_table(seq.request_id), p)
@@ -104,41 +104,43 @@ class KVHostMixin:
     # ---- the token side ----------------------------------------------------------------------
     def add_request_with_kv(self, prompt_ids: list[int], first_token: int, kv: KVExport,
                             params: SamplingParams | None = None, request_id: str | None = None,
-                            isolated: bool = False) -> str:
+                            isolated: bool = False, resumed: int = 0) -> str:
         """Continue a request prefilled elsewhere: reserve its KV (UserError if it does not fit),
-        import the prompt's KV, then decode from `first_token` on. isolated: as in `add_request`."""
+        import the prompt's KV, then decode from `first_token` on. isolated, resumed: as in
+        `add_request`."""
         if kv.num_tokens != len(prompt_ids):
             raise UserError(f"KV covers {kv.num_tokens} tokens but the prompt has {len(prompt_ids)}")
         expect = (self.cfg.num_layers, 2, self.cfg.num_kv_heads, self.cfg.head_dim)
         got = (kv.num_layers, kv.data.shape[1], *kv.data.shape[3:])
         if got != expect:
             raise UserError(f"KV shape (layers, 2, kv_heads, head_dim) {got} does not match this model's {expect}")
-        rid = self._reserve(prompt_ids, params, request_id, isolated)
+        rid = self._reserve(prompt_ids, params, request_id, isolated, resumed)
         self.shards.write(None, self.kv.slots(self.blocks.block_table(rid), 0, kv.num_tokens), kv.data)
         self.start_reserved(rid, first_token)
         return rid
 
     # ---- KV received layer by layer (the token side of a streamed transfer) -----------------
     def reserve_kv(self, prompt_ids: list[int], params: SamplingParams | None, request_id: str,
-                   isolated: bool = False) -> list[int]:
+                   isolated: bool = False, resumed: int = 0) -> list[int]:
         """Before an incoming request's KV arrives: reserve what its decode will hold here (the
-        policy's reservation) and allocate the blocks of its prompt positions and first token;
-        their ids. UserError when it does not fit. The connector's news is applied first (blocks
-        it let go are free for this one)."""
+        policy's reservation) and allocate the blocks of its prompt positions (the last `resumed`
+        of them outputs it made before a preemption) and next token; their ids. UserError when it
+        does not fit (NoRoom: not now). The connector's news is applied first (blocks it let go
+        are free for this one)."""
         self.sync_kv()
-        rid = self._reserve(prompt_ids, params, request_id, isolated)
+        rid = self._reserve(prompt_ids, params, request_id, isolated, resumed)
         return self.blocks.block_table(rid)
 
-    def _reserve(self, prompt_ids, params, request_id, isolated) -> str:
-        seq = self._new_sequence(prompt_ids, params, request_id, isolated)
+    def _reserve(self, prompt_ids, params, request_id, isolated, resumed: int = 0) -> str:
+        seq = self._new_sequence(prompt_ids, params, request_id, isolated, resumed)
         try:
             self.scheduler.reserve(seq)
         except UserError:
             del self._seqs[seq.request_id]
             raise
         if self.blocks.caching:  # its longest cached prefix, below the last prompt token, is not sent
-            self.scheduler.attach_cached(seq, len(seq.prompt_ids))
-        self.blocks.append(seq.request_id, len(seq.prompt_ids) + 1)  # within the reservation
+            self.scheduler.attach_cached(seq, seq.prefix_len)
+        self.blocks.append(seq.request_id, seq.prefix_len + 1)  # within the reservation
         self._reserved.add(seq.request_id)
         return seq.request_id
 
@@ -155,7 +157,7 @@ class KVHostMixin:
         expect = (2, self.cfg.num_kv_heads, self.cfg.head_dim)
         n = data.shape[1] if data.dim() == 4 else -1
         if (not 0 <= layer < self.cfg.num_layers or data.dim() != 4 or (data.shape[0], *data.shape[2:]) != expect
-                or start < 0 or start + n > len(self._seqs[request_id].prompt_ids) + 1):
+                or start < 0 or start + n > self._seqs[request_id].prefix_len + 1):
             raise UserError(f"KV of layer {layer}, shape {tuple(data.shape)} from position {start} does not fit "
                             f"request {request_id!r}")
         self.shards.write(layer, self.kv.slots(self.blocks.block_table(request_id), start, start + n), data)
@@ -183,7 +185,7 @@ class KVHostMixin:
             self.release_kv(request_id)
             raise UserError("the request already finished at its first token; nothing to decode")
         self._reserved.discard(request_id)
-        seq.num_computed = len(seq.prompt_ids)
+        seq.num_computed = seq.prefix_len
         self.scheduler.arrived(seq)
         return request_id
 

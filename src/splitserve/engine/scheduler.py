@@ -135,6 +135,10 @@ class Scheduler:
             seq.status = Status.WAITING
             self.num_preemptions += 1
             rep.preempted.append(seq.request_id)
+            if r.prompt_machine != HERE:   # it recomputes through the prompt pool: it leaves this engine
+                del seqs[r.id]
+                seq.status, seq.finish_reason = Status.FINISHED, "preempted"
+                rep.left.append(seq.request_id)
         rep.joined = [seqs[r.id].request_id for r in batch.joined]
         rep.grown = [seqs[r.id].request_id for r in batch.grown]
         scheduled = [(seqs[r.id], 1) for r in batch.decoding]

@@ -38,10 +38,17 @@ class Sequence:
     logprobs: list = field(default_factory=list)         # its generated tokens' records (logprobs.py)
     prompt_logprobs: list = field(default_factory=list)  # its prompt positions 1.. records
     matcher: object = None  # params.grammar's matcher, at its tokens so far (structured.py)
+    resumed: int = 0        # outputs it came with (made before a preemption elsewhere)
 
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def prefix_len(self) -> int:
+        """Tokens before the first one it makes here: its prompt and the outputs it came with (what
+        a prefill-only sequence's KV hand-over moves, what a reservation receives)."""
+        return len(self.prompt_ids) + self.resumed
 
     @property
     def num_remaining(self) -> int:

@@ -29,8 +29,9 @@ class Grammars:
         self._load, self.vocab_size, self.eos_ids = load_tokenizer, vocab_size, eos_ids
         self._tok = None
 
-    def matcher(self, grammar: str):
-        """A new matcher of `grammar`; UserError if the grammar is invalid or there is no tokenizer."""
+    def matcher(self, grammar: str, made: list[int] = ()):
+        """A new matcher of `grammar`, past the tokens `made` already (a resumed request's); UserError
+        if the grammar is invalid or there is no tokenizer."""
         import llguidance
 
         if self._tok is None:
@@ -42,6 +43,8 @@ class Grammars:
         m = llguidance.LLMatcher(self._tok, grammar, log_level=0)
         if m.is_error():
             raise UserError(f"invalid grammar: {m.get_error()}")
+        for t in made:
+            m.consume_token(t)
         return m
 
     def mask(self, logits: torch.Tensor, seqs: list) -> torch.Tensor:

@@ -102,8 +102,9 @@ class ClusterScheduler:
 
 def moves_kv(r: Request) -> bool:
     """Whether `r`'s KV moves from its prompt machine to its token machine: they differ, and it
-    makes more than its first token (a one-token request ends where its prompt ran)."""
-    return r.prompt_machine != r.token_machine and r.output_tokens > 1
+    makes more than the token its prefill makes (a one-token request ends where its prompt ran; so
+    does a decode sent back through the prompt pool with one token left)."""
+    return r.prompt_machine != r.token_machine and r.output_tokens - r.generated > 1
 
 
 def admit(cls: ClusterScheduler, r: Request, pull: bool = False) -> bool:

@@ -83,6 +83,8 @@ class BatchReport:
     joined: list[str] = field(default_factory=list)
     decoding: list[str] = field(default_factory=list)
     grown: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)   # of `preempted`, those that left this machine for the
+                                                    # prompt pool (not on the wire: a view applies the rule)
     sched: Any = None
     cached: list[tuple[str, int]] = field(default_factory=list)  # an engine's starting prompts: tokens from its prefix cache
 

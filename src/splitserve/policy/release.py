@@ -7,7 +7,7 @@ from __future__ import annotations
 from .sized_kv import drop_waiting
 from .state import Machine, Phase, Request
 from .kv_allocation import decode_reservation, prefill_reservation
-from .transitions import end_decode, release_prompt_kv
+from .transitions import end_decode, inbound, release_prompt_kv
 
 
 def release(r: Request, p: Machine | None, t: Machine | None) -> None:
@@ -50,8 +50,9 @@ def _drop_reservation(t: Machine, r: Request) -> None:
     t.kv_used -= decode_reservation(t, r)
     if t.kv_on_demand:
         r.kv_held = 0
-    t.inbound_tokens -= r.output_tokens - 1
-    t.pending -= r.output_tokens - 1
+    left = inbound(r)
+    t.inbound_tokens -= left
+    t.pending -= left
     r.kv_on_token_machine = False
 
 

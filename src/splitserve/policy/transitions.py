@@ -133,9 +133,17 @@ def _reserve(m: Machine, r: Request) -> None:
     m.kv_used += need
     if m.kv_on_demand:
         r.kv_held = need
-    m.inbound_tokens += r.output_tokens - 1      # all but the first token, made by the prompt side
-    m.pending += r.output_tokens - 1
+    left = inbound(r)
+    m.inbound_tokens += left
+    m.pending += left
     r.kv_on_token_machine = True
+
+
+def inbound(r: Request) -> int:
+    """Tokens `r`, reserved on its token machine, will make there once its KV lands: all it has left
+    but the one its prefill makes on the prompt side (made already: HANDOFF, or landed: READY; a
+    request resumed after a preemption has made some before)."""
+    return r.output_tokens - r.generated - (0 if r.phase is Phase.HANDOFF or r.phase is Phase.READY else 1)
 
 
 def admit_waiting(m: Machine) -> list[Request]:

@@ -34,7 +34,7 @@ deadlines); this view never takes from its queues, only their members and counte
 
 from __future__ import annotations
 
-from ..policy.cluster import RoutingConfig, admit_freed, arrive
+from ..policy.cluster import RoutingConfig, admit_freed, arrive, readmit
 from ..policy.cluster_schedulers import make_cluster_scheduler
 from ..policy.schedulers import SCHEDULERS
 from ..policy.state import Machine, Phase, Pool, Request
@@ -42,8 +42,9 @@ from ..policy.release import release, unreserve
 from ..policy.sized_kv import drop_waiting, plan_kv
 from ..policy.kv_allocation import DoesNotFit, configure
 from ..policy.machine import BatchingConfig
-from ..policy.transitions import (decode_tokens, end_chunk, first_token, grow_decode, kv_landed, preempt,
-                                  requeue_preempted, start_chunk, start_decode)
+from ..policy.preemption import requeue, sent_back
+from ..policy.transitions import (decode_tokens, end_chunk, first_token, grow_decode, kv_landed, preempt, start_chunk,
+                                  start_decode)
 from .prefix_view import PrefixView
 
 
@@ -75,11 +76,12 @@ class LiveCluster:
         self.in_step: list[list[Request]] = [[] for _ in self.machines]  # prefill chunks running per worker
 
     # ---- routing ------------------------------------------------------------------------------
-    def arrive(self, r: Request) -> bool:
+    def arrive(self, r: Request, again: bool = False) -> bool:
         """Pick r's machines. True: its prompt is queued; False: it waits for KV memory on its token
-        machine (it comes back from an admission when memory is freed)."""
+        machine (it comes back from an admission when memory is freed). `again`: a decode preempted
+        to recompute through the prompt pool (policy/cluster.py readmit), not a new request."""
         try:
-            return arrive(self.cls, r, self.predictor)
+            return readmit(self.cls, r) if again else arrive(self.cls, r, self.predictor)
         except (ValueError, IndexError):
             raise NoWorkers("no live worker of the needed kind") from None
         except DoesNotFit as e:
@@ -87,14 +89,15 @@ class LiveCluster:
 
     # ---- a worker's step ------------------------------------------------------------------------
     def step_started(self, wid: int, chunks: list[tuple[Request, int]], preempted: list[Request],
-                     joined: list[Request], report=None, get=None, grown: list[Request] = ()) -> None:
+                     joined: list[Request], report=None, get=None, grown: list[Request] = ()) -> list[Request]:
         """Worker `wid` formed a step: what form_batch did for it. `report`: its scheduler's own
         report of the step (the `step` message's `sched`; `get`: request id -> this view's request,
         None when it has none), applied by the scheduler in its order (ecoserve: re-hosted guests,
         GTs parked, reservations grown, then the preempted (guests, and waiting GTs "unstuck"), GTs
         resumed, prompts planned as they start); `grown`: on demand, its decodes that took KV for
         it. (A report may name a request this view has released already, on its own: it is
-        skipped.)"""
+        skipped.) Returns the preempted that recompute through the prompt pool (`--recompute
+        prompt-pool`), holding nothing: the caller admits each again (`readmit`)."""
         m = self.machines[wid]
         for r in joined:
             if r.phase is Phase.READY and r in m.ready:
@@ -119,8 +122,8 @@ class LiveCluster:
                     plan_kv(m, r)
                 start_chunk(m, r, n)
                 self.in_step[wid].append(r)
-        for r in victims:
-            requeue_preempted(m, r)
+        requeue(m, victims)
+        return sent_back(m, victims)
 
     def end_step(self, wid: int, outputs: list[tuple[Request, int, bool]]) -> list[Request]:
         """Worker `wid`'s step ran and made `outputs`: (request, tokens, ended by the worker). As

@@ -21,7 +21,9 @@ splitserve_kv_transfer_seconds_total{mode}, splitserve_kv_transfer_exposed_secon
 the token worker's prefix cache held them), splitserve_kv_transfer_failures_total, splitserve_requests_schedule_unseen_total
 (metrics_vllm.py), splitserve_requests_total{outcome},
 splitserve_rejected_total{status}, splitserve_request_restarts_total,
-splitserve_worker_restarts_total, splitserve_instance_flips_total{to} (TetriInfer's instance flip, the
+splitserve_worker_restarts_total, splitserve_recomputes_total{where} (decodes preempted, their KV
+dropped, by where they recompute: in_place on the worker that preempted them, or prompt_pool when
+sent back through the prompt pool, --recompute), splitserve_instance_flips_total{to} (TetriInfer's instance flip, the
 role taken), splitserve_machines_borrowed_total (machines the Splitwise scheduler moved into the mixed
 pool, as the simulator's `borrowed_into_mixed_pool`); splitserve_rejected_internal_messages{where} (router, worker<N>).
 Histograms: splitserve_kv_transfer_time_seconds{mode} (first byte put to last byte in, as the token
@@ -81,6 +83,10 @@ class SplitwiseSeries:
         self.rejected = Counter("splitserve_rejected", "Requests shed by overload", ["status"], registry=r)
         self.restarts = Counter("splitserve_request_restarts", "Requests restarted on another worker", registry=r)
         self.worker_restarts = Counter("splitserve_worker_restarts", "Workers replaced", registry=r)
+        self.recomputes = Counter("splitserve_recomputes", "Decodes preempted, by where they recompute", ["where"],
+                                  registry=r)
+        for where in ("in_place", "prompt_pool"):
+            self.recomputes.labels(where)
         self.flips = Counter("splitserve_instance_flips", "Workers that flipped role", ["to"], registry=r)
         self.borrowed = Counter("splitserve_machines_borrowed", "Machines moved into the mixed pool", registry=r)
         self.borrowed_seen = 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from .cluster_state import NoWorkers
 from .messages import PeerDown, Ping, Stage
 from .requests import LiveRequest
 from .supervisor import WorkerInfo
@@ -27,7 +28,7 @@ PAUSE_S = 0.5  # a monitor tick this late means the router itself stood still
 
 class Recovery:
     """The Router's failure handling (it provides cfg, reqs, cluster, chan, sup, workers, metrics
-    and the request operations _release, _fail and _begin)."""
+    and the request operations _release, _fail, _begin and _dispatch)."""
 
     def _park(self, req: LiveRequest, why: str) -> None:
         if not req.parked_at:
@@ -50,6 +51,20 @@ class Recovery:
                 return
         self.metrics.restarts.inc()
         self._begin(req)
+
+    def _resume(self, req: LiveRequest) -> None:
+        """`req`'s token worker preempted it to recompute through the prompt pool (`--recompute
+        prompt-pool`): it is routed again as at its arrival, its prompt and the tokens it made
+        prefilled anew (LiveRequest.work); no worker for it: it starts again from the start."""
+        try:
+            go = self.cluster.arrive(req.pr, again=True)
+        except NoWorkers as e:
+            self._restart(req, str(e), penalty=False)
+            return
+        if go:
+            self._dispatch(req)
+        else:
+            req.stage = Stage.WAITING
 
     # ---- liveness ----------------------------------------------------------------------------
     async def _monitor_loop(self) -> None:

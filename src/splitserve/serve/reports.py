@@ -54,9 +54,14 @@ class WorkerReports:
                     q.cached_tokens = k
                     self.cluster.prefix_reported(w.id, q.pr, sizes.get(rid, 0), k)  # the view corrected
             self.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
-            self.cluster.step_started(w.id, chunks, live(msg.preempted), live(msg.joined), msg.sched,
-                                      lambda rid: q.pr if (q := get(rid)) is not None else None,
-                                      live(msg.grown or ()))
+            back = self.cluster.step_started(w.id, chunks, live(msg.preempted), live(msg.joined), msg.sched,
+                                             lambda rid: q.pr if (q := get(rid)) is not None else None,
+                                             live(msg.grown or ()))
+            if msg.preempted:
+                self.metrics.recomputes.labels("in_place").inc(len(msg.preempted) - len(back))
+                self.metrics.recomputes.labels("prompt_pool").inc(len(back))
+            for r in back:  # preempted, to recompute through the prompt pool (--recompute prompt-pool)
+                self._resume(self.reqs.by_policy[r.id])
         elif type(msg) is Reserved:
             req = get(msg.rid)
             if req is not None and req.stage is Stage.RESERVING:

@@ -4,6 +4,7 @@ finds it by its id, its current try's wire id and its policy request."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -37,6 +38,15 @@ class LiveRequest:
     cached_tokens: int = 0     # prompt tokens its latest try's prefill took from a prefix cache
     prompt_logprobs: list | None = None  # its prompt's logprob records, where it asked (with its first token)
     blocks: list[int] | None = None  # its prompt's full blocks' names (serve/prefix_view.py), for every try
+
+    def work(self) -> tuple[list[int], WireParams, int | None]:
+        """What a worker runs of it: its prompt, or after a preemption that sent it back through the
+        prompt pool (`--recompute prompt-pool`) its prompt and the `resumed` tokens its try made
+        (its prompt scored already): (ids, params, resumed or None)."""
+        g = self.pr.generated if self.pr is not None else 0
+        if not g:
+            return self.prompt_ids, self.params, None
+        return self.prompt_ids + self.delivered[:g], dataclasses.replace(self.params, prompt_logprobs=None), g
 
 
 class RequestTable:

@@ -13,13 +13,12 @@ for its prompt and token workers, and sends the work (docs/architecture.md: a re
 Each try of a request has its own wire id (`<id>.<try>`), so anything a dead or aborted try
 still says is ignored. Workers are started, watched and replaced by the Supervisor; messages
 travel on the RouterChannel. When a worker dies, every request it touched is restarted on the
-others (from the start; tokens the client already has are checked against the new ones and not
-sent twice), at most `max_attempts` times per request. A request that finds no live worker waits
-up to `park_timeout_s` for one; one whose KV transfer times out on the token worker restarts.
-
-A request in a failed engine step is retried isolated, and quarantined after a second
-(reports.py, with the other reactions to worker messages). Restarts, parking and the liveness
-monitor are in recovery.py, the view of the workers' prefix caches in prefix_view.py.
+others (from the start; tokens the client already has are checked, not sent twice), at most
+`max_attempts` times. A request that finds no live worker waits up to `park_timeout_s` for one.
+A request in a failed engine step is retried isolated, and quarantined after a second (reports.py,
+the reactions to worker messages). Restarts, parking, a preempted decode sent back through the
+prompt pool and the liveness monitor are in recovery.py; the workers' prefix caches' view in
+prefix_view.py.
 """
 
 from __future__ import annotations
@@ -75,8 +74,7 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
         self.reqs = RequestTable()
         self.cluster: LiveCluster | None = None
         self._tasks: list[asyncio.Task] = []
-        self._max_request = 0
-        self._next_watch = 0.0
+        self._max_request, self._next_watch = 0, 0.0
         self.flips: list[dict] = []       # instance flips (--cluster-scheduler tetriinfer), in order
         self.ready = self.draining = self.closing = False
 
@@ -193,15 +191,16 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
         r = req.pr
         p, t = self.workers[r.prompt_machine], self.workers[r.token_machine]
         req.split = moves_kv(r)
+        ids, params, resumed = req.work()
         if req.split:
             req.stage = Stage.RESERVING
-            self.chan.send(t, Expect(rid=req.wire, prompt_ids=req.prompt_ids, params=req.params, src=p.id,
-                                     isolated=req.isolated))
+            self.chan.send(t, Expect(rid=req.wire, prompt_ids=ids, params=params, src=p.id, isolated=req.isolated,
+                                     resumed=resumed))
         else:
             req.stage = Stage.PREFILL
             self._queried(req)
-            self.chan.send(p, Gen(rid=req.wire, prompt_ids=req.prompt_ids, params=req.params, kind="full",
-                                  isolated=req.isolated, predicted=r.predicted or None))
+            self.chan.send(p, Gen(rid=req.wire, prompt_ids=ids, params=params, kind="full", isolated=req.isolated,
+                                  predicted=r.predicted or None, resumed=resumed))
 
     def _queried(self, req: LiveRequest) -> None:
         """Its prompt goes to a worker that looks it up in its prefix cache (a scored prompt is not)."""
@@ -216,10 +215,12 @@ class Router(WorkerReports, Recovery, RouterWatch, RouterViews):
         req.stage = Stage.PREFILL
         self._queried(req)
         one_sided = t.kv_region is not None  # the prompt worker writes into these blocks
+        ids, params, resumed = req.work()
         self.chan.send(self.workers[r.prompt_machine], Gen(
-            rid=req.wire, prompt_ids=req.prompt_ids, params=req.params, kind="prefill", isolated=req.isolated,
+            rid=req.wire, prompt_ids=ids, params=params, kind="prefill", isolated=req.isolated,
             dest=t.id, dest_ident=t.ident.decode(), dest_addr=t.kv_addr, threshold=self.cfg.policy.layerwise_threshold,
-            region=t.kv_region if one_sided else None, blocks=blocks if one_sided else None, skip=skip))
+            region=t.kv_region if one_sided else None, blocks=blocks if one_sided else None, skip=skip,
+            resumed=resumed))
 
     def _dispatch_all(self, admitted: list[Request]) -> None:
         for r in admitted:

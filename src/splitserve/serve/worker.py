@@ -12,14 +12,11 @@ the simulator's machine-level policy, run by the engine's scheduler (policy/mach
 Loop: wait for messages (not at all while the engine has work), handle them, run one engine step,
 send that step's tokens to the router in one message, expire late KV reservations, heartbeat.
 Messages to the router wait in an outbox and go together, one ZeroMQ message of signed pairs,
-before each engine step runs and at the end of the loop (docs/architecture.md, Messages).
-A worker whose router has gone quiet for `--orphan-timeout` seconds (twice the router's heartbeat
-timeout) exits. Once started, a worker freezes its Python heap (heap.py).
-
-A step that raises (engine.StepFailed) does not end the worker: the engine has dropped that step's
-requests, and the worker reports them to the router (`step_failed`), which restarts them isolated or
-quarantines them (router.py). After MAX_STEP_FAILURES failed steps in a row the engine is taken for
-broken, and the worker exits (the router replaces it).
+before each engine step runs and at the end of the loop (docs/architecture.md, Messages). A
+worker whose router is quiet for `--orphan-timeout` seconds exits. Once started, a worker freezes
+its Python heap (heap.py). A step that raises (engine.StepFailed) costs its requests, not the
+worker: it reports them (`step_failed`; the router restarts them isolated or quarantines them);
+after MAX_STEP_FAILURES failed steps in a row the worker exits (the router replaces it).
 
 Its identity on the router's socket is derived from the cluster secret, its id and its generation
 (protocol.worker_identity): never on a command line. Its sockets refuse messages larger than the
@@ -104,7 +101,7 @@ class Worker:
                 try:
                     self.engine.add_request(msg.prompt_ids, sampling_params(msg.params, self.echo), rid,
                                             prefill_only=kind == "prefill", isolated=msg.isolated,
-                                            predicted=msg.predicted or 0)
+                                            predicted=msg.predicted or 0, resumed=msg.resumed or 0)
                 except UserError as e:
                     self.send(Err(rid=rid, msg=str(e)))
                     return
@@ -115,7 +112,7 @@ class Worker:
             case Expect(rid=rid):
                 try:
                     where = self.receiver.expect(rid, msg.prompt_ids, sampling_params(msg.params, self.echo),
-                                                 msg.src, isolated=msg.isolated)
+                                                 msg.src, isolated=msg.isolated, resumed=msg.resumed or 0)
                 except UserError as e:  # NoRoom (engine/scheduler.py): the router's view lagged; it waits
                     self.send(Reserved(rid=rid, ok=False, msg=str(e), full=type(e).__name__ == "NoRoom" or None))
                     return
@@ -144,6 +141,8 @@ class Worker:
         decided (its view of this worker follows the same transitions; the step's `out` closes
         it), and send the outbox, where the previous step's `out` may still wait (run())."""
         self.formed = True
+        for rid in rep.left:   # preempted to recompute through the prompt pool: the router sends it on
+            self.kinds.pop(rid, None)
         if rep.told():
             self.send(step_message(rep, time.perf_counter()))
             self.stepped = True

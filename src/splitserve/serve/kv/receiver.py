@@ -111,11 +111,12 @@ class KVReceiver(TokenSideOnly):
 
     # ---- the router's word --------------------------------------------------------------------
     def expect(self, rid: str, prompt_ids: list[int], params, writer: int | None = None,
-               isolated: bool = False) -> dict:
-        """Reserve room now; the `reserved` answer's fields that tell a writer where to write
-        ({"blocks": ids} one-sided) and from which prompt position ({"skip": n}: the tokens before
-        it are in this worker's prefix cache already). UserError when it does not fit."""
-        blocks = self.host.reserve_kv(prompt_ids, params, rid, isolated)
+               isolated: bool = False, resumed: int = 0) -> dict:
+        """Reserve room now (the last `resumed` ids are outputs made before a preemption); the
+        `reserved` answer's fields that tell a writer where to write ({"blocks": ids} one-sided)
+        and from which prompt position ({"skip": n}: the tokens before it are in this worker's
+        prefix cache already). UserError when it does not fit."""
+        blocks = self.host.reserve_kv(prompt_ids, params, rid, isolated, resumed)
         skip = self.host.kv_cached(rid)
         self.inbound[rid] = Inbound(rid, len(prompt_ids), time.monotonic() + max(self.start_s, self.timeout_s), writer,
                                     skip=skip)

@@ -110,8 +110,8 @@ def _params(v: Any) -> WireParams:
 _CHECKS: dict[type, dict[str, Callable[[Any], Any]]] = {
     Gen: {"rid": _str, "prompt_ids": _ids, "params": _params, "kind": _enum("full", "prefill"), "isolated": _bool,
           "predicted": _pos, "dest": _nat, "dest_ident": _str, "dest_addr": _str, "threshold": _nat, "region": _map, "blocks": _ids,
-          "skip": _nat},
-    Expect: {"rid": _str, "prompt_ids": _ids, "params": _params, "src": _nat, "isolated": _bool},
+          "skip": _nat, "resumed": _pos},
+    Expect: {"rid": _str, "prompt_ids": _ids, "params": _params, "src": _nat, "isolated": _bool, "resumed": _pos},
     Cancel: {"rid": _str},
     Abort: {"rid": _str, "prefill_sent": _bool},
     PeerDown: {"peer": _nat},

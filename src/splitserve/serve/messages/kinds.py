@@ -13,7 +13,7 @@ from .params import message_class as _msg
 WIRE_NAMES: dict[str, str] = {
     "prompt_ids": "ids", "params": "p", "isolated": "iso", "threshold": "thr", "dest_addr": "addr",
     "kv_addr": "kv", "worker_id": "id", "first_token": "first", "nbytes": "bytes", "sent_at": "sent",
-    "prefill_end": "end", "inplace_bytes": "inplace", "predicted": "pred",
+    "prefill_end": "end", "inplace_bytes": "inplace", "predicted": "pred", "resumed": "out",
 }
 
 
@@ -68,6 +68,7 @@ class Gen(Message):
     region: dict | None = None         # kind prefill, one-sided transport
     blocks: list[int] | None = None
     skip: int | None = None            # kind prefill: leading prompt tokens the token worker holds (not sent)
+    resumed: int | None = None         # the last ids are outputs made before a preemption (--recompute prompt-pool)
 
 
 @_msg
@@ -78,6 +79,7 @@ class Expect(Message):
     params: WireParams
     src: int
     isolated: bool = False
+    resumed: int | None = None         # the last ids are outputs made before a preemption (--recompute prompt-pool)
 
 
 @_msg
