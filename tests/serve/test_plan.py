@@ -42,9 +42,11 @@ def test_every_kind_of_plan_reads_as_pools(provision_json):
     assert plan.pools == {"prompt": Pool(best["prompt_machines"], 8), "token": Pool(best["token_machines"], 8)}
     cap = read_plan(DATA / "plan_capacity.json")
     assert cap.pools == {"mixed": Pool(1, 2)} and cap.model == "llama3-8b"
-    assert cap.policy == {"batching.scheduler": "vllm"} and cap.max_num_seqs == 64
+    assert cap.policy == {"batching.scheduler": "vllm", "batching.kv_allocation": "on-demand"}  # as searched
+    assert cap.max_num_seqs == 64
     place = read_plan(DATA / "plan_placement.json")
-    assert place.pools == {"prompt": Pool(1, 4), "token": Pool(1, 1)} and place.policy == {"routing.mixed_pool": False}
+    assert place.pools == {"prompt": Pool(1, 4), "token": Pool(1, 1)}
+    assert place.policy == {"routing.mixed_pool": False, "batching.kv_allocation": "on-demand"}  # as DistServe ran
     split = read_plan(DATA / "plan_summary_split.json")
     assert split.pools == {"prompt": Pool(3, 4), "token": Pool(2, 2)} and split.gpus == 16
     vllm = read_plan(DATA / "plan_summary_vllm.json")
@@ -152,8 +154,10 @@ def test_a_plan_sets_the_pools_model_and_policy(capsys, no_server, monkeypatch):
     assert (cfg.model, cfg.design, cfg.prompt_workers, cfg.token_workers, cfg.prompt_tp, cfg.token_tp) == \
         ("llama3-8b", "splitwise", 1, 1, 4, 1)
     assert cfg.policy.routing.mixed_pool is False and cfg.gpu_ids == tuple(str(i) for i in range(8))
+    err = capsys.readouterr().err
     assert "serving provision.json (goodput-per-gpu: low-affinity): 1 prompt worker x tp 4 + 1 token worker x tp 1" \
-        in capsys.readouterr().err
+        in err and "KV on-demand as the plan was simulated (--kv-allocation reserve to serve otherwise)" in err
+    assert cfg.policy.batching.kv_allocation == "on-demand"
     # a command-line policy option and --max-num-seqs win over the plan's
     assert serve("--plan", str(DATA / "plan_capacity.json"), "--device", "cuda", "--max-num-seqs", "8",
                  "--prompt-cap", "512") == 0

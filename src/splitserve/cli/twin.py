@@ -44,6 +44,10 @@ def twin(
                                                  "prefix caches in both runs (off: in neither).")] = True,
     pin_workers: Annotated[bool, typer.Option("--pin-workers", help="Run serve with --pin-workers (each worker on "
                                               "its own cores, in turn) and simulate the cores shared per core.")] = False,
+    num_blocks: Annotated[Optional[int], typer.Option("--num-blocks", help="KV blocks per worker in both runs "
+                                                        "(default: the profile's); fewer make the cluster run out of "
+                                                        "KV, so that decodes are preempted (--kv-allocation "
+                                                        "on-demand) or requests wait for memory.")] = None,
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Before the live run, time two of "
                                             "the profile's rows again (a prompt and a decode step, about 5 s) and "
                                             "simulate the host at its speed now against the profile's.")] = True,
@@ -67,6 +71,12 @@ def twin(
     if (rps is None) == (load is None):
         raise UserError("give one of --rps and --load")
     machine = load_machine_profile(profile_dir, transport)
+    if num_blocks is not None:  # serve's --num-blocks, and the simulated KV capacity alike
+        if num_blocks < 1:
+            raise UserError(f"--num-blocks must be at least 1, got {num_blocks}")
+        bs = int(machine.facts.get("block_size", 16))
+        machine = dataclasses.replace(machine, facts={**machine.facts, "num_blocks": num_blocks,
+                                                      "kv_capacity_tokens": num_blocks * bs})
     if calibrate:
         from ..twin.calibrate import calibrated
         machine = calibrated(machine, profile_dir)

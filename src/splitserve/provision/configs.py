@@ -30,7 +30,7 @@ from rich.table import Table
 from ..catalog import Catalog, kv_capacity_tokens, load_hardware, load_model
 from ..cluster.designs import Design
 from ..errors import UserError
-from ..policy.schedulers import SCHEDULERS
+from ..policy.schedulers import SCHEDULERS, vllm_allocation
 from .command import _progress
 from .evaluate import Cache, Evaluator, Job, LocalBackend, default_cache_dir
 from .plan import RateRange, Scenario, scenario_dict
@@ -99,8 +99,11 @@ def _chunk_sizes(scheduler: str, chunks: Sequence[int]) -> list[int]:
 
 
 def _job(sc: Scenario, d: Design, counts: tuple[int, ...], c: Config, rps: float) -> Job:
+    """A configuration's simulation; its KV allocated on demand, as Vidur's schedulers allocate it
+    (paged attention), unless its scheduler reserves by its own rule (orca)."""
     return replace(sc.job(d.name, counts, rps), parallel=(c.tp, c.pp, None, None, None, None),
-                   scheduler=c.scheduler, batch_cap=c.batch_cap, chunk_size=c.chunk)
+                   scheduler=c.scheduler, batch_cap=c.batch_cap, chunk_size=c.chunk,
+                   kv_allocation=vllm_allocation(c.scheduler))
 
 
 def capacity(ev: Evaluator, d: Design, counts: tuple[int, ...], sc: Scenario, c: Config,

@@ -54,6 +54,7 @@ class Job:
     batch_cap: int = 0              # requests holding KV at once (BatchingConfig.max_seqs; 0: memory decides)
     chunk_size: int = 0             # chunked prefill's token budget (0: whole prompts)
     system: str = ""                # a serving system by name (policy/systems.py); "": the default policy
+    kv_allocation: str = ""         # reserve or on-demand (policy/kv_allocation.py); "": the system's or default
     catalog: Catalog | None = None  # a user catalog (--catalog) travels with the job; None: the built-in one
     perf_model: str = "auto"        # the step-time model where no profile applies (simulate --perf-model)
 
@@ -116,6 +117,8 @@ def job_policy(job: Job):
         pol = replace(pol, batching=replace(pol.batching, scheduler=job.scheduler))
     if job.batch_cap or job.chunk_size:
         pol = replace(pol, batching=replace(pol.batching, max_seqs=job.batch_cap, chunk_size=job.chunk_size))
+    if job.kv_allocation:
+        pol = replace(pol, batching=replace(pol.batching, kv_allocation=job.kv_allocation))
     return pol
 
 

@@ -108,5 +108,9 @@ def apply_plan(cfg: ServeConfig, plan: Plan, path: str, scale: bool, given: Give
     cfg.tp = pools["mixed"].tp if "mixed" in pools else 1
     if plan.max_num_seqs and not given.max_num_seqs:
         cfg.max_num_seqs = plan.max_num_seqs
+    alloc = policy.batching.kv_allocation
     log(f"serving {plan.kind}: {plan.describe()}, model {cfg.model}"
-        + (f", policy {policy.system}" if policy.system else ""))
+        + (f", policy {policy.system}" if policy.system else "") + f", KV {alloc}"
+        + ("" if "batching.kv_allocation" in given.policy else
+           f" as the plan was simulated (--kv-allocation {'on-demand' if alloc == 'reserve' else 'reserve'} "
+           f"to serve otherwise)"))

@@ -117,6 +117,8 @@ def _from_provision(d: dict) -> Plan:
 
 
 def _from_configs(d: dict) -> Plan:
+    from ..policy.schedulers import vllm_allocation
+
     best = d["best"]
     if best is None:
         raise UserError("the configuration search found no configuration that meets its SLO: nothing to serve")
@@ -126,7 +128,8 @@ def _from_configs(d: dict) -> Plan:
     shape = Pool(1, best["tp"], best["pp"])
     pools = ({"prompt": replace(shape, count=unit[0]), "token": replace(shape, count=unit[1])} if design.split
              else {"mixed": replace(shape, count=unit[0])})
-    policy = {"batching.scheduler": best["scheduler"]}
+    policy = {"batching.scheduler": best["scheduler"],   # and its KV, as the search simulated it (configs.py)
+              "batching.kv_allocation": vllm_allocation(best["scheduler"])}
     if best.get("chunk"):
         policy["batching.chunk_size"] = best["chunk"]
     return Plan(f"provision.json (capacity-per-dollar: {name} {best['label']})", d["scenario"]["model"], pools,
@@ -134,12 +137,15 @@ def _from_configs(d: dict) -> Plan:
 
 
 def _from_placement(d: dict) -> Plan:
+    from ..policy.schedulers import vllm_allocation
+
     if not d.get("feasible"):
         raise UserError("the placement search found no placement that meets its SLOs: nothing to serve")
     pools = {"prompt": Pool(d["prefill_instances"], d["prefill"]["tp"], d["prefill"]["pp"]),
              "token": Pool(d["decode_instances"], d["decode"]["tp"], d["decode"]["pp"])}
     return Plan(f"provision.json (goodput-per-gpu: {d['algorithm']})", d["model"], pools,
-                {"routing.mixed_pool": False})   # DistServe's pools, as the placement simulated them
+                {"routing.mixed_pool": False,   # DistServe's pools and KV, as the placement simulated them
+                 "batching.kv_allocation": vllm_allocation(d.get("scheduler"))})
 
 
 LABEL = re.compile(r"(?P<hw>[^/]+)(?:/tp(?P<tp>\d+)pp(?P<pp>\d+)(?:ep\d+)?)?")

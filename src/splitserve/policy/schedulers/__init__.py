@@ -22,6 +22,7 @@ Adding one: a module here that makes its `MachineScheduler`, and its line in `SC
 
 from __future__ import annotations
 
+from ..kv_allocation import ON_DEMAND, RESERVE
 from ..machine import Batch, BatchingConfig
 from ..state import Machine
 from . import ecoserve, fastertransformer, lightllm, orca, sarathi, splitwise, tetriinfer, vllm
@@ -51,10 +52,16 @@ def batch_former(cfg: BatchingConfig) -> FormBatch:
     return SCHEDULERS[cfg.scheduler].form_batch
 
 
+def vllm_allocation(scheduler: str | None) -> str:
+    """How a system built on vLLM allocates KV running machine scheduler `scheduler` (None: the
+    default): on demand, unless the scheduler reserves by its own rule (policy/kv_allocation.py)."""
+    return ON_DEMAND if SCHEDULERS[scheduler or BatchingConfig().scheduler].on_demand else RESERVE
+
+
 def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
     """The next iteration's work on `m`, or None when it has nothing to run, by the machine-level
     scheduler `cfg.scheduler` (the default, "splitwise", is policy/machine.py form_mixed)."""
     return SCHEDULERS[cfg.scheduler].form_batch(m, cfg)
 
 
-__all__ = ["SCHEDULERS", "MachineScheduler", "batch_former", "form_batch", "scheduler_of"]
+__all__ = ["SCHEDULERS", "MachineScheduler", "batch_former", "form_batch", "scheduler_of", "vllm_allocation"]

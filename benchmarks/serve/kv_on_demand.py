@@ -1,0 +1,249 @@
+"""KV reserved against KV on demand, live on this host's CPU (issue 41's "how fast").
+
+    python benchmarks/serve/kv_on_demand.py load [--models tiny small] [--designs splitwise baseline]
+        [--concurrency 48] [--duration 40] [--num-blocks 128] [--out benchmarks/serve/kv_on_demand.json]
+    python benchmarks/serve/kv_on_demand.py steps [--out benchmarks/serve/kv_on_demand_steps.json]
+
+`load`: for each model and design, `splitserve serve` with 128 KV blocks of 16 tokens per worker
+under `--kv-allocation reserve` and then `on-demand` (same build, one after the other), each given
+the same closed loop: `--concurrency` clients sending requests back to back for `--duration`
+seconds. The requests leave `max_tokens` open as chat clients do and end at 32-128 output tokens
+on a stop token: `tiny` by chat completions without `max_tokens`, `small` (no tokenizer) by
+completions with `max_tokens` at the rest of the context. A random model has no natural end, so
+each request samples with its own seed at temperature 1 (its tokens then depend only on the seed
+and its logits) and stops at the first occurrence of a token chosen from a calibration run of the
+same request (`stop_token_ids`), the one whose first occurrence is nearest a length drawn from
+32-128. Reported per run: requests running at once (vLLM's `vllm:num_requests_running`, sampled
+every 0.2 s: mean, median and most), completed requests and output tokens per second, output
+lengths, preemptions, errors.
+
+`steps`: the engine alone (no server), a decode step of B sequences at the same contexts under
+both rules, alternating, median over repeats: what allocating on demand costs a step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from startup import free_port  # noqa: E402
+
+LOW, HIGH = 32, 128   # output lengths the stop tokens aim at
+
+
+def start(model: str, design: str, alloc: str, blocks: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    workers = ["--prompt-workers", "1", "--token-workers", "1"] if design == "splitwise" else \
+        ["--design", "baseline", "--mixed-workers", "2"]
+    proc = subprocess.Popen([sys.executable, "-m", "splitserve.cli", "serve", "--model", model, "--port", str(port),
+                             "--num-blocks", str(blocks), "--kv-allocation", alloc, "--log-stats-interval", "0",
+                             *workers], stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"serve exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.terminate()
+    raise SystemExit("serve did not come up")
+
+
+def requests(model: str, n: int) -> list[dict]:
+    """`n` requests (seeded): chat messages for tiny, token-id prompts for small."""
+    rng = random.Random(41)
+    out = []
+    for i in range(n):
+        if model == "tiny":
+            words = " ".join(f"w{rng.randrange(100)}" for _ in range(rng.randint(6, 20)))
+            out.append({"messages": [{"role": "user", "content": words}], "seed": i})
+        else:
+            out.append({"prompt": [rng.randrange(3, 32000) for _ in range(rng.randint(32, 256))], "seed": i})
+    return out
+
+
+def prompt_ids(client: httpx.Client, url: str, model: str, req: dict) -> list[int]:
+    if "prompt" in req:
+        return req["prompt"]
+    return client.post(url + "/tokenize", json={"model": model, "messages": req["messages"]}).json()["tokens"]
+
+
+def calibrate(url: str, model: str, reqs: list[dict]) -> list[dict]:
+    """Each request with its stop token: from its own run to 128 tokens, the token whose first
+    occurrence makes the output nearest a length drawn from 32-128, before any EOS (requests with
+    none dropped)."""
+    rng = random.Random(7)
+    out = []
+    with httpx.Client(timeout=120) as c:
+        for req in reqs:
+            ids = prompt_ids(c, url, model, req)
+            body = {"model": model, "prompt": ids, "max_tokens": HIGH, "temperature": 1.0, "seed": req["seed"]}
+            toks = c.post(url + "/v1/completions", json=body).json()["choices"][0]["token_ids"]  # to EOS or 128
+            first: dict[int, int] = {}
+            for k, t in enumerate(toks):
+                first.setdefault(t, k + 1)  # the output's length if it stops at t
+            target = rng.randint(LOW, HIGH)
+            fits = [(abs(n - target), n, t) for t, n in first.items() if LOW <= n <= HIGH]
+            if fits:
+                _, n, t = min(fits)
+                out.append({**req, "stop_token_ids": [t], "expect": n})
+    return out
+
+
+def running_now(text: str) -> tuple[float, float]:
+    get = lambda name: sum(float(v) for v in re.findall(rf"^{name}\{{[^}}]*\}} ([0-9.e+-]+)", text, re.M))  # noqa: E731
+    return get("vllm:num_requests_running"), get("vllm:num_preemptions_total")
+
+
+async def closed_loop(url: str, model: str, reqs: list[dict], concurrency: int, duration: float) -> dict:
+    chat = model == "tiny"
+    done: list[tuple[float, int]] = []
+    errors = 0
+    running: list[float] = []
+    stop = asyncio.Event()
+    nxt = iter(range(10**9))
+
+    async def client(c: httpx.AsyncClient):
+        nonlocal errors
+        while not stop.is_set():
+            r = reqs[next(nxt) % len(reqs)]
+            body = {"model": model, "temperature": 1.0, "seed": r["seed"], "stop_token_ids": r["stop_token_ids"]}
+            if chat:
+                body["messages"] = r["messages"]            # no max_tokens: the rest of the context
+            else:
+                body |= {"prompt": r["prompt"], "max_tokens": r["room"]}
+            try:
+                resp = await c.post(url + ("/v1/chat/completions" if chat else "/v1/completions"), json=body)
+                if resp.status_code != 200:
+                    errors += 1
+                    continue
+                done.append((time.monotonic(), resp.json()["usage"]["completion_tokens"]))
+            except httpx.HTTPError:
+                errors += 1
+
+    async def poll(c: httpx.AsyncClient):
+        while not stop.is_set():
+            running.append(running_now((await c.get(url + "/metrics")).text)[0])
+            await asyncio.sleep(0.2)
+
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=concurrency + 4)) as c:
+        pre = running_now((await c.get(url + "/metrics")).text)[1]
+        t0 = time.monotonic()
+        tasks = [asyncio.create_task(client(c)) for _ in range(concurrency)] + [asyncio.create_task(poll(c))]
+        await asyncio.sleep(duration)
+        stop.set()
+        t1 = time.monotonic()
+        await asyncio.gather(*tasks)
+        post = running_now((await c.get(url + "/metrics")).text)[1]
+    warm = t0 + duration * 0.2       # the first fifth warms up
+    window = [(t, n) for t, n in done if warm <= t <= t1]
+    span = t1 - warm
+    steady = running[len(running) // 5:]
+    lens = [n for _, n in done]
+    return {"completed_rps": len(window) / span, "output_tok_s": sum(n for _, n in window) / span,
+            "running_mean": statistics.fmean(steady), "running_median": statistics.median(steady),
+            "running_max": max(steady), "completed": len(done), "errors": errors, "preemptions": post - pre,
+            "output_len_mean": statistics.fmean(lens) if lens else 0.0,
+            "output_len_range": [min(lens), max(lens)] if lens else None}
+
+
+def load(args) -> dict:
+    results = []
+    for model in args.models:
+        base = requests(model, args.requests)
+        calibrated = None
+        for design in args.designs:
+            for alloc in args.allocs:
+                proc, url = start(model, design, alloc, args.num_blocks)
+                try:
+                    if calibrated is None:   # once per model: the same requests and stops for every run
+                        calibrated = calibrate(url, model, base)
+                        ctx = httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"]
+                        for r in calibrated:
+                            r["room"] = ctx - len(r.get("prompt", ()))
+                    row = asyncio.run(closed_loop(url, model, calibrated, args.concurrency, args.duration))
+                finally:
+                    proc.terminate()
+                    proc.wait()
+                    time.sleep(1)
+                row |= {"model": model, "design": design, "kv_allocation": alloc, "requests": len(calibrated)}
+                print(json.dumps(row), flush=True)
+                results.append(row)
+    return {"runs": results}
+
+
+def steps(args) -> dict:
+    import torch
+
+    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.sampler import SamplingParams
+    from splitserve.policy.machine import BatchingConfig
+
+    torch.set_num_threads(1)
+    out = {}
+    for model, batch, ctx in (("tiny", 32, 200), ("small", 16, 200)):
+        engines = {a: LLMEngine(model, num_blocks=2048, batching=BatchingConfig(kv_allocation=a), prefix_caching=False)
+                   for a in ("reserve", "on-demand")}   # room for every sequence's whole length: the same batch
+        rng = random.Random(3)
+        prompts = [[rng.randrange(3, 250) for _ in range(ctx)] for _ in range(batch)]
+        for e in engines.values():
+            for i, p in enumerate(prompts):
+                e.add_request(p, SamplingParams(max_tokens=400, ignore_eos=True), str(i))
+            while len(e.scheduler.m.running) < batch:  # the prefills (2048 tokens a step)
+                e.step()
+        times: dict[str, list[float]] = {a: [] for a in engines}
+        for _ in range(args.repeats):
+            for a, e in engines.items():               # alternating: the same contexts, a step each
+                t = time.perf_counter()
+                e.step()
+                times[a].append(time.perf_counter() - t)
+        med = {a: statistics.median(v) for a, v in times.items()}
+        out[model] = {"batch": batch, "context_from": ctx, "steps": args.repeats,
+                      "median_ms": {a: v * 1e3 for a, v in med.items()},
+                      "on_demand_over_reserve": med["on-demand"] / med["reserve"]}
+        print(model, json.dumps(out[model]), flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    lp = sub.add_parser("load")
+    lp.add_argument("--models", nargs="+", default=["tiny", "small"])
+    lp.add_argument("--designs", nargs="+", default=["splitwise", "baseline"])
+    lp.add_argument("--allocs", nargs="+", default=["reserve", "on-demand"])
+    lp.add_argument("--concurrency", type=int, default=48)
+    lp.add_argument("--duration", type=float, default=40.0)
+    lp.add_argument("--requests", type=int, default=160)
+    lp.add_argument("--num-blocks", type=int, default=128)
+    lp.add_argument("--out", default="benchmarks/serve/kv_on_demand.json")
+    sp = sub.add_parser("steps")
+    sp.add_argument("--repeats", type=int, default=150)
+    sp.add_argument("--out", default="benchmarks/serve/kv_on_demand_steps.json")
+    args = ap.parse_args()
+    res = load(args) if args.cmd == "load" else steps(args)
+    res["machine"] = {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
+                      "load_avg_at_end": Path("/proc/loadavg").read_text().split()[:3],
+                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
