@@ -10,8 +10,10 @@
 # Parts: 1 machine facts; 2 engine decode B=1,8,64 with CUDA graphs, prefill 2048 tokens
 # (llama3-8b bf16) and a torch.profiler table of the B=1 decode step, graph and eager; 3 the CUDA
 # tests (pytest -m gpu); 4 serve --cuda-graphs, 1 prompt + 1 token worker on the GPU, 4 streams:
-# TPOT P50 against the engine's own step; 5 KV exposed time, --transport local (CUDA IPC), and
-# nccl only with 2+ GPUs; 6 splitserve profile + twin (small preset, short), P50 error.
+# TPOT P50 against the engine's own step; 4b the engine's throughput with 200 requests of
+# ShareGPT-like lengths at once, KV reserved and on demand (issue 41); 5 KV exposed time,
+# --transport local (CUDA IPC), and nccl only with 2+ GPUs; 6 splitserve profile + twin (small
+# preset, short), P50 error.
 #
 # Results: a folder DIR (default benchmarks/gpu_check/<date>-<gpu>/): one log and one JSON per part,
 # kernels.txt, summary.md (figures against the targets, the machine named) and results.json.
@@ -83,6 +85,7 @@ if [ "$DEVICE" = cuda ]; then
          --prompt-len 128 --output-tokens 128 --rounds 2 --vocab 128000)
   KV=(--model llama3-8b --device cuda --dtype bfloat16 --requests 3 --num-blocks 256 --startup-timeout 120)
   TWIN_MODEL="${GPU_CHECK_TWIN_MODEL:-small}"; TWIN_DUR=20
+  ALLOC=(--model llama3-8b --device cuda --dtype bfloat16 --requests 200)
   PROF=(--num-blocks 4096)  # twin's two workers share the GPU: each gets this many KV blocks, not 90% of it
 else
   MODEL=small; DTYPE=float32; THREADS="--threads 1"
@@ -90,10 +93,12 @@ else
   SERVE=(--model small --device cpu --dtype float32 --prompt-len 64 --output-tokens 96 --rounds 3)
   KV=(--model tiny --device cpu --dtype float32 --requests 2 --prompt-tokens 64 --num-blocks 64 --startup-timeout 60)
   TWIN_MODEL=small; TWIN_DUR=15
+  ALLOC=(--model tiny --device cpu --requests 40 --num-blocks 256)
   PROF=()
   if [ $QUICK = 1 ]; then  # CI's smoke run of the whole script: the smallest model everywhere
     MODEL=tiny
     SERVE=(--model tiny --device cpu --dtype float32 --prompt-len 32 --output-tokens 48 --rounds 1)
+    ALLOC=(--model tiny --device cpu --requests 6 --num-blocks 48)
   fi
 fi
 ENG=(--dir "$DIR" --device "$DEVICE" --model "$MODEL" --dtype "$DTYPE" $THREADS)
@@ -210,6 +215,9 @@ part tests 150 env PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 bash -c '"$0" -m pytest -m g
 
 # 4. serve with CUDA graphs: TPOT against the engine's step at the same batch
 part serve 200 "$PY" benchmarks/serve/tpot_vs_step.py "${SERVE[@]}" --out "$DIR/serve_tpot.json"
+
+# 4b. KV reserved against on demand: offline throughput at the batch the memory allows
+part kv_alloc 150 "$PY" benchmarks/serve/kv_on_demand.py offline "${ALLOC[@]}" --out "$DIR/kv_alloc.json"
 
 # 5. KV exposed time
 part kv_local 120 "$PY" benchmarks/serve/kv_transfer.py "${KV[@]}" --transports local --modes layerwise,serialized \

@@ -19,6 +19,7 @@ PARTS = [  # (name in parts.tsv, title)
     ("kernels", "2c. profiler tables, B=1 decode step (graph and eager)"),
     ("tests", "3. CUDA tests"),
     ("serve", "4. serve TPOT against the engine step"),
+    ("kv_alloc", "4b. KV reserved against on demand, requests all at once"),
     ("kv_local", "5a. KV exposed time, --transport local"),
     ("kv_nccl", "5b. KV exposed time, --transport nccl"),
     ("profile", "6a. splitserve profile"),
@@ -132,6 +133,22 @@ def fig_serve(d: Path) -> list[str]:
             f"{'MET' if r['meets_target'] else 'MISSED'})"]
 
 
+def fig_alloc(d: Path) -> list[str]:
+    r = load(d / "kv_alloc.json")
+    if not r:
+        return []
+    out = [f"{r['model']} on {r['device']}, {r['requests']} requests (mean {r['mean_prompt']:.0f} prompt, "
+           f"{r['mean_output']:.0f} output tokens):"]
+    for a in ("reserve", "on-demand"):
+        if a in r:
+            x = r[a]
+            out.append(f"{a}: {x['output_tok_s']:.0f} output tokens/s, running {x['running_mean']:.1f} "
+                       f"(most {x['running_max']}), {x['preemptions']} preemptions, {x['kv_blocks']} KV blocks")
+    if "on_demand_over_reserve_tok_s" in r:
+        out.append(f"on demand / reserve: x{r['on_demand_over_reserve_tok_s']:.2f} tokens/s")
+    return out
+
+
 def fig_kv(d: Path, name: str) -> list[str]:
     r = load(d / f"{name}.json")
     if not r:
@@ -183,7 +200,7 @@ def fig_twin(d: Path) -> list[str]:
 
 
 FIGS = {"machine": fig_machine, "decode": fig_decode, "prefill": fig_prefill, "kernels": fig_kernels,
-        "tests": fig_tests, "serve": fig_serve, "kv_local": lambda d: fig_kv(d, "kv_local"),
+        "tests": fig_tests, "serve": fig_serve, "kv_alloc": fig_alloc, "kv_local": lambda d: fig_kv(d, "kv_local"),
         "kv_nccl": lambda d: fig_kv(d, "kv_nccl"), "profile": fig_profile, "twin": fig_twin}
 
 

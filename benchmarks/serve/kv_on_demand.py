@@ -19,6 +19,12 @@ lengths, preemptions, errors.
 
 `steps`: the engine alone (no server), a decode step of B sequences at the same contexts under
 both rules, alternating, median over repeats: what allocating on demand costs a step.
+
+`offline` (scripts/gpu_check.sh runs it on a GPU: llama3-8b bf16, 200 requests): the engine alone
+with its default KV cache (90% of free GPU memory), every request added at once with ShareGPT-like
+lengths (lognormal, means about 160 prompt and 340 output tokens, clipped to 4-1024) and
+`max_tokens` at the rest of the context, each stopped at its length (aborted, as a stop token
+would end it); under both rules: output tokens/s, requests running per step, preemptions.
 """
 
 from __future__ import annotations
@@ -221,6 +227,55 @@ def steps(args) -> dict:
     return out
 
 
+def offline(args) -> dict:
+    import math
+
+    import torch
+
+    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.sampler import SamplingParams
+    from splitserve.policy.machine import BatchingConfig
+
+    rng = random.Random(5)
+    draw = lambda mu: max(4, min(1024, round(math.exp(rng.gauss(mu, 0.9)))))  # noqa: E731
+    sizes = [(draw(4.6), draw(5.4)) for _ in range(args.requests)]   # lognormal: means about 160 and 340 tokens
+    out = {"model": args.model, "device": args.device, "requests": args.requests,
+           "mean_prompt": statistics.fmean(p for p, _ in sizes), "mean_output": statistics.fmean(o for _, o in sizes)}
+    for alloc in ("reserve", "on-demand"):
+        eng = LLMEngine(args.model, device=args.device, dtype=args.dtype, num_blocks=args.num_blocks,
+                        max_num_seqs=args.requests, batching=BatchingConfig(kv_allocation=alloc), prefix_caching=False)
+        ctx = eng.max_seq_len
+        want = {}
+        for i, (p, o) in enumerate(sizes):
+            p = min(p, ctx // 2)
+            rid = eng.add_request([rng.randrange(3, min(1000, eng.cfg.vocab_size)) for _ in range(p)],
+                                  SamplingParams(max_tokens=ctx - p, ignore_eos=True), str(i))
+            want[rid] = min(o, ctx - p)
+        made, running, steps = 0, [], 0
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        while eng.has_unfinished():
+            for o in eng.step():
+                made += len(o.new_token_ids)
+                if not o.finished and len(o.token_ids) >= want[o.request_id]:
+                    eng.abort(o.request_id)          # its stop token
+            running.append(len(eng.scheduler.m.running))
+            steps += 1
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        out[alloc] = {"output_tok_s": made / wall, "wall_s": wall, "steps": steps,
+                      "running_mean": statistics.fmean(running), "running_max": max(running),
+                      "preemptions": eng.scheduler.num_preemptions, "kv_blocks": eng.blocks.num_blocks}
+        print(alloc, json.dumps(out[alloc]), flush=True)
+        del eng
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    out["on_demand_over_reserve_tok_s"] = out["on-demand"]["output_tok_s"] / out["reserve"]["output_tok_s"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -236,8 +291,15 @@ def main() -> None:
     sp = sub.add_parser("steps")
     sp.add_argument("--repeats", type=int, default=150)
     sp.add_argument("--out", default="benchmarks/serve/kv_on_demand_steps.json")
+    op = sub.add_parser("offline")
+    op.add_argument("--model", default="tiny")
+    op.add_argument("--device", default="cpu")
+    op.add_argument("--dtype", default="auto")
+    op.add_argument("--requests", type=int, default=200)
+    op.add_argument("--num-blocks", type=int, default=None, help="default: the engine's (90%% of free GPU memory)")
+    op.add_argument("--out", default="benchmarks/serve/kv_on_demand_offline.json")
     args = ap.parse_args()
-    res = load(args) if args.cmd == "load" else steps(args)
+    res = {"load": load, "steps": steps, "offline": offline}[args.cmd](args)
     res["machine"] = {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
                       "load_avg_at_end": Path("/proc/loadavg").read_text().split()[:3],
                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
