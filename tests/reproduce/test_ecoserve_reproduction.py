@@ -17,7 +17,9 @@ def test_tiny_report(tmp_path):
         assert (tmp_path / png).stat().st_size > 10_000 and f"]({png})" in text
     res = json.loads((tmp_path / "results.json").read_text())
     (d,) = res["datasets"]
-    assert res["kv_tokens"] == 14_648                        # 12 GB of OPT-13B KV (0.8192 MB a token)
+    # 12 GB of OPT-13B KV (0.8192 MB a token) is 14,648 tokens; vLLM allocates it on demand (issue 41)
+    # in whole 16-token blocks, 915 of them
+    assert res["kv_tokens"] == 14_640
     assert d["rates"] == list(TINY.rates["alpaca"])
     eco, vllm = d["points"]["ecoserve"], d["points"]["vllm"]
     # the table row carries the paper's Alpaca range beside our gain, which matches results.json

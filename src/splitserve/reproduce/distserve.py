@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from ..provision.evaluate import Cache, LocalBackend
+from ..provision.evaluate import Cache, Evaluator, LocalBackend
 from . import distserve_counterfactuals as cf
-from .distserve_experiments import EXPERIMENTS, SCALES, OnDemand, paper, run_experiment
+from .distserve_experiments import EXPERIMENTS, SCALES, paper, run_experiment
 from .distserve_probe import Runner
 from .distserve_report import write_report
 from .versus import roofline_results, run_both
@@ -47,7 +47,7 @@ def _run(out: Path, scale: str, workers: int | None, seed: int, cache_dir: str |
     sc = SCALES[scale]
     out.mkdir(parents=True, exist_ok=True)
     pub = paper()
-    ev = OnDemand(LocalBackend(workers), Cache(Path(cache_dir)) if cache_dir else None, perf_model=perf_model)
+    ev = Evaluator(LocalBackend(workers), Cache(Path(cache_dir)) if cache_dir else None, perf_model=perf_model)
     runner = Runner(workers)
     t0 = time.perf_counter()
     results = []

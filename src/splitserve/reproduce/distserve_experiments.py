@@ -1,17 +1,16 @@
 """DistServe's experiments (seed 002, paper 0): the scales, Table 1's rows, and one experiment
 per row: Alg. 2's placement and Alg. 1's for the ablation (provision/placement/), vLLM and vLLM++
 goodputs, attainment against per-GPU rate and against SLO scale, and the gains over vLLM.
-Every simulation allocates KV on demand (`OnDemand`), as vLLM and DistServe do."""
+Every simulation allocates KV on demand, as vLLM and DistServe do (provision/placement/'s jobs)."""
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 
-from ..policy.machine import BatchingConfig
 from ..provision import placement as pl
-from ..provision.evaluate import Evaluator, Job
+from ..provision.evaluate import Evaluator
 from ..provision.search import RateLattice, first_true
 
 INF = float("inf")
@@ -65,22 +64,6 @@ FULL = Scale("full", tuple(e.key for e in EXPERIMENTS), 800, 0.03, (1, 2, 4, 8),
 SCALES = {s.name: s for s in (TINY, QUICK, FULL)}
 SCALE_LATTICE = RateLattice(0.05)        # SLO scales searched: 1.05^k
 PLACEMENT_RPS = 10.0                     # the rate the placements are replicated to (counts only)
-
-
-def on_demand(job: Job) -> Job:
-    """`job` allocating KV on demand, as the system it stands for (policy/systems.py): the colocated
-    vLLM baseline as `--policy vllm`, a split placement's instances as `--policy distserve`; its
-    machine scheduler kept (the job's, or the default batching), so only the allocation changes."""
-    return replace(job, system="vllm" if job.machines is not None else "distserve",
-                   scheduler=job.scheduler or BatchingConfig().scheduler)
-
-
-class OnDemand(Evaluator):
-    """An Evaluator whose every job allocates KV on demand (`on_demand`): provision/placement/'s
-    searches name no allocation, so the reproduction sets it here."""
-
-    def __call__(self, jobs: list[Job]):
-        return super().__call__([on_demand(j) for j in jobs])
 
 
 def _scenario(exp: Experiment, scale: Scale, pub: dict, seed: int) -> pl.Scenario:

@@ -2,10 +2,10 @@
 same clusters as provision/placement/'s jobs (an unsplit vLLM instance, or prompt and token
 instances of one DGX-A100 kind with no mixed pool, KV over NVLink), with the settings a `Job`
 cannot carry: a per-step time added to every batch (a serving system's overhead outside the
-GPU), the preemption limit, the KV allocation, the KV pull, fixed request sizes (DistServe's
-Figure 1: 512 in, 64 out). Without those, a probe simulates exactly what its `Job` does (KV on
-demand, as distserve_experiments.on_demand makes the jobs; the tests check that the vLLM goodput
-equals the main run's)."""
+GPU), the preemption limit, the KV pull, fixed request sizes (DistServe's Figure 1: 512 in,
+64 out); and the KV allocation (on demand, as the jobs allocate it, or the reserve rule of the
+counterfactuals). Without those, a probe simulates exactly what its `Job` does (the tests check
+that the vLLM goodput equals the main run's)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def _why(ours: float, paper, readings: dict[str, float]) -> str:
     got = readings[best]
     moved = f"{best}: {got:.2f} (as run {ours:.2f}; Counterfactuals)"
     if abs(got / ours - 1) < 0.02:
-        return "not explained: no counterfactual moves it by 2% (Counterfactuals)"
+        return "not explained: no counterfactual brings it 2% nearer the paper (Counterfactuals)"
     if _off(got, lo, hi) <= 0.10:
         return f"explained by {moved}"
     if _off(got, lo, hi) >= _off(ours, lo, hi):

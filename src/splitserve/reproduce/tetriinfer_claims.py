@@ -124,7 +124,7 @@ def _why(res: dict, workload: str, key: str, ours: float, theirs: float) -> str:
     if gap_now <= 0.10:
         return f"explained by {moved}"
     if abs(_tetri_over_vllm(key, got) / _tetri_over_vllm(key, base) - 1) < 0.02:
-        return "not explained: no counterfactual moves it by 2% (Counterfactuals)"
+        return "not explained: no counterfactual brings it 2% nearer the paper (Counterfactuals)"
     if gap_now >= gap_before:
         return f"not explained: every counterfactual leaves it as far from the paper or farther (nearest: {moved})"
     if gap_now <= gap_before / 2:
