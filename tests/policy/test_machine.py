@@ -39,7 +39,7 @@ def test_decode_batch_runs_every_admitted_request_until_done():
     m = machine(pool=Pool.TOKEN)
     rs = [req(i, 10, out, token_machine=0) for i, out in enumerate([2, 4, 3])]
     for r in rs:
-        r.generated = 1                                          # first token came from the prompt machine
+        r.generated, r.phase = 1, Phase.HANDOFF                  # first token came from the prompt machine
         assert reserve_decode(m, r)
         join_decode(m, r)
     assert m.kv_used == (10 + 2) + (10 + 4) + (10 + 3)

@@ -282,12 +282,12 @@ def test_grafana_dashboard_reads_only_metrics_the_server_exports(logged_split):
 
 
 def test_preemptions_counted_from_step_reports_equal_the_engines_own_count(server_factory):
-    """test_lossless's case: one mixed worker of 40 blocks, a long request decoding, four prompts
-    of 9 blocks each arriving: its engine preempts the long decode (recomputed later). The
+    """test_lossless's case (KV reserved): one mixed worker of 40 blocks, a long request decoding, four
+    prompts of 9 blocks each arriving: its engine preempts the long decode (recomputed later). The
     router's count from the step reports equals the engine scheduler's own (its heartbeat), and
     the tokens handed to clients are counted once: 480 + 4 x 8."""
     srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--num-blocks", "40",
-                         "--preemption-limit", "3", "--log-stats-interval", "0")
+                         "--preemption-limit", "3", "--log-stats-interval", "0", "--kv-allocation", "reserve")
     long_prompt = [(7 * i) % 250 + 3 for i in range(20)]
     rng = random.Random(11)
     prompts = [[rng.randrange(3, 259) for _ in range(130)] for _ in range(4)]

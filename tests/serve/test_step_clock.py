@@ -25,7 +25,7 @@ class Reports(WorkerReports):
     def __init__(self, boot: str | None) -> None:
         self.boot, self.reqs = boot, RequestTable()
         self.metrics = SimpleNamespace(step=lambda *a: None)
-        self.cluster = SimpleNamespace(step_started=lambda *a: None, up=lambda *a: None,
+        self.cluster = SimpleNamespace(step_started=lambda *a: [], up=lambda *a: None,
                                        sched=SCHEDULERS["splitwise"])
         self.sup = SimpleNamespace(hello=lambda *a: True)
 

@@ -61,12 +61,12 @@ class EchoEngine:
     _new: dict = field(default_factory=dict)     # rid -> prompt tokens (first step not run yet), or 0: joins
     _reserved: dict = field(default_factory=dict)
 
-    def add_request(self, ids, params, request_id, prefill_only=False, isolated=False, predicted=0):
+    def add_request(self, ids, params, request_id, prefill_only=False, isolated=False, predicted=0, resumed=0):
         self._queue[request_id] = ((ids[-1] + 1) % self.cfg.vocab_size, params.max_tokens, prefill_only, 0)
         self._new[request_id] = len(ids)
         return request_id
 
-    def reserve_kv(self, prompt_ids, params, rid, isolated=False):
+    def reserve_kv(self, prompt_ids, params, rid, isolated=False, resumed=0):
         self.sync_kv()
         self._reserved[rid] = params
         return []

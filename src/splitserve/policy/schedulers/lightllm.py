@@ -10,14 +10,13 @@ running_max_req_size and `prompt_token_cap` its batch_max_tokens.
 
 Where it differs from LightLLM, and why:
 - LightLLM allocates KV token by token (TokenAttention) and the estimate is its only admission
-  test. splitserve reserves a request's whole prompt + output when its prefill starts
-  (policy/transitions.py, decode_reservation; the engine's block manager and the router's view
-  rely on it), so here a request must also find that reservation free. The estimate is never
-  more than the sum of the reservations of the same requests, so with the reservation in place
-  it refuses nothing the reservation admits: admission here is exactly the reservation's, and
-  this scheduler batches as vllm.py without preemption. Token-level accounting (a decode's KV
-  growing in decode_tokens, and the cluster's token-side admission using the estimate) would let
-  the estimate admit more; it is not done.
+  test. Under `--kv-allocation on-demand` (policy/kv_allocation.py) KV is allocated in blocks as
+  sequences grow, as there, and the estimate decides admission (with the prompt's blocks and the
+  watermark free); a decode that finds no block still preempts (policy/preemption.py), which the
+  estimate makes rare. Under reserve a request must also find its whole prompt + output free, and
+  since the estimate is never more than the sum of those reservations it refuses nothing the
+  reservation admits: admission there is exactly the reservation's (vllm.py without preemption).
+  The cluster's token-side admission does not use the estimate.
 - `left` is output_tokens - generated, so a request's estimated final KV equals its
   reservation; LightLLM counts max_new_tokens - generated - 1.
 - LightLLM runs a few decode steps (max_wait_tokens) before it tries to admit again while a

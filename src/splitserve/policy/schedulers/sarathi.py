@@ -1,14 +1,15 @@
 """Sarathi-Serve (Agrawal et al., OSDI'24): stall-free chunked prefill. Every iteration holds at
 most `chunk_size` tokens (512 when `chunk_size` is 0 under this scheduler): every running decode
 first (one token each, so decodes never stall behind a prompt), then prompt chunks FCFS in what
-is left of the budget; a prefill in progress stays at the queue's head until done. A prompt's
-first chunk reserves its KV and may preempt the youngest decodes (recomputed later).
+is left of the budget; a prefill in progress stays at the queue's head until done. KV on demand
+(Sarathi-Serve runs on vLLM; `--policy sarathi`'s default): a prompt's first chunk takes its
+blocks when they and the watermark are free, and a decode that cannot take its next block preempts
+the last joined (recomputed later); under `--kv-allocation reserve` the first chunk reserves the
+whole prompt + output and may preempt the youngest decodes instead.
 
 This is the splitwise scheduler's chunk path (policy/machine.py: prompt_budget, prompt_take) under
-another default. Where it differs from Sarathi-Serve: Sarathi-Serve (on vLLM) allocates KV block
-by block and preempts when a running decode cannot get its next block; here a request's whole
-output is reserved when its prefill starts, so decodes never run out and only a starting prompt
-preempts. Sarathi-Serve's budget is tuned per deployment from the TBT SLO; here it is a setting.
+another default. Where it differs from Sarathi-Serve: its budget is tuned per deployment from the
+TBT SLO; here it is a setting.
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ chunks after the decodes (Sarathi-style; see sarathi.py).
 
 Where it differs from the paper: the paper's simulator is the authors'; this is our reading of
 §IV-B (mixed batching with prompt priority and preemption on mixed machines), with KV reserved
-for a request's whole output when it is admitted (policy/transitions.py, decode_reservation).
+for a request's whole output when it is admitted, as the authors' simulator does (the default of
+`simulate`). Under `--kv-allocation on-demand` (`serve`'s default) a prompt waits for its blocks
+instead of preempting, and decodes preempt the last joined for their next blocks
+(policy/kv_allocation.py, policy/preemption.py).
 """
 
 from __future__ import annotations

@@ -5,19 +5,17 @@ prefill first. An iteration runs either prefills only, or decodes only:
   alone however long it is), `max_seqs` (max_num_seqs, counting the running decodes) and KV
   memory, and no decode runs;
 - else every running decode runs, and no prompt.
-A prompt that lacks KV preempts the youngest running decodes (their KV dropped, recomputed later,
-at most `preemption_limit` times each), as in the splitwise scheduler.
+KV memory (policy/kv_allocation.py): on demand, vLLM's own rule and `--policy vllm`'s default, a
+prompt starts when its blocks and the watermark are free, and a decode step's decodes take their
+next blocks, preempting the last joined when there are none (policy/preemption.py grow_decodes;
+recomputed later). Under `--kv-allocation reserve` a request holds its whole prompt + output from
+its prefill, and a prompt that lacks KV preempts the youngest running decodes instead (at most
+`preemption_limit` times each), as in the splitwise scheduler.
 
 Where it differs from vLLM v0, and why:
-- vLLM allocates KV block by block as a sequence grows and preempts (recompute) the
-  latest-arrived running sequence when a decode cannot get its next block; a waiting prompt there
-  only waits for free blocks. splitserve reserves a request's whole prompt + output when its
-  prefill starts (policy/transitions.py, decode_reservation), so a decode never runs out; keeping
-  preemption where a prompt lacks KV keeps vLLM's recompute-on-pressure behaviour (prompts are
-  prioritised in both: vLLM runs no decode while a prompt can start).
 - vLLM refuses a prompt longer than max_num_batched_tokens (unless chunked prefill is on); here
   it runs alone, as under the splitwise rules, so that every request of a trace completes.
-- vLLM's watermark of free blocks and swapping to CPU are not modelled.
+- Swapping preempted KV to CPU memory is not modelled: a preempted decode recomputes.
 """
 
 from __future__ import annotations
