@@ -181,6 +181,7 @@ def load(args) -> dict:
                     if calibrated is None:   # once per model: the same requests and stops for every run
                         calibrated = calibrate(url, model, base)
                         ctx = httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"]
+                        ctx = min(ctx, args.num_blocks * 16)   # what a worker can hold (the router's limit)
                         for r in calibrated:
                             r["room"] = ctx - len(r.get("prompt", ()))
                     row = asyncio.run(closed_loop(url, model, calibrated, args.concurrency, args.duration))
