@@ -10,6 +10,12 @@ Cases (llama2-70b, the Splitwise authors' profile when ../shared is present, els
   coding-10min      the same for 600 s: peak memory must not grow with trace length
   conversation-1h   Splitwise-HH 25P+15T (the paper's iso-power conversation cluster), 70 req/s, 3600 s
   coding-400m-1h    Splitwise-HH 350P+50T (400 machines), coding, 700 req/s, 3600 s
+  conversation-lowmem-1h  conversation-1h at --memory-utilization 0.24 (42,783 KV tokens a machine),
+                    memory pressure (issue 41): 1,148 preemptions under reserve, 123 on demand
+
+`--kv-allocation reserve|on-demand` runs a case under that rule (issue 41; left out: the tree's
+default, reserve, so that a tree older than the option runs too), `--recompute` where the
+preempted recompute.
 """
 
 from __future__ import annotations
@@ -32,10 +38,14 @@ CASES = {
     "coding-10min": dict(workload="coding", prompt_machines=35, token_machines=5, rps=70, duration=600),
     "conversation-1h": dict(workload="conversation", prompt_machines=25, token_machines=15, rps=70, duration=3600),
     "coding-400m-1h": dict(workload="coding", prompt_machines=350, token_machines=50, rps=700, duration=3600),
+    "conversation-lowmem-1h": dict(workload="conversation", prompt_machines=25, token_machines=15, rps=70,
+                                   duration=3600, memory_utilization=0.24),
 }
 
 
-def run_case(name: str) -> dict:
+def run_case(name: str, policy: dict | None = None) -> dict:
+    """One run of case `name`; `policy`: policy settings by option path (issue 41's
+    batching.kv_allocation, batching.recompute), left out for a tree that has none of them."""
     try:
         from splitserve.sim.run import run_simulation
     except ImportError:             # a tree before the sim/ package (sim_speed_ab.py --old 14cd49c)
@@ -44,19 +54,31 @@ def run_case(name: str) -> dict:
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     kw = CASES[name]
-    t0 = time.perf_counter()
+    extra = {}
+    if policy:
+        from splitserve.policy.config import make_policy
+        extra["policy"] = make_policy(policy)
+    t0, c0 = time.perf_counter(), time.process_time()
     s = run_simulation(design="splitwise-hh", model="llama2-70b", seed=0,
-                       profile=str(PROFILE) if PROFILE.exists() else None, **kw)
-    wall = time.perf_counter() - t0
+                       profile=str(PROFILE) if PROFILE.exists() else None, **kw, **extra)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"case": name, **kw, "requests": s["requests"], "completed": s["completed"],
             "events": s["sim"]["events"], "sim_wall_s": round(s["sim"]["wall_s"], 2),
             "total_wall_s": round(wall, 2), "events_per_s": round(s["sim"]["events_per_s"]),
+            "total_cpu_s": round(cpu, 2), "events_per_cpu_s": round(s["sim"]["events"] / cpu),  # on a busy
+            # host a run pinned to a shared core waits: its CPU seconds do not count the wait
             "requests_per_s": round(s["requests"] / s["sim"]["wall_s"]),
             "peak_rss_mb": round(rss / 1024, 1), "rss_after_import_mb": round(rss0 / 1024, 1),
             "slo_met": s["slo"]["met"], "ttft_p50_s": s["ttft_s"]["p50"], "tbt_p50_s": s["tbt_s"]["p50"],
-            "perf_model": s["sim"]["perf_model"],
+            "perf_model": s["sim"]["perf_model"], **{k.rpartition(".")[2]: v for k, v in (policy or {}).items()},
+            "preemptions": s["cluster"].get("preemptions", 0), "recomputed_tokens": s["cluster"].get("recomputed_tokens", 0),
             "hot_path": "pure Python" if simulator.__file__.endswith(".py") else "compiled with mypyc"}
+
+
+def policy_args(policy: dict) -> list[str]:
+    """The command-line options of `policy` ({batching.kv_allocation: ...} -> --kv-allocation ...)."""
+    return [a for k, v in policy.items() for a in (f"--{k.rpartition('.')[2].replace('_', '-')}", v)]
 
 
 def machine_info() -> dict:
@@ -70,15 +92,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sim_speed.json"))
+    ap.add_argument("--kv-allocation", help="reserve or on-demand (issue 41); left out: the tree's default")
+    ap.add_argument("--recompute", help="in-place or prompt-pool (issue 41); left out: the tree's default")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    policy = {f"batching.{k}": v for k, v in (("kv_allocation", args.kv_allocation), ("recompute", args.recompute))
+              if v is not None}
     if args.one:
-        print(json.dumps(run_case(args.one)))
+        print(json.dumps(run_case(args.one, policy)))
         return
     results = []
     for name in args.cases.split(","):
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        cmd = ["taskset", "-c", "0", sys.executable, __file__, "--one", name]
+        cmd = ["taskset", "-c", "0", sys.executable, __file__, "--one", name, *policy_args(policy)]
         out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         print(f"{name:16s} {r['requests']:>9,} requests {r['events']:>10,} events in {r['sim_wall_s']:7.1f} s "
