@@ -107,7 +107,7 @@ def moves_kv(r: Request) -> bool:
     return r.prompt_machine != r.token_machine and r.output_tokens - r.generated > 1
 
 
-def admit(cls: ClusterScheduler, r: Request, pull: bool = False) -> bool:
+def admit(cls: ClusterScheduler, r: Request, pull: bool = False, first: bool = False) -> bool:
     """A request arrives: route it, check it can ever fit, reserve its KV on its token machine and
     queue its prompt. False: it waits for KV memory on its token machine, holding nothing
     (admit_freed queues its prompt later). DoesNotFit when a machine could never hold it.
@@ -118,7 +118,7 @@ def admit(cls: ClusterScheduler, r: Request, pull: bool = False) -> bool:
     if r.kv_need > p.kv_capacity or r.kv_need > t.kv_capacity:
         check_fits(p, r)
         check_fits(t, r)
-    if not moves_kv(r) or pull or reserve_decode(t, r):
+    if not moves_kv(r) or pull or reserve_decode(t, r, first=first):
         enqueue_prompt(p, r)
         return True
     return False
@@ -128,8 +128,9 @@ def readmit(cls: ClusterScheduler, r: Request, pull: bool = False) -> bool:
     """A decode preempted on its token machine that recomputes through the prompt pool
     (`--recompute prompt-pool`; policy/preemption.py requeue left it, holding nothing): admitted
     again as at its arrival, by the load of this moment, its prefill its prompt and the tokens it
-    made; its token machine takes their KV (and its next token's) as `admit` says. As `admit`."""
-    return admit(cls, r, pull)
+    made; its token machine takes their KV (and its next token's) as `admit` says, ahead of the
+    requests waiting there (it was admitted before them). As `admit`."""
+    return admit(cls, r, pull, first=True)
 
 
 def arrive(cls: ClusterScheduler, r: Request, predictor: LengthPredictor | None, pull: bool = False) -> bool:

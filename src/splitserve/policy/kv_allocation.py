@@ -8,7 +8,7 @@
   blocks and a watermark are free, and preempts nobody; a token machine reserves an arriving
   prompt's blocks (and its first token's) the same way. Each step a decode takes the block its
   next token needs; one that finds none preempts the decode that joined the batch last among those
-  not yet grown, itself last (policy/growth.py), so the oldest always runs; the preempted one's
+  not yet grown, itself last (policy/preemption.py), so the oldest always runs; the preempted one's
   blocks go and it is recomputed later (in place, or through the prompt pool: `recompute`).
 
 The simulator, the engine's view of itself (engine/scheduler.py) and the router's view of each

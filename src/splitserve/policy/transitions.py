@@ -112,17 +112,21 @@ def kv_landed(p: Machine, t: Machine, r: Request) -> None:
 
 
 # ---- token side ----------------------------------------------------------------------------------
-def reserve_decode(m: Machine, r: Request, wait: bool = True) -> bool:
-    """Token side: reserve all of `r`'s KV on `m` before its prompt may start elsewhere (FCFS
-    behind earlier waiters). False: `r` waits in `m.admit_queue` (or, with `wait` False, is not
-    taken), holding no memory anywhere, until `admit_waiting` admits it. Reserving first means a
-    prompt machine never holds KV that has nowhere to go, so no two machines can wait on each
-    other's memory."""
-    if not m.admit_queue and can_reserve(m, r):
+def reserve_decode(m: Machine, r: Request, wait: bool = True, first: bool = False) -> bool:
+    """Token side: reserve `r`'s KV on `m` before its prompt may start elsewhere (FCFS behind
+    earlier waiters; `first`: ahead of them, a decode preempted and sent back through the prompt
+    pool, as vLLM puts preempted requests first). False: `r` waits in `m.admit_queue` (or, with
+    `wait` False, is not taken), holding no memory anywhere, until `admit_waiting` admits it.
+    Reserving first means a prompt machine never holds KV that has nowhere to go, so no two
+    machines can wait on each other's memory."""
+    if (first or not m.admit_queue) and can_reserve(m, r):
         _reserve(m, r)
         return True
     if wait:
-        m.admit_queue.append(r)
+        if first:
+            m.admit_queue.appendleft(r)
+        else:
+            m.admit_queue.append(r)
         m.queued_decode_tokens += r.output_tokens - r.generated
         m.pending += r.output_tokens - r.generated
     return False
@@ -243,7 +247,7 @@ def end_decode(m: Machine, r: Request) -> None:
 
 def grow_decode(m: Machine, r: Request) -> None:
     """On demand: running decode `r` takes the KV its next step writes (the blocks of its prompt and
-    every token made so far, the last one's written by this step; policy/growth.py decides)."""
+    every token made so far, the last one's written by this step; policy/preemption.py decides)."""
     need = m.kv_round(r.prompt_tokens + r.generated) - r.kv_held
     if need > 0:
         m.kv_used += need
