@@ -71,17 +71,17 @@ def twin(
     if (rps is None) == (load is None):
         raise UserError("give one of --rps and --load")
     machine = load_machine_profile(profile_dir, transport)
-    if num_blocks is not None:  # serve's --num-blocks, and the simulated KV capacity alike
-        if num_blocks < 1:
-            raise UserError(f"--num-blocks must be at least 1, got {num_blocks}")
-        bs = int(machine.facts.get("block_size", 16))
-        machine = dataclasses.replace(machine, facts={**machine.facts, "num_blocks": num_blocks,
-                                                      "kv_capacity_tokens": num_blocks * bs})
     if calibrate:
         from ..twin.calibrate import calibrated
         machine = calibrated(machine, profile_dir)
         typer.echo(f"the host runs prompt steps x{machine.drift[0]:.3f} and decode steps x{machine.drift[1]:.3f} "
                    "the profile's time now", err=True)
+    if num_blocks is not None:  # serve's --num-blocks, and the simulated KV capacity alike (not the calibration's)
+        if num_blocks < 1:
+            raise UserError(f"--num-blocks must be at least 1, got {num_blocks}")
+        bs = int(machine.facts.get("block_size", 16))
+        machine = dataclasses.replace(machine, facts={**machine.facts, "num_blocks": num_blocks,
+                                                      "kv_capacity_tokens": num_blocks * bs})
     spec = TwinSpec(design=design, prompt=prompt_workers, token=token_workers, machines=mixed_workers,
                     workload=workload, rps=rps or 1.0, duration=duration, seed=seed,
                     max_prompt_tokens=max_prompt_tokens, max_tokens_cap=max_tokens_cap, transport=transport,

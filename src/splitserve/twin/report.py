@@ -185,7 +185,7 @@ def _write_cdf(path: Path, live: dict[str, list[float]], sim: dict[str, list[flo
     return True
 
 
-ABLATED = ("TTFT P50 (s)", "TTFT P90 (s)", "TBT P50 (s)", "TBT P90 (s)", "E2E P50 (s)", "E2E P90 (s)")
+ABLATED = ("TTFT P50 (s)", "TTFT P90 (s)", "TBT P50 (s)", "TBT P90 (s)", "E2E P50 (s)", "E2E P90 (s)", "preemptions")
 
 
 def ablation_markdown(rows: list[Row], without: dict[str, list[Row]]) -> str:
