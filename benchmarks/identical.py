@@ -8,7 +8,7 @@ trees and compare their outputs, timing left out.
 
     # a change that adds an option: the new tree at the old behaviour, the new keys left out
     python benchmarks/identical.py run --out /tmp/new --extra "--kv-allocation reserve"
-    python benchmarks/identical.py diff /tmp/old /tmp/new --ignore kv-allocation,recomputed_tokens
+    python benchmarks/identical.py diff /tmp/old /tmp/new --ignore kv-allocation,recomputed_tokens,recompute
 
 `run` simulates every serving system of policy/systems.py on the coding and conversation workloads,
 the prefix caches on the multiturn and sysprompt workloads

@@ -141,7 +141,7 @@ def scenarios(draw, pressure: bool = False):
                               preemption_limit=draw(st.integers(0, 3)),
                               kv_allocation=draw(st.sampled_from(["on-demand"] if pressure else ["reserve", "on-demand"])),
                               kv_watermark=draw(st.sampled_from([0.0, 0.01, 0.1])),
-                              recompute=draw(st.sampled_from(["in-place", "prompt-pool"])))
+                              recompute=draw(st.sampled_from(["auto", "in-place", "prompt-pool"])))
     events = draw(st.lists(st.one_of(
         st.tuples(st.just("arrive"), st.integers(1, 60 if pressure else 200), st.integers(20 if pressure else 1,
                   120 if pressure else 60), st.booleans()),

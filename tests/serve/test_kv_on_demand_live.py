@@ -2,8 +2,9 @@
 concurrent greedy requests on workers of 24 KV blocks (384 tokens), where decodes run out of
 blocks and preempt one another, get exactly LLMEngine.generate's tokens; preemptions happen
 (counted), every block comes back and the router's view ends idle. Unsplit and split, over tcp and
-local (shared memory) KV transports, a token pool at tensor parallel 2, and a decode sent back
-through the prompt pool to be recomputed (`--recompute prompt-pool`)."""
+local (shared memory) KV transports, a token pool at tensor parallel 2; the split ones send a
+preempted decode back through the prompt pool to be recomputed (`--recompute auto`), one
+recomputes it in place."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ import pytest
 
 from .conftest import complete, reference
 
-CONFIGS = {
+CONFIGS = {   # the split ones recompute through the prompt pool (--recompute auto), but split-in-place
     "unsplit": ("--design", "baseline", "--mixed-workers", "1"),
     "split-tcp": ("--prompt-workers", "1", "--token-workers", "1", "--transport", "tcp"),
     "split-local": ("--prompt-workers", "1", "--token-workers", "1", "--transport", "local"),
     "split-token-tp2": ("--prompt-workers", "1", "--token-workers", "1", "--token-tp", "2"),
-    "split-prompt-pool": ("--prompt-workers", "1", "--token-workers", "1", "--recompute", "prompt-pool"),
+    "split-in-place": ("--prompt-workers", "1", "--token-workers", "1", "--recompute", "in-place"),
 }
 
 
@@ -51,10 +52,10 @@ def test_decodes_preempted_for_blocks_lose_no_token(config, server_factory, refe
     assert preempted > 0, "the cache is small enough that decodes run out of blocks"
     where = {w: srv.metric("splitserve_recomputes_total", where=w) for w in ("in_place", "prompt_pool")}
     assert sum(where.values()) == preempted
-    if config == "split-prompt-pool":   # the token worker's decodes go back; the prompt worker's (borrowed) stay
-        assert where["prompt_pool"] > 0
-    else:
+    if config in ("unsplit", "split-in-place"):
         assert where["prompt_pool"] == 0
+    else:   # the token worker's decodes go back; a borrowed prompt worker's (prompt and decode there) stay
+        assert where["prompt_pool"] > 0
     st = srv.wait_settled()
     for w in st["workers"]:
         assert w["free"] == w["start_free"] == 24 and w["reserved"] == 0, w

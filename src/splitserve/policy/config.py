@@ -96,8 +96,10 @@ OPTIONS = (
            "--kv-allocation on-demand: share of a machine's KV blocks an admission leaves free (vLLM's watermark)."),
     Option("recompute", "batching.recompute",
            "Where a decode preempted on its token machine (its prompt ran on another) recomputes its KV: in-place "
-           "(a prefill of its prompt and outputs there, in a mixed step) or prompt-pool (routed again as at "
-           "arrival: a prompt machine recomputes, its KV is sent again)."),
+           "(a prefill of its prompt and outputs there), prompt-pool (routed again as at arrival, ahead of the "
+           "requests waiting for that token machine: a prompt machine recomputes, its KV is sent again), or auto "
+           "(prompt-pool with --kv-allocation on-demand: as fast at the SLOs, faster past them, "
+           "benchmarks/sim/README.md; in-place under reserve)."),
     Option("orca-max-len", "batching.max_len",
            "--machine-scheduler orca: KV tokens reserved per request at admission (0: its prompt + output)."),
     Option("prompt-queue-threshold", "routing.prompt_queue_threshold",

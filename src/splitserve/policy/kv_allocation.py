@@ -9,7 +9,9 @@
   prompt's blocks (and its first token's) the same way. Each step a decode takes the block its
   next token needs; one that finds none preempts the decode that joined the batch last among those
   not yet grown, itself last (policy/preemption.py), so the oldest always runs; the preempted one's
-  blocks go and it is recomputed later (in place, or through the prompt pool: `recompute`).
+  blocks go and it is recomputed later: through the prompt pool when its prompt ran on another
+  machine (`--recompute auto`, the default; benchmarks/sim/README.md measured it against
+  recomputing in place), else in place.
 
 The simulator, the engine's view of itself (engine/scheduler.py) and the router's view of each
 worker (serve/cluster_state.py) configure their machines here (`configure`) and the transitions of
@@ -24,8 +26,8 @@ from .state import Machine, Phase, Request
 
 RESERVE, ON_DEMAND = "reserve", "on-demand"
 ALLOCATIONS = (RESERVE, ON_DEMAND)
-IN_PLACE, PROMPT_POOL = "in-place", "prompt-pool"
-RECOMPUTES = (IN_PLACE, PROMPT_POOL)
+AUTO, IN_PLACE, PROMPT_POOL = "auto", "in-place", "prompt-pool"
+RECOMPUTES = (AUTO, IN_PLACE, PROMPT_POOL)   # auto: prompt-pool on demand (benchmarks/sim/README.md), in-place under reserve
 WATERMARK = 0.01   # vLLM's default watermark (v0 BlockSpaceManager): 1% of the blocks stay free at admission
 
 
@@ -47,7 +49,7 @@ def configure(m: Machine, cfg: AllocationSettings, block: int = 0) -> None:
     kv_block; the simulator's machines reserve by the token), its capacity whole blocks and the
     watermark `cfg.kv_watermark` of them."""
     m.kv_on_demand = cfg.kv_allocation == ON_DEMAND
-    m.recompute_here = cfg.recompute == IN_PLACE
+    m.recompute_here = cfg.recompute == IN_PLACE or cfg.recompute == AUTO and not m.kv_on_demand
     if m.kv_on_demand:
         m.kv_block = block or m.kv_block
         blocks = m.kv_capacity // m.kv_block

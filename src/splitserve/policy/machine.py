@@ -50,8 +50,9 @@ class BatchingConfig:
     max_len: int = 0                   # orca only: KV tokens reserved per request (0: its prompt + output)
     kv_allocation: str = "reserve"     # "reserve" or "on-demand" (policy/kv_allocation.py)
     kv_watermark: float = 0.01         # on demand: share of the KV blocks an admission leaves free
-    recompute: str = "in-place"        # a decode preempted where its prompt did not run: recomputed
-                                       # "in-place" or through the "prompt-pool" (policy/cluster.py readmit)
+    recompute: str = "auto"            # a decode preempted where its prompt did not run: recomputed
+                                       # "in-place", or through the "prompt-pool" (policy/cluster.py
+                                       # readmit); "auto": prompt-pool on demand, in-place under reserve
 
 
 @dataclass(slots=True)
