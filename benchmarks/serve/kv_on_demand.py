@@ -91,24 +91,29 @@ def prompt_ids(client: httpx.Client, url: str, model: str, req: dict) -> list[in
 
 
 def calibrate(url: str, model: str, reqs: list[dict]) -> list[dict]:
-    """Each request with its stop token: from its own run to 128 tokens, the token whose first
-    occurrence makes the output nearest a length drawn from 32-128, before any EOS (requests with
-    none dropped)."""
+    """Each request with its stop token: from its own run to 128 tokens (16 at a time: a seeded
+    request's tokens do not depend on its batch), the token whose first occurrence makes the output
+    nearest a length drawn from 32-128, before any EOS (requests with none dropped)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     rng = random.Random(7)
+    targets = [rng.randint(LOW, HIGH) for _ in reqs]
+    with httpx.Client(timeout=600) as c:
+        def run(req: dict) -> list[int]:
+            body = {"model": model, "prompt": prompt_ids(c, url, model, req), "max_tokens": HIGH,
+                    "temperature": 1.0, "seed": req["seed"]}
+            return c.post(url + "/v1/completions", json=body).json()["choices"][0]["token_ids"]  # to EOS or 128
+        with ThreadPoolExecutor(16) as pool:
+            runs = list(pool.map(run, reqs))
     out = []
-    with httpx.Client(timeout=120) as c:
-        for req in reqs:
-            ids = prompt_ids(c, url, model, req)
-            body = {"model": model, "prompt": ids, "max_tokens": HIGH, "temperature": 1.0, "seed": req["seed"]}
-            toks = c.post(url + "/v1/completions", json=body).json()["choices"][0]["token_ids"]  # to EOS or 128
-            first: dict[int, int] = {}
-            for k, t in enumerate(toks):
-                first.setdefault(t, k + 1)  # the output's length if it stops at t
-            target = rng.randint(LOW, HIGH)
-            fits = [(abs(n - target), n, t) for t, n in first.items() if LOW <= n <= HIGH]
-            if fits:
-                _, n, t = min(fits)
-                out.append({**req, "stop_token_ids": [t], "expect": n})
+    for req, toks, target in zip(reqs, runs, targets):
+        first: dict[int, int] = {}
+        for k, t in enumerate(toks):
+            first.setdefault(t, k + 1)  # the output's length if it stops at t
+        fits = [(abs(n - target), n, t) for t, n in first.items() if LOW <= n <= HIGH]
+        if fits:
+            _, n, t = min(fits)
+            out.append({**req, "stop_token_ids": [t], "expect": n})
     return out
 
 
