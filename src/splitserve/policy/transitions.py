@@ -7,9 +7,12 @@ arithmetic on `Machine` state. docs/architecture.md shows where each one is call
 A request's life on its machines:
 
     prompt side   enqueue_prompt -> start_chunk -> end_chunk (... more chunks) -> first_token
-                  (a preempted decode: preempt -> requeue_preempted -> start_chunk ...)
-    token side    reserve_decode (or wait: admit_waiting later) -> join_decode (its KV landed)
-                  -> start_decode -> decode_tokens ... (its last token frees its KV)
+    token side    reserve_decode (or wait: admit_waiting later) -> join_decode (its KV landed;
+                  kv_arrived in a token engine's view of itself) -> start_decode -> decode_tokens
+                  ... (its last token frees its KV); on demand grow_decode before each step
+                  (policy/kv_allocation.py sizes what each holds; policy/preemption.py decides)
+    preempted     preempt -> requeue_preempted (in place) or leave_preempted, then admitted again
+                  through the prompt pool (policy/cluster.py readmit)
     hand-over     first_token leaves it in HANDOFF on the prompt machine; kv_landed frees the
                   prompt machine's copy and joins it on the token machine
     early end     release: undo whatever it holds (aborted, failed, or stopped before its last token)
@@ -20,7 +23,8 @@ A request's life on its machines:
                   / preempt; drop_waiting (a waiting one recomputes later) (policy/sized_kv.py)
 
 This module holds the shared path; policy/sized_kv.py the transitions of KV sized by a machine
-scheduler, policy/release.py the early end: together they are the only counter arithmetic.
+scheduler, policy/release.py the early end (and `unreserve`): together they are the only counter
+arithmetic.
 
 `pending` (the JSQ queue length) is the sum of five counters and moves with them. `isolated`
 counts the isolated requests a machine holds (queued, prefilling, ready or decoding), so that
