@@ -132,24 +132,15 @@ def emulate_mixed_11() -> None:
 
 
 def emulate_perf_db(profile: Path = PROFILE) -> None:
-    """Every batch timed as SplitwiseSim's DatabasePerformanceModel times it (Llama-2-70B, H100, TP 8)."""
+    """Every batch timed as SplitwiseSim's DatabasePerformanceModel times it (Llama-2-70B, H100, TP 8):
+    its lines by batch tokens (perf/decode_lookup.py, the owner of the decode lookup)."""
     from splitserve.perf import step
+    from splitserve.perf.decode_lookup import batch_token_lines, extrapolating_line
+    from splitserve.perf.profile_fit import read_profile_rows
 
-    db = pd.read_csv(profile)
-    db = db[(db.model == "llama2-70b") & (db.hardware == "h100-80gb") & (db.tensor_parallel == 8)].copy()
-    db["batch_tokens"] = db.prompt_size * db.batch_size
-    med = db.groupby("batch_tokens")[["prompt_time", "token_time"]].median() / 1000
-    x = med.index.to_numpy(float)
-
-    def line(y):   # scipy's interp1d(fill_value="extrapolate"): linear, the end segments extended
-        y = y.to_numpy(float)
-
-        def at(n: float) -> float:
-            i = min(max(int(np.searchsorted(x, n)), 1), len(x) - 1)
-            return float(y[i - 1] + (y[i] - y[i - 1]) * (n - x[i - 1]) / (x[i] - x[i - 1]))
-        return at
-
-    prompt, token = line(med.prompt_time), line(med.token_time)
+    x, prompt_s, token_s = batch_token_lines(read_profile_rows(profile, "llama2-70b", "h100-80gb", 8, unique=False))
+    prompt = lambda n: extrapolating_line(x, prompt_s, n)
+    token = lambda n: extrapolating_line(x, token_s, n)
 
     def timed(self, m, batch):
         if not batch.prompt_tokens:

@@ -57,7 +57,7 @@ def test_a_config_file_gives_the_summary_of_the_same_options(tmp_path, capsys):
         "design": "baseline-h100", "machines": "2", "model": "llama2-70b", "workload": "coding", "rps": 3.0,
         "duration": 20.0, "seed": 7, "arrivals": "auto", "json": True, "memory-utilization": 0.9, "quiet": True,
         "trace-max-events": 500000, "machine-scheduler": "sarathi", "chunk-size": 256, "no-mixed-pool": False,
-        "kv-pull": False, "policy": "", "perf-model": "auto", "prefix-caching": True, "block-size": 16}
+        "kv-pull": False, "policy": "", "perf-model": "auto", "decode-lookup": "batch-size", "prefix-caching": True, "block-size": 16}
     assert typed["workload"] == {"name": "coding", "rps": 3.0, "duration_s": 20.0}
     assert typed["cluster_label"] == "baseline-h100 (2 machines)"
 

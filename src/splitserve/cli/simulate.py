@@ -52,6 +52,11 @@ def simulate(
                                                  "fitted on measured A100/H100 profiles, the roofline elsewhere and "
                                                  "where it stands in for the Splitwise profile), operators or "
                                                  "roofline. docs/perf-model.md.")] = "auto",
+    decode_lookup: Annotated[str, typer.Option(help="How a decode batch's time is read off --profile: batch-size "
+                                                    "(its batch sweep and context) or batch-tokens (SplitwiseSim's "
+                                                    "lookup, an experiment: the rows' median token time by prompt "
+                                                    "size x batch size, read at the number of decodes; "
+                                                    "perf/decode_lookup.py, docs/splitwisesim.md).")] = "batch-size",
     machine_profile: Annotated[Optional[Path], typer.Option(help="A `splitserve profile` directory: simulate "
                                                                  "that machine running its model (--design "
                                                                  "splitwise* with -p/-t, else the unsplit baseline "
@@ -102,6 +107,7 @@ def simulate(
         design=design, prompt_machines=prompt_machines, token_machines=token_machines, machines=machines,
         model=model, workload=workload, rps=rps, duration=duration, seed=seed, arrivals=arrivals,
         rate_profile=rate_profile, profile=str(profile) if profile else None, perf_model=perf_model,
+        decode_lookup=decode_lookup,
         parallel=Parallelism(tp, pp, prompt_tp, prompt_pp, token_tp, token_pp, ep), policy=policy,
         max_context=max_context, memory_utilization=memory_utilization,
         machine=load_machine_profile(machine_profile) if machine_profile else None, goodput=goodput, catalog=cat,

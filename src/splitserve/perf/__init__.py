@@ -21,6 +21,7 @@ from typing import Protocol
 
 from splitserve.catalog import HardwareSpec, ModelSpec
 from splitserve.errors import UserError
+from splitserve.perf.decode_lookup import with_decode_lookup
 from splitserve.perf.operator_perf import OperatorPerfModel, operator_gpu
 from splitserve.perf.pipeline import PipelinePerf
 from splitserve.perf.power import AnalyticalPowerModel, ProfilePowerModel
@@ -62,6 +63,7 @@ def make_perf_model(
     pp: int = 1,
     ep: int = 1,
     kind: str = "auto",
+    decode_lookup: str = "batch-size",
 ) -> tuple[PerfModel, PowerModel]:
     """The perf and power models for `model` on one `hw` machine at tensor parallel `tp`.
 
@@ -76,11 +78,14 @@ def make_perf_model(
     tp defaults to the machine's GPU count. With `pp` > 1 the perf model is a PipelinePerf over it
     (perf/pipeline.py): `pp` stages of `tp` GPUs; `ep`: expert parallel (perf/roofline.py). The power
     model counts the instance's GPUs only (one stage's; the simulator counts every stage). A `profile` path that cannot be read is a UserError.
+    `decode_lookup`: how a decode batch's time is read (perf/decode_lookup.py; "batch-tokens":
+    SplitwiseSim's lookup, from the profile's rows).
     """
     if tp is None:
         tp = hw.gpus
     check_perf_model(kind)
     perf, power = _one_stage_group(model, hw, tp, profile, ep, kind)
+    perf = with_decode_lookup(perf, decode_lookup, profile, model.name, hw.profile_name, tp)
     if pp > 1:
         perf = PipelinePerf(perf, model, hw, tp, pp)
     return perf, power

@@ -27,10 +27,12 @@ def read_profile_rows(
     model: str | None = None,
     hardware: str | None = None,
     tp: int | None = None,
+    unique: bool = True,
 ) -> list[dict[str, Any]]:
     """Rows of a profile CSV as dicts (numbers converted), filtered by model / hardware / tp.
 
-    Exact duplicate rows are kept once. Raises UserError for a missing file or column.
+    Exact duplicate rows are kept once (`unique` False: every row, as the file has them).
+    Raises UserError for a missing file or column.
     """
     try:
         f = open(path, newline="")
@@ -60,7 +62,7 @@ def read_profile_rows(
             if tp is not None and row["tensor_parallel"] != tp:
                 continue
             key = tuple(row[k] for k in ("model", "hardware", *_NUMERIC))
-            if key in seen:
+            if unique and key in seen:
                 continue
             seen.add(key)
             rows.append(row)

@@ -57,6 +57,7 @@ class Job:
     kv_allocation: str = ""         # reserve or on-demand (policy/kv_allocation.py); "": the system's or default
     catalog: Catalog | None = None  # a user catalog (--catalog) travels with the job; None: the built-in one
     perf_model: str = "auto"        # the step-time model where no profile applies (simulate --perf-model)
+    decode_lookup: str = "batch-size"   # how decode times are read off the profile (simulate --decode-lookup)
 
     def counts(self) -> dict:
         if self.machines is not None:
@@ -128,7 +129,7 @@ def run_job(job: Job) -> Outcome:
                        goodput=GoodputSLO(*job.goodput) if job.goodput else None,
                        parallel=Parallelism(*job.parallel) if job.parallel else None,
                        policy=job_policy(job), max_context=job.max_context, colocated=job.colocated,
-                       catalog=job.catalog, perf_model=job.perf_model)
+                       catalog=job.catalog, perf_model=job.perf_model, decode_lookup=job.decode_lookup)
     return Outcome.from_summary(s)
 
 

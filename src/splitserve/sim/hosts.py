@@ -32,22 +32,33 @@ class Hosts(Protocol):
 
 
 class CatalogHosts:
-    """The catalog's machines: each instance kind's profile, operator or roofline model (perf/), its KV
+    """The catalog's machines: each instance kind's profile, operator or roofline model (perf/; its
+    decodes read by `decode_lookup`, perf/decode_lookup.py, the SLO reference's too), its KV
     capacity at `memory_utilization`, the links between the kinds (sim/kv_transfer.py, NVLink
     with `colocated`), SLOs against a DGX-A100, and no serving path."""
 
     request_overhead = 0.0
 
     def __init__(self, model: ModelSpec, profile: str | None = None, memory_utilization: float = 0.9,
-                 colocated: bool = False, catalog: Catalog | None = None, perf_model: str = "auto") -> None:
+                 colocated: bool = False, catalog: Catalog | None = None, perf_model: str = "auto",
+                 decode_lookup: str = "batch-size") -> None:
         self.model, self.profile, self.memory_utilization = model, profile, memory_utilization
         self.colocated, self.catalog, self.perf_model = colocated, catalog, perf_model
-        self.reference, _ = make_perf_model(model, load_hardware(REFERENCE_HARDWARE), None, profile, kind=perf_model)
+        self.decode_lookup = decode_lookup
+        self.reference, _ = make_perf_model(model, load_hardware(REFERENCE_HARDWARE), None, profile, kind=perf_model,
+                                            decode_lookup=decode_lookup)
         self.specs: dict = {}
+
+    @classmethod
+    def of(cls, model: ModelSpec, cfg) -> "CatalogHosts":
+        """The catalog's machines as a SimConfig `cfg` sets them up."""
+        return cls(model, cfg.profile, cfg.memory_utilization, cfg.colocated, cfg.catalog, cfg.perf_model,
+                   cfg.decode_lookup)
 
     def instance(self, inst: Instance, machines: list) -> tuple[object, StepModel]:
         spec = instance_spec(inst, self.catalog)
-        perf, power = make_perf_model(self.model, spec.hw, inst.tp, self.profile, inst.pp, inst.ep, self.perf_model)
+        perf, power = make_perf_model(self.model, spec.hw, inst.tp, self.profile, inst.pp, inst.ep, self.perf_model,
+                                      self.decode_lookup)
         cap = kv_capacity_tokens(self.model, spec.hw, inst.tp, self.memory_utilization, inst.pp)
         self.specs[inst.name] = spec
         return spec, PerfStep(perf, power, cap)

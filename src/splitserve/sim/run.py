@@ -22,6 +22,7 @@ from typing import Protocol
 from ..catalog import Catalog, ModelSpec, load_model
 from ..cluster.designs import ClusterSpec, Parallelism, load_designs, make_cluster
 from ..errors import UserError
+from ..perf.decode_lookup import check_decode_lookup
 from ..policy.config import PolicyConfig
 from ..report.goodput import GoodputSLO
 from ..report.summary import simulation_summary
@@ -84,6 +85,7 @@ class SimRequest:
     rate_profile: str | None = None
     profile: str | None = None
     perf_model: str = "auto"
+    decode_lookup: str = "batch-size"      # how decode times are read off the profile (perf/decode_lookup.py)
     parallel: Parallelism | None = None
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     max_context: int | None = None
@@ -109,6 +111,7 @@ class SimRequest:
         _check(0 < self.memory_utilization <= 1,
                f"--memory-utilization must be in (0, 1], got {self.memory_utilization}")
         _check(self.block_size >= 1, f"--block-size must be at least 1, got {self.block_size}")
+        check_decode_lookup(self.decode_lookup)
         _check(self.arrivals in ("auto", "poisson", "trace"),
                f"--arrivals must be auto, poisson or trace, got {self.arrivals!r}")
 
@@ -150,7 +153,7 @@ def simulate(req: SimRequest, *, progress: bool = False, record_requests: bool =
         moved = sum(prompts) / len(prompts) if prompts and cluster.design.split else 0.0
         machine = machine.under_load(wl.rps, moved)
     cfg = SimConfig(policy=req.policy, memory_utilization=req.memory_utilization, profile=req.profile,
-                    perf_model=req.perf_model, record_requests=record_requests, machine=machine, trace=trace, goodput=req.goodput,
+                    perf_model=req.perf_model, decode_lookup=req.decode_lookup, record_requests=record_requests, machine=machine, trace=trace, goodput=req.goodput,
                     colocated=req.colocated, catalog=req.catalog, prefix_caching=req.prefix_caching,
                     block_size=req.block_size)
     sim = Simulation(cluster, spec, wl, cfg)

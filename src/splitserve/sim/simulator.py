@@ -53,6 +53,7 @@ class SimConfig:
     memory_utilization: float = 0.9
     profile: str | None = None               # profile CSV; the catalog's model where it has no rows
     perf_model: str = "auto"                 # where no profile row applies: auto, operators or roofline
+    decode_lookup: str = "batch-size"        # how decode times are read (perf/decode_lookup.py)
     record_requests: bool = False            # keep every Request with its token times
     machine: Hosts | None = None             # what the machines are (sim/hosts.py): a measured machine
                                              # (twin.machine.MachineProfile); None: the catalog's
@@ -70,8 +71,7 @@ class Simulation(PrefixCaching, StepReservations, KVHandoff, PipelineStages, Sha
         self.batching = cfg.policy.batching
         self.form_batch = batch_former(self.batching)   # the machine scheduler's form_batch, looked up once
         self.metrics = Metrics()
-        self.hosts: Hosts = cfg.machine if cfg.machine is not None else CatalogHosts(
-            model, cfg.profile, cfg.memory_utilization, cfg.colocated, cfg.catalog, cfg.perf_model)
+        self.hosts: Hosts = cfg.machine if cfg.machine is not None else CatalogHosts.of(model, cfg)
         self.machines: list[Machine] = []
         self.steps: list[StepModel] = []         # each machine's step-time model (perf/step.py)
         self.power = []
