@@ -22,7 +22,7 @@ def options(name: str) -> dict[str, tuple]:
 def test_serve_accepts_every_policy_option_of_simulate_with_the_same_default():
     sim, srv = options("simulate"), options("serve")
     policy = {f"--{o.name}" for o in OPTIONS}
-    assert len(policy) == 24 and policy <= set(sim) and policy <= set(srv)
+    assert len(policy) == 25 and policy <= set(sim) and policy <= set(srv)
     for name in policy - {"--kv-allocation"}:
         assert sim[name] == srv[name], name
     # the one exception, said in both helps: the live system allocates on demand (SERVING)

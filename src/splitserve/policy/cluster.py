@@ -33,6 +33,8 @@ class RoutingConfig:
                                          # "splitserve" (policy/pools.py)
     token_queue_threshold: int = 0       # queued decode tokens (waiting for KV memory) beyond which
                                          # a token machine is full
+    token_tbt_slo: float = 0.0           # > 0: a token machine is full too when its next decode step with
+                                         # the request would take longer (seconds; policy/pools.py); 0: off
     mixed_pool: bool = True              # allow overflow into the mixed pool and borrowing
     kv_pull: bool = False                # DistServe: the token machine pulls a prefilled request's
                                          # KV when it has memory (else it reserves before the prefill)

@@ -115,8 +115,10 @@ OPTIONS = (
            "machine goes home when it holds no work of the other kind)."),
     Option("token-queue-threshold", "routing.token_queue_threshold",
            "Decode tokens waiting for KV memory beyond which a token machine is full."),
-    Option("no-mixed-pool", "routing.mixed_pool", "No mixed pool: no overflow, no borrowing of machines.",
-           flag=True),
+    Option("token-tbt-slo", "routing.token_tbt_slo",
+           "Seconds (0: off): a token machine is full too when its next decode step with the arriving request "
+           "would take longer (a latency-aware full, policy/pools.py; the simulator's step times, the router's fit)."),
+    Option("no-mixed-pool", "routing.mixed_pool", "No mixed pool: no overflow, no borrowing of machines.", flag=True),
     Option("kv-pull", "routing.kv_pull",
            "DistServe's pull: a token machine takes a prefilled prompt's KV when it has memory, the prompt "
            "machine holding it meanwhile (default: reserve token-side memory before the prefill). Needs "
@@ -252,8 +254,8 @@ def make_policy(values: dict[str, Any], system: str = "", defaults: dict[str, An
                     (r.cluster_scheduler in ("auto", *CLUSTER_SCHEDULERS),
                      f"--cluster-scheduler must be one of auto, {', '.join(CLUSTER_SCHEDULERS)}, "
                      f"got {r.cluster_scheduler!r}"),
-                    (r.scale_window >= 0 and r.aladdin_ttft_slo >= 0 and r.aladdin_atgt_slo >= 0,
-                     "--scale-window, --aladdin-ttft-slo and --aladdin-atgt-slo must be >= 0"),
+                    (min(r.scale_window, r.aladdin_ttft_slo, r.aladdin_atgt_slo, r.token_tbt_slo) >= 0,
+                     "--scale-window, --aladdin-ttft-slo, --aladdin-atgt-slo and --token-tbt-slo must be >= 0"),
                     (0 < r.aladdin_theta <= 1, f"--aladdin-theta must be in (0, 1], got {r.aladdin_theta}"),
                     (r.predictor in _predictors(),
                      f"--predictor must be one of {', '.join(_predictors())}, got {r.predictor!r}"),

@@ -5,7 +5,9 @@ once, each by Join-the-Shortest-Queue over pending tokens. A machine past a thre
 full (by default the authors' rule, as their simulator's `MixedPoolScheduler.is_queue_long`: a
 prompt machine with prompts queued whose queued and running prompt tokens plus the arriving
 prompt's pass it; `overflow_rule="queued"`: its queued prompt tokens alone pass it; a token
-machine: decode tokens wait for its KV memory). Two borrowing rules (RoutingConfig.borrow_rule):
+machine: decode tokens wait for its KV memory; with `token_tbt_slo`, also when its next decode step with
+the arriving request would take longer than that, by the latency model the simulator binds, its
+machines' step times, or the live router's fit, `LIVE_FIT`). Two borrowing rules (RoutingConfig.borrow_rule):
 
 - "authors" (default; their simulator's `MixedPoolScheduler.schedule`, which produced the paper's
   numbers): the prompt machine is the shortest queue of the prompt pool, else of the mixed pool,
@@ -34,6 +36,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from .cluster import ClusterScheduler, RoutingConfig
+from .latency import LIVE_FIT, BatchLatency
 from .predictor import make_predictor
 from .prefix_routing import pick
 from .state import Machine, Pool, Request
@@ -52,6 +55,7 @@ class SplitwiseScheduler(ClusterScheduler):
             raise ValueError("Splitwise needs at least one prompt and one token machine")
         self.borrowed = 0                # machines moved into the mixed pool so far
         self.authors = cfg.borrow_rule == "authors"
+        self.lat: BatchLatency = LIVE_FIT
         if cfg.decode_dispatch == "tetriinfer":
             self.predictor, self.registry = make_predictor(cfg.predictor), Registry()
 
@@ -67,9 +71,21 @@ class SplitwiseScheduler(ClusterScheduler):
         return bool(m.prompt_queue) and (m.queued_prompt_tokens + m.running_prompt_tokens + r.prompt_tokens
                                          > self.cfg.prompt_queue_threshold)
 
+    def bind_latency(self, latency: BatchLatency) -> None:
+        """The simulator's step times (its machines' perf models), in place of LIVE_FIT."""
+        self.lat = latency
+
     def _token_full(self, m: Machine, r: Request) -> bool:
-        """Whether `m` takes no more decodes: decode tokens wait for its KV memory."""
-        return m.queued_decode_tokens > self.cfg.token_queue_threshold
+        """Whether `m` takes no more decodes: decode tokens wait for its KV memory, or (with
+        `token_tbt_slo`) its decodes with `r` joined (running, ready, waiting to start) would make a
+        step longer than the SLO, their KV the running decodes' plus `r`'s prompt."""
+        if m.queued_decode_tokens > self.cfg.token_queue_threshold:
+            return True
+        slo = self.cfg.token_tbt_slo
+        if slo <= 0.0:
+            return False
+        batch = len(m.running) + len(m.ready) + len(m.decode_queue) + 1
+        return self.lat.decode_time(m, batch, m.context_tokens + r.prompt_tokens) > slo
 
     def _full(self, m: Machine, r: Request) -> bool:
         return self._prompt_full(m, r) or self._token_full(m, r)
@@ -157,8 +173,7 @@ class SplitwiseScheduler(ClusterScheduler):
         if tokens and self.cfg.decode_dispatch == "tetriinfer":
             return pick_decode(tokens, r, self.predictor, self.registry)
         t = pick(tokens, r, self.cfg.prefix_slack) if tokens else None
-        if t is not None and (not self.cfg.mixed_pool
-                              or t.queued_decode_tokens <= self.cfg.token_queue_threshold):
+        if t is not None and (not self.cfg.mixed_pool or not self._token_full(t, r)):
             return t
         m = self._overflow(r, Pool.PROMPT, exclude=p) if self.cfg.mixed_pool else None
         if m is not None:

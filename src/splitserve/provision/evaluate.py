@@ -58,6 +58,7 @@ class Job:
     catalog: Catalog | None = None  # a user catalog (--catalog) travels with the job; None: the built-in one
     perf_model: str = "auto"        # the step-time model where no profile applies (simulate --perf-model)
     decode_lookup: str = "batch-size"   # how decode times are read off the profile (simulate --decode-lookup)
+    token_tbt_slo: float = 0.0      # a latency-aware full token machine (RoutingConfig.token_tbt_slo; 0: off)
 
     def counts(self) -> dict:
         if self.machines is not None:
@@ -120,6 +121,8 @@ def job_policy(job: Job):
         pol = replace(pol, batching=replace(pol.batching, max_seqs=job.batch_cap, chunk_size=job.chunk_size))
     if job.kv_allocation:
         pol = replace(pol, batching=replace(pol.batching, kv_allocation=job.kv_allocation))
+    if job.token_tbt_slo:
+        pol = replace(pol, routing=replace(pol.routing, token_tbt_slo=job.token_tbt_slo))
     return pol
 
 
