@@ -34,7 +34,7 @@ SplitwiseSim behaviours splitserve does not have, each switched on alone or toge
 
     python scripts/splitwisesim_agreement.py [--borrow-rule authors|splitserve]
         [--overflow-rule authors|queued] [--emulate perf-db,long-wait,jsq-count,token-memory]
-        [--memory-utilization F] [--rps R] [--rows out.csv]
+        [--memory-utilization F] [--rps R] [--decode-lookup batch-tokens] [--rows out.csv]
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def emulate_jsq_count() -> None:
     """JSQ by SplitwiseSim's sched_pending_tokens: prompt tokens queued or running, +1 per decode
     routed to the machine until it finishes."""
     from splitserve.policy import pools
-    from splitserve.sim import simulator
+    from splitserve.sim import metrics
 
     decodes: dict[int, int] = defaultdict(int)
     pools._pending = lambda m: m.queued_prompt_tokens + m.running_prompt_tokens + decodes[m.id]
@@ -71,14 +71,14 @@ def emulate_jsq_count() -> None:
         decodes[t.id] += 1
         return p, t
 
-    complete = simulator.Simulation._complete
+    complete = metrics.Metrics.complete      # every request that ends passes here (sim/simulator.py _iter_end)
 
-    def counted_complete(self, r, now):
+    def counted_complete(self, r, *args):
         decodes[r.token_machine] -= 1
-        complete(self, r, now)
+        complete(self, r, *args)
 
     pools.SplitwiseScheduler.route = counted_route
-    simulator.Simulation._complete = counted_complete
+    metrics.Metrics.complete = counted_complete
 
 
 def emulate_long_wait() -> None:
@@ -201,7 +201,7 @@ PATCHES = {"jsq-count": emulate_jsq_count, "long-wait": emulate_long_wait, "mixe
 
 # ---- the run and the comparison ------------------------------------------------------------------
 def run_splitserve(borrow_rule: str, overflow_rule: str, trace: str, profile: str, catalog=None,
-                   memory_utilization: float = 0.9, rps: float = 70.0):
+                   memory_utilization: float = 0.9, rps: float = 70.0, decode_lookup: str = "batch-size"):
     from splitserve.policy.cluster import RoutingConfig
     from splitserve.policy.config import PolicyConfig
     from splitserve.sim.run import SimRequest, simulate
@@ -210,7 +210,7 @@ def run_splitserve(borrow_rule: str, overflow_rule: str, trace: str, profile: st
     req = SimRequest(design="splitwise-hh", prompt_machines=35, token_machines=5, model="llama2-70b",
                      workload=trace, rps=rps, duration=120, seed=0, profile=profile,
                      policy=PolicyConfig(routing=routing), catalog=catalog,
-                     memory_utilization=memory_utilization)
+                     memory_utilization=memory_utilization, decode_lookup=decode_lookup)
     summary, result = simulate(req, record_requests=True)
     return summary, result
 
@@ -297,6 +297,9 @@ def main() -> None:
                     help="another rate (a probe of how chaotic the figure is: the same requests a little "
                          "sooner or later; the arrival times are then not checked)")
     ap.add_argument("--rows", help="write the per-request table here (CSV)")
+    ap.add_argument("--decode-lookup", default="batch-size", choices=("batch-size", "batch-tokens"),
+                    help="simulate's --decode-lookup (batch-tokens: SplitwiseSim's decode times only; perf-db "
+                         "replaces it with all its step times)")
     a = ap.parse_args()
     names = list(filter(None, a.emulate.split(",")))
     for name in names:
@@ -306,10 +309,10 @@ def main() -> None:
         PATCHES[name](Path(a.profile)) if name == "perf-db" else PATCHES[name]()
     catalog = kv_all_heads_catalog() if "kv-all-heads" in a.emulate.split(",") else None
     summary, result = run_splitserve(a.borrow_rule, a.overflow_rule, a.trace, a.profile, catalog,
-                                     a.memory_utilization, a.rps)
+                                     a.memory_utilization, a.rps, a.decode_lookup)
     d = per_request(result, Path(a.reference), same_times=a.rps == 70.0)
     print(f"borrow rule {a.borrow_rule}, overflow rule {a.overflow_rule}, memory utilization "
-          f"{a.memory_utilization}, {a.rps:g} req/s, emulating: {a.emulate or 'nothing'}")
+          f"{a.memory_utilization}, {a.rps:g} req/s, decode lookup {a.decode_lookup}, emulating: {a.emulate or 'nothing'}")
     report(d, summary, result.borrowed)
     if a.rows:
         d.to_csv(a.rows, index_label="request_id")

@@ -10,10 +10,12 @@
   fig20      throughput at SLO (30 s of conversation, the report's searches) of each design's
              clusters provisioned for coding and for conversation (the report's splits), under each
              lookup, and with a latency-aware full token machine (--token-full SECONDS)
+  provision  the same with each design's clusters provisioned again under each lookup (iso-power,
+             40 DGX-H100: the best split for coding and for conversation), as the paper's Fig. 20a
   sweep      Fig. 16: the highest load of the report's lattice meeting all SLOs, each iso-power
              cluster, under each lookup
 
-    python scripts/splitwisesim_fig20.py requests|steps|fig20|sweep [--token-full SECONDS]
+    python scripts/splitwisesim_fig20.py requests|steps|fig20|provision|sweep [--token-full SECONDS]
 """
 
 from __future__ import annotations
@@ -123,23 +125,55 @@ def steps() -> None:
           f"{1.25 * ref * 1e3:.1f} ms (the DGX-A100 reference, report/slo.py)")
 
 
-def _throughput(design: str, counts: tuple[int, ...], lookup: str, token_full: float, workload: str = "conversation"):
-    from splitserve.provision import plan
+def _evaluator(lookup: str, token_full: float):
     from splitserve.provision.evaluate import Evaluator, LocalBackend
-    from splitserve.reproduce.splitwise_figs import _rates
-    from splitserve.reproduce.experiments import FULL
 
     class Ev(Evaluator):
         def __call__(self, jobs):
             return super().__call__([dataclasses.replace(j, decode_lookup=lookup, token_tbt_slo=token_full)
                                      for j in jobs])
+    return Ev(LocalBackend(1))
 
-    ev = Ev(LocalBackend(1))
-    sc = plan.Scenario(workload, FULL.search_duration, 0, "llama2-70b", PROFILE)
+
+def _scenario(workload: str):
+    from splitserve.provision import plan
+    from splitserve.reproduce.experiments import FULL
+    return plan.Scenario(workload, FULL.search_duration, 0, "llama2-70b", PROFILE)
+
+
+def _throughput(design: str, counts: tuple[int, ...], lookup: str, token_full: float, workload: str = "conversation"):
+    from splitserve.provision import plan
+    from splitserve.reproduce.experiments import FULL
+    from splitserve.reproduce.splitwise_figs import _rates
+
+    ev, sc = _evaluator(lookup, token_full), _scenario(workload)
     rps = plan.throughput_at_slo(ev, plan.design(design), counts, sc, _rates(FULL))
     nxt = _rates(FULL).lattice.rate(_rates(FULL).lattice.index(rps) + 1) if rps else None
     (o,) = ev([sc.job(design, counts, nxt)]) if nxt else (None,)
     return rps, (f"{o.worst} at {nxt:.1f}" if o else "-")
+
+
+def provision(token_full: float, lookups: tuple[str, ...]) -> None:
+    """Fig. 20a with the clusters provisioned again under each lookup (iso-power, 40 DGX-H100, as
+    the report's Fig. 18a): the best split for coding and for conversation, and conversation's
+    throughput at SLO on each."""
+    from splitserve.provision import plan
+    from splitserve.reproduce.experiments import FULL
+    from splitserve.reproduce.splitwise_figs import _rates
+
+    budget = plan.budget_value(f"{FULL.budget_machines}*dgx-h100", "iso-power")
+    print("| design | lookup | coding split | conversation split | conversation req/s on coding cluster "
+          "| on conversation cluster | ratio |\n|---|---|---|---|---|---|---|")
+    for lookup in lookups:
+        ev = _evaluator(lookup, token_full)
+        for d in FIG20:
+            best = {wl: plan.best_within_budget(ev, plan.design(d), "iso-power", budget, _scenario(wl), plan.Limits(),
+                                                _rates(FULL), stride=FULL.stride) for wl in ("coding", "conversation")}
+            split = {wl: (r["prompt_machines"], r["token_machines"]) for wl, r in best.items()}
+            a = plan.throughput_at_slo(ev, plan.design(d), split["coding"], _scenario("conversation"), _rates(FULL))
+            b = best["conversation"]["throughput_at_slo"]
+            print(f"| {d} | {lookup} | {split['coding']} | {split['conversation']} | {a} | {b} | "
+                  f"{a / b if a and b else float('nan'):.2f} |", flush=True)
 
 
 def fig20(token_full: float, lookups: tuple[str, ...]) -> None:
@@ -179,7 +213,7 @@ def _worst(s: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("requests", "steps", "fig20", "sweep"))
+    ap.add_argument("what", choices=("requests", "steps", "fig20", "provision", "sweep"))
     ap.add_argument("--token-full", type=float, default=0.0,
                     help="RoutingConfig.token_tbt_slo, seconds (0: a token machine is full only when its KV is)")
     ap.add_argument("--lookup", default=",".join(LOOKUPS), help="fig20: the lookups to run")
@@ -191,6 +225,8 @@ def main() -> None:
         steps()
     elif a.what == "fig20":
         fig20(a.token_full, tuple(a.lookup.split(",")))
+    elif a.what == "provision":
+        provision(a.token_full, tuple(a.lookup.split(",")))
     else:
         sweep(a.token_full)
 
