@@ -240,8 +240,10 @@ def robustness(rep: Report, data: dict, pub: dict, budget: int) -> None:
                         "The paper's Splitwise clusters keep (AA, HH) or nearly keep (HA, HHcap) their "
                         "throughput on the other workload through the mixed pool; ours keep less. The last "
                         "column names the SLO conversation misses first on the coding cluster (one rate step "
-                        "above its throughput); why the mixed pool does not make up for it is not "
-                        "established here."))
+                        "above its throughput). Why, by experiment (docs/splitwisesim.md, \"Fig. 20's "
+                        "question\"): SplitwiseSim times a decode batch of any size as about a lone decode; "
+                        "ours grows with the batch, and a token machine is full only when its KV is, so the "
+                        "mixed pool never borrows for a slow batch."))
     rep.table(["design", "coding split", "conversation split", "req/s on coding cluster",
                "req/s on conversation cluster", "ratio", "paper", "ours / paper", "first SLO missed above"], rows)
     for note in notes:
