@@ -1,11 +1,11 @@
 """The twin on conversations, short: the live 1P+1T cluster with prefix caches (and prefix-aware
 routing) against the simulator's model of them (sim/prefix.py), on 3-turn conversations whose
 later prompts carry their history. The hit rate live (each response's cached_tokens) and
-simulated must agree within 5 points, the TTFT P50 within the twin's loose CI bound (35%;
-benchmarks/twin/results/multiturn-1p1t-* has a 10-turn run: 0.0 points, +5.9%; here
--14% and -20% in two runs on the 2-core dev VM, the simulator without caches +92% and +96%). The
-simulator without caches, against the same live run, must break that bound: caching is what the
-prediction rests on, so this test can fail."""
+simulated must agree within 5 points, and the simulator with caches must come nearer the live
+TTFT P50 than the simulator without them (here -14% and -20% in two runs on the 2-core dev VM,
+without caches +92% and +96%): caching is what the prediction rests on, so this test can fail.
+The accuracy itself is held to the issue's bounds on recorded multi-turn runs
+(test_twin_replay.py), where a slow or busy host cannot move it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from splitserve.twin.machine import load_machine_profile
 from splitserve.twin.report import compare
 from splitserve.twin.run import TwinSpec, run_live, run_sim
 
-BOUND = 0.35
 SHAPE = "turns=3,user=96:160,reply=8:16,think=0.3"
 
 
@@ -35,5 +34,4 @@ def test_the_simulator_predicts_conversations_with_prefix_caches(profile_dir, tm
     wrong = {r.metric: r for r in compare(live, no_cache)}["TTFT P50 (s)"].rel_error
     print(f"hit rate live {hit_live:.3f}, simulated {hit_sim:.3f}; TTFT P50 error {ttft:+.1%}, "
           f"simulated without caches {wrong:+.1%}")
-    assert abs(ttft) <= BOUND, (ttft, live["ttft_s"], sim["ttft_s"])
-    assert abs(wrong) > BOUND, wrong
+    assert abs(ttft) < abs(wrong), (ttft, wrong, live["ttft_s"], sim["ttft_s"])

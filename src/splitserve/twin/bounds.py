@@ -3,9 +3,14 @@ P50 of TTFT, TBT and E2E within 15% of the live run and every P90 within 25%, on
 the conversation workload, Splitwise 1P+1T and the unsplit baseline with 4 mixed workers pinned two
 to a core (more busy workers than the 2 cores of CI: the cores' time-sharing is a large term), at
 35% (Splitwise, 20 s) and 30% (baseline, 30 s) of the capacity the profile predicts (LOAD, DURATION),
-prompts <= 256 and outputs <= 8 tokens, seed 1; and a fifth run,
-coding on Splitwise with prompts <= 16 tokens, where the serving path (a few ms a request) is a
-large part of TTFT, so that its control can break a bound.
+prompts <= 256 and outputs <= 8 tokens, seed 1; a fifth run, coding on Splitwise with prompts
+<= 16 tokens, where the serving path (a few ms a request) is a large part of TTFT, so that its
+control can break a bound; and 3-turn conversations whose prompts carry their history, with
+prefix caches, on both designs (MULTITURN).
+
+A run is recorded (record_run: the live run's summary, spec and the speed before it, beside its
+workers' step logs) and judged (judge_run: from those files alone), so that CI judges committed
+records (benchmarks/twin/recorded/) the same on any host.
 
 Each run is simulated at three speeds of the host against its profile (MachineProfile.drift): the
 profile's own; the speed measured just before the run (`calibrate`, twin/calibrate.py: a prediction,
@@ -23,6 +28,7 @@ same model, with the term, kept in.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from ..policy.cluster import RoutingConfig
@@ -31,19 +37,23 @@ from .calibrate import calibrated
 from .machine import TERMS, MachineProfile
 from .profiler import ProfileSettings
 from .report import compare
-from .run import TwinSpec, loaded, planned, predicted_capacity, run_live, run_sim
+from .run import TwinSpec, loaded, planned, predicted_capacity, run_live, run_sim, spec_dict, spec_from_dict
 from .steps import read_steps, run_speed, slowest_step
 
 BOUNDS = {"TTFT P50 (s)": 0.15, "TBT P50 (s)": 0.15, "E2E P50 (s)": 0.15,
           "TTFT P90 (s)": 0.25, "TBT P90 (s)": 0.25, "E2E P90 (s)": 0.25}
-# (design, workload, workers, pinned, prompts <= this many tokens): the baseline's four workers
-# pinned two to a core (serve --pin-workers), so that which of them share a core is known, not the
-# OS's choice of the moment
-RUNS = {"coding, splitwise 1P+1T": ("splitwise", "coding", 2, False, 256),
-        "coding, baseline 4 mixed": ("baseline", "coding", 4, True, 256),
-        "conversation, splitwise 1P+1T": ("splitwise", "conversation", 2, False, 256),
-        "conversation, baseline 4 mixed": ("baseline", "conversation", 4, True, 256),
-        "coding, splitwise 1P+1T, prompts <= 16": ("splitwise", "coding", 2, False, 16)}
+# (design, workload, workers, pinned, prompts <= this many tokens, conversation shape): the
+# baseline's four workers pinned two to a core (serve --pin-workers), so that which of them share a
+# core is known, not the OS's choice of the moment; the multi-turn runs keep prefix caches (their
+# prompts carry the conversation so far) and the bench ignores the caps
+MULTITURN = "turns=3,user=96:160,reply=8:16,think=0.3"
+RUNS = {"coding, splitwise 1P+1T": ("splitwise", "coding", 2, False, 256, None),
+        "coding, baseline 4 mixed": ("baseline", "coding", 4, True, 256, None),
+        "conversation, splitwise 1P+1T": ("splitwise", "conversation", 2, False, 256, None),
+        "conversation, baseline 4 mixed": ("baseline", "conversation", 4, True, 256, None),
+        "coding, splitwise 1P+1T, prompts <= 16": ("splitwise", "coding", 2, False, 16, None),
+        "multi-turn, splitwise 1P+1T": ("splitwise", "multiturn", 2, False, 256, MULTITURN),
+        "multi-turn, baseline 4 mixed": ("baseline", "multiturn", 4, True, 256, MULTITURN)}
 # each design's load (a share of the capacity the profile predicts) and seconds of each live run.
 # The baseline's P50s at 35% sat near the edge between its steps' two heaps (alone on a core or
 # sharing it; at 40% they fall between them): resampled, its E2E P50 moved 4-6%, and one CI run put
@@ -77,10 +87,10 @@ def spec_of(name: str, machine: MachineProfile, duration: float | None = None) -
     """Run `name` of RUNS at its design's LOAD x the capacity the profile predicts (Splitwise: of the split pair,
     under the splitserve borrowing rule, so that nothing is borrowed), for `duration` s (None: its
     design's DURATION)."""
-    design, workload, workers, pinned, prompts = RUNS[name]
+    design, workload, workers, pinned, prompts, conversation = RUNS[name]
     spec = TwinSpec(policy=PolicyConfig(), design=design, workload=workload, machines=workers,
-                    duration=duration or DURATION[design],
-                    seed=1, max_prompt_tokens=prompts, max_tokens_cap=OUTPUTS, pin_workers=pinned)
+                    duration=duration or DURATION[design], seed=1, max_prompt_tokens=prompts,
+                    max_tokens_cap=OUTPUTS, pin_workers=pinned, conversation=conversation)
     pair = dataclasses.replace(spec, policy=PolicyConfig(routing=RoutingConfig(borrow_rule="splitserve")))
     return dataclasses.replace(spec, rps=LOAD[design] * predicted_capacity(pair if design == "splitwise" else spec,
                                                                            machine))
@@ -88,28 +98,58 @@ def spec_of(name: str, machine: MachineProfile, duration: float | None = None) -
 
 def check_run(name: str, machine: MachineProfile, profile_dir: Path, out: Path, duration: float | None = None,
               calibrate: bool = True) -> dict:
-    """Run `name` live (its server's files under `out`) and simulate it at each speed and without
-    each term: {"rps", "requests", "failed", "slowest_step" (steps.slowest_step: a host stall shows
-    there), "speed" (label: drift), "errors" (label: metric:
-    error), "broken" (label: metrics out of the bounds), "accounted" (prompt tokens and decodes:
-    [in the workers' step logs, planned])}."""
+    """Run `name` live into `out` (record_run) and judge it (judge_run)."""
+    return judge_run(record_run(name, machine, profile_dir, out, duration, calibrate), machine)
+
+
+def record_run(name: str, machine: MachineProfile, profile_dir: Path, out: Path, duration: float | None = None,
+               calibrate: bool = True) -> Path:
+    """Run `name` live, its server's files under `out`, and write out/record.json: the run's name,
+    its spec, the bench's summary with the server's counters ("live") and the host's speed measured
+    just before it ("before": [prompt, decode], None without `calibrate`). Returns `out`."""
     spec = spec_of(name, machine, duration)
-    before = calibrated(machine, profile_dir) if calibrate else machine
-    live = run_live(spec, before, out, log=lambda m: None)
+    before = calibrated(machine, profile_dir).drift if calibrate else None
+    live = run_live(spec, machine, out, log=lambda m: None)
+    (out / "record.json").write_text(json.dumps({"name": name, "spec": spec_dict(spec), "live": live,
+                                                 "before": before}, indent=1) + "\n")
+    return out
+
+
+def judge_run(out: Path, machine: MachineProfile) -> dict:
+    """A recorded run (record_run: out/record.json and out/steps/) simulated at each speed and
+    without each term: {"rps", "requests", "failed", "slowest_step" (steps.slowest_step: a host
+    stall shows there), "speed" (label: drift), "errors" (label: metric: error), "broken" (label:
+    metrics out of the bounds), "accounted" (`accounted`)}. Reads nothing but
+    `out` and `machine`: a committed record replays alike on any host."""
+    rec = json.loads((out / "record.json").read_text())
+    spec, live = spec_from_dict(rec["spec"]), rec["live"]
     steps, reqs = read_steps(out / "steps"), planned(spec)
-    held = run_speed(steps, before, loaded(spec, before, reqs), spread=True)
+    held = run_speed(steps, machine, loaded(spec, machine, reqs), spread=True)
     plain = dataclasses.replace(held, spread=((), ()))
-    models = {"the profile's speed": dataclasses.replace(machine, drift=(1.0, 1.0)), HELD_AT: held, PLAIN: plain}
-    if calibrate:
-        models["the speed before the run"] = before
+    models = {"the profile's speed": machine, HELD_AT: held, PLAIN: plain}
+    if rec["before"] is not None:
+        models["the speed before the run"] = dataclasses.replace(machine, drift=tuple(rec["before"]))
     models.update({f"without {t}": plain.without(t) for t in TERMS})
     rows = {label: errors(live, run_sim(spec, m)[0]) for label, m in models.items()}
     return {"rps": spec.rps, "requests": live["requests"], "failed": live["failed"],
             "slowest_step": slowest_step(steps),
             "speed": {label: list(m.drift) for label, m in models.items() if not label.startswith("without")},
             "errors": rows, "broken": {label: out_of_bounds(r) for label, r in rows.items()},
-            "accounted": {"prompt_tokens": [sum(s.prompt_tokens for s in steps), sum(r.prompt_tokens for r in reqs)],
-                          "decodes": [sum(s.decodes for s in steps), sum(r.output_tokens - 1 for r in reqs)]}}
+            "accounted": accounted(steps, live, None if spec.shares_prefixes else reqs)}
+
+
+def accounted(steps: list, live: dict, planned_reqs: list | None) -> dict[str, list[int]]:
+    """[in the workers' step logs, sent] of the prompt tokens (those the prefix caches served
+    counted in: no step ran them) and the decodes (every token but a request's first, the
+    prefill's) of a live run; with `planned_reqs` (a workload without conversations, whose turns
+    follow their replies), also [sent, planned] of the prompt tokens and the tokens to generate."""
+    cached = int((live.get("prefix_cache") or {}).get("hits") or 0)
+    out = {"prompt_tokens": [sum(s.prompt_tokens for s in steps) + cached, live["total_input_tokens"]],
+           "decodes": [sum(s.decodes for s in steps), live["total_output_tokens"] - live["completed"]]}
+    if planned_reqs is not None:
+        out["planned_prompt_tokens"] = [live["total_input_tokens"], sum(r.prompt_tokens for r in planned_reqs)]
+        out["planned_output_tokens"] = [live["total_output_tokens"], sum(r.output_tokens for r in planned_reqs)]
+    return out
 
 
 def controls_failing(results: dict[str, dict]) -> dict[str, list[str]]:

@@ -233,6 +233,11 @@ def spec_dict(spec: TwinSpec) -> dict:
     return d
 
 
+def spec_from_dict(d: dict) -> TwinSpec:
+    """The TwinSpec that spec_dict wrote."""
+    return TwinSpec(**{**d, "policy": PolicyConfig.from_json(json.dumps(d["policy"]))})
+
+
 def predicted_capacity(spec: TwinSpec, machine: MachineProfile) -> float:
     """The throughput (req/s) the simulated cluster reaches when arrivals outrun it: its capacity
     on this workload, as the profile predicts it (with the host's background load at that

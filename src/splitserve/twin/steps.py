@@ -10,6 +10,7 @@ another computed through all of it)."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import statistics
 from bisect import bisect_right
@@ -62,11 +63,12 @@ def step_of(worker: int, line: dict) -> Step:
 
 
 def read_steps(log_dir: str | Path) -> list[Step]:
-    """Every step in log_dir/worker-<id>.jsonl, by start time."""
+    """Every step in log_dir/worker-<id>.jsonl (or .jsonl.gz, as a recorded run keeps them), by start time."""
     steps = []
-    for f in sorted(Path(log_dir).glob("worker-*.jsonl")):
-        w = int(f.stem.split("-", 1)[1])
-        steps += [step_of(w, json.loads(line)) for line in f.read_text().splitlines() if line.strip()]
+    for f in sorted(Path(log_dir).glob("worker-*.jsonl*")):
+        w = int(f.name.split(".", 1)[0].split("-", 1)[1])
+        text = gzip.decompress(f.read_bytes()).decode() if f.suffix == ".gz" else f.read_text()
+        steps += [step_of(w, json.loads(line)) for line in text.splitlines() if line.strip()]
     return sorted(steps, key=lambda s: s.start)
 
 
