@@ -28,6 +28,7 @@ def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_d
     steps, under = read_steps(out / "live" / "steps"), loaded(spec, machine, planned(spec))
     variants = {f"without {t}": compare(live, run_sim(spec, machine.without(t))[0]) for t in TERMS}
     own = run_speed(steps, machine, under).drift  # the run's lone steps' speed against the profile's
+    log(f"the host's speed: {speed_line(machine.drift, own)}")
     variants[f"with the run's own speed (x{own[0]:.3f} prompt, x{own[1]:.3f} decode)"] = \
         compare(live, run_sim(spec, dataclasses.replace(machine, drift=own))[0])
     step_rows = compare_steps(steps, under)
@@ -36,7 +37,7 @@ def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_d
                         f"{capacity:.3g}), {spec.duration:g} s, seed {spec.seed}, prompts <= "
                         f"{spec.max_prompt_tokens}, outputs <= {spec.max_tokens_cap}",
             "profile": str(profile_dir), "transport": spec.transport,
-            "speed": f"x{machine.drift[0]:.3f} prompt, x{machine.drift[1]:.3f} decode steps against the profile"}
+            "speed": speed_line(machine.drift, own)}
     report = write_report(out, rows, title=f"Twin: {spec.design} {spec.workers()} on {machine.name}", meta=meta,
                           live_samples=live_samples(out / "live" / "requests.jsonl"), sim_samples=sim_samples,
                           steps=steps_markdown(step_rows) if step_rows else "",
@@ -48,3 +49,13 @@ def run_twin(spec: TwinSpec, machine: MachineProfile, capacity: float, profile_d
                                                "live_server": live.get("server", {}),
                                                "steps": [dataclasses.asdict(r) for r in step_rows]}, indent=1) + "\n")
     return rows, step_rows, report
+
+
+def speed_line(before: tuple[float, float], own: tuple[float, float]) -> str:
+    """The host's speed the table is simulated at (measured before the run) and the run's own
+    (its lone steps), against the profile, and the drift between them: how much of an error the
+    host's speed, not the model, can explain."""
+    return (f"simulated at x{before[0]:.3f} prompt, x{before[1]:.3f} decode steps against the profile (measured "
+            f"before the run); the run's own lone steps ran at x{own[0]:.3f} and x{own[1]:.3f}: the host drifted "
+            f"{own[0] / before[0] - 1:+.1%} (prompt) and {own[1] / before[1] - 1:+.1%} (decode) during the run "
+            "(the ablation's \"with the run's own speed\" row is the table at that speed)")
