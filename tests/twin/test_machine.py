@@ -262,3 +262,71 @@ def test_a_busy_prompt_machine_starts_its_next_step_without_a_prompt_still_reser
     assert c.prompt_started_at == pytest.approx(c.arrival)
     assert c.token_times[0] - c.prompt_started_at == pytest.approx(0.0026 + m.step_overhead)  # 1 ms + 0.1 ms x 16
     assert x.prompt_started_at == pytest.approx(a.token_times[1])  # not c.token_times[0]
+
+
+def test_the_corun_slowdown_follows_the_steps_beside():
+    """A profile that timed each kind of step beside engines running prompt steps of 64 and 512
+    tokens, and decode steps of 1 and 8 sequences (corun.py BESIDE): a decode step beside a prompt
+    step of 64 tokens +2%, of 512 +9%; beside a decode of 1 sequence +4%, of 8 +32%; prompt steps
+    +10% beside any prompt step, +5% beside any decode; on a time-shared core the work grows by 4%
+    beside prompts and 8% beside decodes. Between the sizes a straight line, past them the ends."""
+    from splitserve.twin.corun import BESIDE_DECODE as D
+    from splitserve.twin.corun import BESIDE_PROMPT as P
+
+    def pt(size, prompt, token, grown):
+        return {"size": size, "prompt": prompt, "token": token, "same_core": {"prompt": 0.0, "token": grown}}
+    beside = {"prompt": [pt(64, 0.10, 0.02, 0.04), pt(512, 0.10, 0.09, 0.04)],
+              "decode": [pt(1, 0.05, 0.04, 0.08), pt(8, 0.05, 0.32, 0.08)]}
+    m = _machine()
+    m = dataclasses.replace(m, facts={**m.facts, "corun": {"prompt": 0.1, "token": 0.32, "beside": beside}})
+    # two workers on two cores, no background: the co-run alone
+    assert m.step_time(0.1, prompt=False, others_busy=1, beside=((P, 64),)) == pytest.approx(0.101 * 1.02)
+    assert m.step_time(0.1, False, 1, beside=((P, 288),)) == pytest.approx(0.101 * 1.055)   # halfway
+    assert m.step_time(0.1, False, 1, beside=((P, 16),)) == pytest.approx(0.101 * 1.02)     # below: the end
+    assert m.step_time(0.1, False, 1, beside=((D, 1),)) == pytest.approx(0.101 * 1.04)
+    assert m.step_time(0.1, False, 1, beside=((D, 3),)) == pytest.approx(0.101 * 1.12)      # 2/7 of the way
+    assert m.step_time(0.1, False, 1, beside=((D, 32),)) == pytest.approx(0.101 * 1.32)     # above: the end
+    assert m.step_time(0.1, prompt=True, others_busy=1, beside=((D, 8),)) == pytest.approx(0.101 * 1.05)
+    # beside two steps: the larger; what runs beside not known: the figure blind to it
+    assert m.step_time(0.1, False, 2, beside=((P, 512), (D, 1))) == pytest.approx(0.101 * 1.09 * 1.5)
+    assert m.step_time(0.1, False, 1) == pytest.approx(0.101 * 1.32)
+    # pinned, sharing its core with one decode of 8: x2 the time-sharing, x1.32 the co-run (the
+    # larger of it and the grown work)
+    pinned = dataclasses.replace(m, pinned=True)
+    assert pinned.step_time(0.1, False, 1, core_busy=2, beside=((D, 8),)) == pytest.approx(0.101 * 1.32 * 2)
+    assert pinned.step_time(0.1, False, 1, core_busy=2, beside=((D, 1),)) == pytest.approx(0.101 * 1.08 * 2)
+    # without the co-run term: no co-run, no time-sharing
+    assert m.without("corun").step_time(0.1, False, 1, beside=((D, 8),)) == pytest.approx(0.101)
+
+
+def test_a_simulated_decode_beside_a_prompt_runs_at_its_slowdown(tmp_path):
+    """HostStep.speed, by hand: worker 1 decodes while worker 0 runs a prompt step of 512 tokens,
+    then a decode step of 8 sequences, then a prompt step whose every token a prefix cache gave
+    (a decode step of none), then nothing."""
+    import json
+
+    from splitserve.policy.machine import Batch
+    from splitserve.twin.host_step import HostStep
+    from splitserve.twin.machine import load_machine_profile
+
+    d = _profile_dir(tmp_path, False)
+    facts = json.loads((d / "machine.json").read_text())
+    zero = {"prompt": 0.0, "token": 0.0}
+    facts["corun"] = {"prompt": 0.1, "token": 0.3, "beside": {
+        "prompt": [{"size": 64, "prompt": 0.1, "token": 0.02, "same_core": zero},
+                   {"size": 512, "prompt": 0.1, "token": 0.06, "same_core": zero}],
+        "decode": [{"size": 1, "prompt": 0.05, "token": 0.0, "same_core": zero},
+                   {"size": 8, "prompt": 0.05, "token": 0.3, "same_core": zero}]}}
+    (d / "machine.json").write_text(json.dumps(facts))
+    host = load_machine_profile(d)
+    machines = [SimpleNamespace(id=0, busy=True), SimpleNamespace(id=1, busy=True)]
+    step = HostStep(host, machines)
+    decode = Batch(decoding=[SimpleNamespace(prompt_tokens=32, generated=1)], decodes=1, context=33)
+    step.work(machines[0], Batch(prompt_tokens=512, chunks=[512]))
+    assert step.speed(machines[1], decode) == pytest.approx(1 / 1.06)
+    step.work(machines[0], Batch(decoding=[decode.decoding[0]] * 8, decodes=8, context=264))
+    assert step.speed(machines[1], decode) == pytest.approx(1 / 1.30)
+    step.work(machines[0], Batch(prompt_tokens=100, chunks=[100], cached=100))
+    assert step.speed(machines[1], decode) == pytest.approx(1 / 1.0)
+    machines[0].busy = False  # alone
+    assert step.speed(machines[1], decode) == pytest.approx(1.0)

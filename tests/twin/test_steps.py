@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from splitserve.twin.corun import BESIDE_PROMPT
 from splitserve.twin.steps import (Step, busy_spans, compare_steps, drift, lone_spread, overlaps, read_steps, run_speed,
                                    slowest_step, step_of)
 
@@ -67,7 +68,7 @@ class _Machine:
     def work_s(self, alone_s, prompt, sent_s=0.0):  # a step overhead of 2 ms
         return alone_s + sent_s + 0.002
 
-    def slowdown(self, prompt, others_busy, core_busy=1, idle_cores=0):  # co-run: prompt steps +10%, decodes +50%;
+    def slowdown(self, prompt, others_busy, core_busy=1, idle_cores=0, beside=()):  # co-run: prompt steps +10%, decodes +50%;
         return (1 + (0.1 if prompt else 0.5) * (others_busy > 0)) * core_busy  # a shared core: x its workers
 
     def cores_of(self, worker):  # pinned, 2 cores
@@ -99,8 +100,11 @@ def test_three_workers_on_two_cores_slow_the_steps_that_share_a_core():
     # decode step of 0.4 s: worker 1 computes in [0.1, 0.3], worker 2 in [0.2, 0.4]
     steps = [_step(0, 0.0, 0.4, decodes=1), _step(1, 0.1, 0.2, prompt=10), _step(2, 0.2, 0.2, prompt=10)]
     spans = busy_spans(steps, _Machine().cores_of)[0]
-    assert [(n, c) for n, c, _ in spans] == [(0, 0), (1, 0), (2, 1), (1, 1)]   # (others busy, on core 0)
-    assert [t for *_, t in spans] == pytest.approx([0.1] * 4)
+    assert [(n, c) for n, c, _, _ in spans] == [(0, 0), (1, 0), (2, 1), (1, 1)]   # (others busy, on core 0)
+    assert [t for _, _, t, _ in spans] == pytest.approx([0.1] * 4)
+    # beside: (kind, size) of each step of the others: prompt steps of 10 tokens
+    assert [k for *_, k in spans] == [(), ((BESIDE_PROMPT, 10),), ((BESIDE_PROMPT, 10), (BESIDE_PROMPT, 10)),
+                                      ((BESIDE_PROMPT, 10),)]
     # its work 0.01 + 16 KV tokens x 0.0001 + 0.002: alone 0.1 s, x1.5 co-run 0.1 s, x1.5 x 2 its
     # core shared 0.2 s
     work = 0.01 + 0.0016 + 0.002

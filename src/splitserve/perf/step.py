@@ -2,7 +2,7 @@
 it costs the host. The simulator holds one per machine and asks it about every batch it starts,
 as Vidur's simulator asks its injected execution-time predictor; it knows nothing of what is
 behind it. `PerfStep` is the roofline / profile model's (perf/roofline.py, perf/profile.py: the
-batch alone on its instance); a measured host's workers have theirs (twin/machine.py HostStep:
+batch alone on its instance); a measured host's workers have theirs (twin/host_step.py HostStep:
 padded KV reads, co-run slowdown, the KV its worker sends inside the step).
 
 A batch here is policy/machine.py's `Batch`, a machine policy/state.py's `Machine`; they are read,

@@ -1,4 +1,4 @@
-"""The simulator's hosts whose workers share CPU cores (a measured machine: twin/machine.py
+"""The simulator's hosts whose workers share CPU cores (a measured machine: twin/host_step.py
 HostStep, whose `shares_cores` is set). A step there is an amount of work, done at the speed its
 worker has while the step runs, and that speed changes whenever another worker of the host starts
 or ends a step (processor sharing): every such change re-times each step in flight, taking off

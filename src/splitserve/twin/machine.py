@@ -2,14 +2,13 @@
 its profile.csv (perf/profile.py, the same fit as the Splitwise authors' profile), its KV capacity
 in tokens, the KV link of a transport, and the model's shape. `simulate --machine-profile DIR`
 and `splitserve twin` simulate clusters of such machines: `MachineProfile` is what the simulator
-runs on (sim/hosts.py Hosts), and `HostStep` times its workers' steps (perf/step.py StepModel) as
+runs on (sim/hosts.py Hosts), and `HostStep` (twin/host_step.py) times its workers' steps (perf/step.py StepModel) as
 the live host runs them."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +17,10 @@ from ..cluster.designs import ClusterSpec, Design
 from ..cluster.instance import Instance
 from ..errors import UserError
 from ..perf.profile import ProfilePerfModel, read_profile_rows
-from ..perf.step import prompt_squares
-from ..policy.machine import Batch
 from ..policy.state import Machine, Pool
 from ..sim.kv_transfer import Link, serialized_done
+from .corun import Beside, figure
+from .host_step import HostStep
 
 
 TERMS = ("corun", "kv_transfer", "path")   # what `MachineProfile.without` can take out
@@ -129,17 +128,18 @@ class MachineProfile:
         it hands over), with the serving path's step overhead."""
         return alone_s * self.drift[0 if prompt else 1] + sent_s + self.step_overhead
 
-    def slowdown(self, prompt: bool, others_busy: int, core_busy: int | None = None, idle_cores: int = 0) -> float:
+    def slowdown(self, prompt: bool, others_busy: int, core_busy: int | None = None, idle_cores: int = 0,
+                 beside: Beside = ()) -> float:
         """How many times longer a step's work takes while `others_busy` other workers of this
-        host compute: the measured co-run slowdown (caches, memory bandwidth) once any other is
-        busy, times the time-sharing of the cores. Given `core_busy`, the busy workers on this
-        one's core (with it), it shares that core with them and with its part of the background
-        (`background_cores`: the serving path, the client, KV transfers) that the `idle_cores`
-        do not take; without it, the host's cores are shared evenly between every computing
-        worker and the background. While its core is time-shared a step's work grows by the
-        measured `same_core` (the processes evict each other's caches) for the shared part."""
-        corun = self.facts.get("corun", {})
-        f = 1.0 + max(0.0, corun.get("prompt" if prompt else "token", 0.0)) if others_busy else 1.0
+        host compute (running the steps in `beside`, (kind, size) each; (): not known): the
+        measured co-run slowdown (caches, memory bandwidth)
+        once any other is busy, times the time-sharing of the cores. Given `core_busy`, the busy
+        workers on this one's core (with it), it shares that core with them and with its part of
+        the background (`background_cores`: the serving path, the client, KV transfers) that the
+        `idle_cores` do not take; without it, the host's cores are shared evenly between every
+        computing worker and the background. While its core is time-shared a step's work grows
+        by the measured `same_core` (the processes evict each other's caches) for the shared part."""
+        f = 1.0 + max(0.0, self.corun_of(prompt, beside)) if others_busy else 1.0
         if not self.facts.get("time_sharing", True):  # without("corun")
             return f
         if core_busy is None:
@@ -148,13 +148,18 @@ class MachineProfile:
             share = core_busy + max(0.0, self.background_cores - idle_cores) / max(1, self.host_cores - idle_cores)
         if share <= 1.0:
             return f
-        grown = max(0.0, corun.get("same_core", {}).get("prompt" if prompt else "token", 0.0))
+        grown = max(0.0, self.corun_of(prompt, beside, same_core=True))
         return max(f, 1.0 + grown * min(1.0, share - 1.0)) * share  # `same_core` holds the co-run's part
 
+    def corun_of(self, prompt: bool, beside: Beside, same_core: bool = False) -> float:
+        """The profile's co-run figure (`same_core`: the time-shared core's) for a prompt or a
+        decode step beside the steps in `beside` (corun.figure)."""
+        return figure(self.facts.get("corun", {}), prompt, beside, same_core)
+
     def step_time(self, alone_s: float, prompt: bool, others_busy: int, sent_s: float = 0.0,
-                  core_busy: int | None = None, idle_cores: int = 0) -> float:
+                  core_busy: int | None = None, idle_cores: int = 0, beside: Beside = ()) -> float:
         """A serving worker's step (work_s) with the host as it is when it starts (slowdown)."""
-        return self.work_s(alone_s, prompt, sent_s) * self.slowdown(prompt, others_busy, core_busy, idle_cores)
+        return self.work_s(alone_s, prompt, sent_s) * self.slowdown(prompt, others_busy, core_busy, idle_cores, beside)
 
     def cores_of(self, worker: int) -> frozenset[int]:
         """The cores worker `worker` runs on when pinned (serve's placement, worker_cpus)."""
@@ -168,7 +173,7 @@ class MachineProfile:
         """SLO slowdowns against the same request alone on this machine."""
         return self.perf
 
-    def instance(self, inst: Instance, machines: list[Machine]) -> tuple["MachineProfile", "HostStep"]:
+    def instance(self, inst: Instance, machines: list[Machine]) -> tuple["MachineProfile", HostStep]:
         """Every instance is this machine; its workers share the host with `machines`."""
         return self, HostStep(self, machines)
 
@@ -193,70 +198,6 @@ class MachineProfile:
             d = Design(name="baseline", scheduler="mixed", machine=self.name, description=f"unsplit on {self.name}")
             return ClusterSpec(d, ((Instance(self.name, tp=1), Pool.MIXED, machines),))
         raise UserError(f"design must be splitwise or baseline on a measured machine, got {design!r}")
-
-
-class HostStep:
-    """A serving worker's step on a measured host (perf/step.py StepModel): the profile's time for
-    the batch, decodes reading KV padded as the engine pads it (`decode_kv`), with the KV it sends
-    inside the step, x a factor drawn from the host's `spread` if any (`work`), slowed by the co-run
-    and the time-sharing of the cores (`speed`: pinned, each worker's own core as serve places it;
-    else all cores evenly). The simulator re-times a step in flight whenever another worker of the
-    host starts or ends one (`shares_cores`: sim/sharing.py)."""
-
-    __slots__ = ("host", "perf", "power", "kv_capacity", "machines", "cores", "rng")
-    shares_cores = True
-
-    def __init__(self, host: MachineProfile, machines: list[Machine]) -> None:
-        self.host, self.perf, self.power, self.kv_capacity = host, host.perf, host.power, host.kv_capacity
-        self.machines = machines
-        self.cores: dict[int, frozenset[int]] = {}  # each pinned worker's cores
-        self.rng = random.Random(0)  # draws from host.spread
-
-    def context(self, batch: Batch) -> int:
-        if batch.decodes:  # the engine reads padded KV
-            return self.host.decode_kv(max(r.prompt_tokens + r.generated for r in batch.decoding), batch.decodes)
-        return batch.context
-
-    def work(self, m: Machine, batch: Batch) -> float:
-        """CPU seconds of the step alone (MachineProfile.work_s)."""
-        sq = prompt_squares(batch) if self.perf.attention else 0
-        alone = self.perf.mixed_time(batch.prompt_tokens - batch.cached, batch.decodes, self.context(batch), sq)
-        if factors := self.host.spread[0 if batch.prompt_tokens > 0 else 1]:  # the host's noise, drawn
-            alone *= self.rng.choice(factors)
-        return self.host.work_s(alone, batch.prompt_tokens > 0, self.sent_s(m.id, batch))
-
-    def speed(self, m: Machine, batch: Batch) -> float:
-        """The step's work done per second with the host's workers busy as they are now."""
-        others = sum(o.busy for o in self.machines) - 1
-        if not self.host.pinned:
-            return 1.0 / self.host.slowdown(batch.prompt_tokens > 0, others)
-        mine = self._cores(m.id)
-        busy = [self._cores(o.id) for o in self.machines if o.busy]
-        core = sum(1 for c in busy if not mine.isdisjoint(c))
-        idle = self.host.host_cores - len(frozenset().union(*busy))
-        return 1.0 / self.host.slowdown(batch.prompt_tokens > 0, others, core, max(0, idle))
-
-    def batch_time(self, m: Machine, batch: Batch) -> float:
-        return self.work(m, batch) / self.speed(m, batch)
-
-    def _cores(self, mid: int) -> frozenset[int]:
-        c = self.cores.get(mid)
-        if c is None:
-            c = self.cores[mid] = self.host.cores_of(mid)
-        return c
-
-    def stage_time(self, batch: Batch) -> float:
-        raise ValueError("a measured machine runs one stage (its instances have pp = 1)")
-
-    def sent_s(self, mid: int, batch: Batch) -> float:
-        """CPU seconds worker `mid` spends in this step sending the KV of the prompts it ends and
-        hands over now (a live worker sends inside its engine step)."""
-        sent = 0.0
-        for r, n in zip(batch.prompts, batch.chunks):
-            if (r.token_machine != mid and r.kv_on_token_machine and r.prefilled + n == r.prefill_len
-                    and r.generated + 1 < r.output_tokens):
-                sent += self.host.send_s(r.prompt_tokens)
-        return sent
 
 
 def load_machine_profile(path: str | Path, transport: str = "tcp") -> MachineProfile:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .corun import BESIDE_DECODE, BESIDE_PROMPT, Beside
 from .machine import MachineProfile
 
 ALONE, SHARED = 0.1, 0.9  # a step is alone below this fraction of overlap, shared above the other
@@ -77,14 +78,15 @@ def overlaps(steps: list[Step]) -> list[float]:
     return [busy_fraction(s, spans) for s, spans in zip(steps, busy_spans(steps))]
 
 
-def busy_fraction(s: Step, spans: list[tuple[int, int, float]]) -> float:
+def busy_fraction(s: Step, spans: list[tuple[int, int, float, Beside]]) -> float:
     """The fraction of step `s` during which another worker computed (its busy_spans)."""
-    return min(1.0, sum(t for n, _, t in spans if n) / s.seconds) if s.seconds > 0 else 0.0
+    return min(1.0, sum(t for n, _, t, _ in spans if n) / s.seconds) if s.seconds > 0 else 0.0
 
 
-def busy_spans(steps: list[Step], cores=None) -> list[list[tuple[int, int, float]]]:
+def busy_spans(steps: list[Step], cores=None) -> list[list[tuple[int, int, float, Beside]]]:
     """For each step, its time cut where other workers' steps start or end: (other workers
-    computing, of them those sharing a core with its worker by `cores(worker)`, seconds)."""
+    computing, of them those sharing a core with its worker by `cores(worker)`, seconds, the steps
+    they run: (kind, size) each, as MachineProfile.slowdown takes them)."""
     by_worker: dict[int, list[Step]] = {}
     for s in steps:
         by_worker.setdefault(s.worker, []).append(s)
@@ -105,14 +107,15 @@ def busy_spans(steps: list[Step], cores=None) -> list[list[tuple[int, int, float
                     break
                 a, b = max(s.start, o.start), min(end, o.start + o.seconds)
                 if b > a:
-                    ivs.append((a, b, same))
+                    ivs.append((a, b, same, (BESIDE_PROMPT, o.prompt_tokens) if o.prompt_tokens
+                                else (BESIDE_DECODE, o.decodes)))
                     edges.update((a, b))
         cuts = sorted(edges)
         spans = []
         for a, b in zip(cuts, cuts[1:]):
             mid = (a + b) / 2
-            on = [same for lo, hi, same in ivs if lo <= mid < hi]
-            spans.append((len(on), sum(on), b - a))
+            on = [(same, kind) for lo, hi, same, kind in ivs if lo <= mid < hi]
+            spans.append((len(on), sum(same for same, _ in on), b - a, tuple(kind for _, kind in on)))
         out.append(spans)
     return out
 
@@ -131,20 +134,21 @@ class StepRow:
         return (self.model_s - self.live_s) / self.live_s if self.live_s > 0 else 0.0
 
 
-def modelled(s: Step, machine: MachineProfile, spans: list[tuple[int, int, float]]) -> float:
+def modelled(s: Step, machine: MachineProfile, spans: list[tuple[int, int, float, Beside]]) -> float:
     """The simulator's time for step `s` with the other workers busy as they were live (`spans`,
-    busy_spans): its work at the time-weighted mean of the host's slowdown over the step."""
+    busy_spans), running the kinds of step they ran: its work at the time-weighted mean of the
+    host's slowdown over the step."""
     kv = machine.decode_kv(s.longest, s.decodes) if s.decodes else 0
     alone = machine.perf.mixed_time(s.prompt_tokens, s.decodes, kv, s.prompt_sq if machine.perf.attention else 0)
     work = machine.work_s(alone, s.prompt_tokens > 0, sum(machine.send_s(n) for n in s.sent))
-    total = sum(t for *_, t in spans)
+    total = sum(t for _, _, t, _ in spans)
     if total <= 0:
         return work * machine.slowdown(s.prompt_tokens > 0, 0)
     if not machine.pinned:  # where the OS placed each worker is not logged: the cores shared evenly
-        return work * sum(machine.slowdown(s.prompt_tokens > 0, n) * t for n, c, t in spans) / total
+        return work * sum(machine.slowdown(s.prompt_tokens > 0, n, beside=k) * t for n, c, t, k in spans) / total
     cores = machine.host_cores
-    return work * sum(machine.slowdown(s.prompt_tokens > 0, n, 1 + c, max(0, cores - 1 - (n - c))) * t
-                      for n, c, t in spans) / total
+    return work * sum(machine.slowdown(s.prompt_tokens > 0, n, 1 + c, max(0, cores - 1 - (n - c)), k) * t
+                      for n, c, t, k in spans) / total
 
 
 def compare_steps(steps: list[Step], machine: MachineProfile) -> list[StepRow]:
