@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 
-from splitserve.twin.bounds import HELD_AT, judge_run, record_run, table
+from splitserve.twin.bounds import AROUND, HELD_AT, judge_run, record_run, table
 from splitserve.twin.machine import load_machine_profile
 
 LIVE = ("coding, splitwise 1P+1T", "conversation, baseline 4 mixed")
@@ -28,7 +28,7 @@ def recorded(profile_dir, tmp_path_factory):
     machine = load_machine_profile(profile_dir)
     runs = {name: record_run(name, machine, profile_dir, tmp_path_factory.mktemp("bounds")) for name in LIVE}
     judged = {name: judge_run(out, machine) for name, out in runs.items()}
-    warnings.warn("twin live on this machine\n" + table(judged, (HELD_AT, "the speed before the run")))
+    warnings.warn("twin live on this machine\n" + table(judged, (HELD_AT, "the speed before the run", AROUND)))
     return machine, runs, judged
 
 
@@ -40,7 +40,7 @@ def test_a_live_run_is_recorded_whole(recorded, name):
     assert all(logged == planned for logged, planned in r["accounted"].values()), r["accounted"]
     rec = json.loads((runs[name] / "record.json").read_text())
     assert rec["name"] == name and rec["live"]["requests"] == r["requests"]
-    assert len(rec["before"]) == 2 and all(0.2 < x < 5.0 for x in rec["before"]), rec["before"]
+    assert all(len(rec[k]) == 2 and all(0.2 < x < 5.0 for x in rec[k]) for k in ("before", "after")), rec
     assert all(0.2 < x < 5.0 for x in r["speed"][HELD_AT]), r["speed"]
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from splitserve.twin.bounds import HELD_AT, RUNS, controls_failing, judge_run, out_of_bounds, table
+from splitserve.twin.bounds import AROUND, HELD_AT, RUNS, controls_failing, judge_run, out_of_bounds, table
 from splitserve.twin.machine import TERMS, load_machine_profile
 
 RECORDED = Path(__file__).parents[2] / "benchmarks" / "twin" / "recorded"
@@ -35,7 +35,7 @@ def label(run: Path) -> str:
 @pytest.fixture(scope="module")
 def judged() -> dict[str, dict]:
     out = {label(r): judge_run(r, load_machine_profile(r.parent / "profile")) for r in RECORDS}
-    warnings.warn("twin on the recorded runs\n" + table(out, (HELD_AT, "the speed before the run")))
+    warnings.warn("twin on the recorded runs\n" + table(out, (HELD_AT, "the speed before the run", AROUND)))
     return out
 
 

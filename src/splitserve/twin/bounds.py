@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 from ..policy.cluster import RoutingConfig
@@ -66,6 +67,7 @@ DURATION = {"splitwise": 20.0, "baseline": 30.0}
 OUTPUTS = 8
 HELD_AT = "the run's speed"          # and the spread of its steps (steps.lone_spread): the bounds
 PLAIN = "the run's speed, no spread"  # the model each term is taken out of (controls_failing)
+AROUND = "the speed around the run"   # the calibrations before and after it (record_run), not its steps
 # The CI grid: `small-mha` (a KV head per query head: 32 KB of KV per token, so that the KV
 # transfer is a term the bounds can see), each row the median of 3 repeats, the co-run slowdown
 # of 5 rounds and each mixed step once (the defaults: 9 and 3), ~55 s on 2 cores.
@@ -106,12 +108,14 @@ def record_run(name: str, machine: MachineProfile, profile_dir: Path, out: Path,
                calibrate: bool = True) -> Path:
     """Run `name` live, its server's files under `out`, and write out/record.json: the run's name,
     its spec, the bench's summary with the server's counters ("live") and the host's speed measured
-    just before it ("before": [prompt, decode], None without `calibrate`). Returns `out`."""
+    just before it and just after ("before", "after": [prompt, decode], None without `calibrate`).
+    Returns `out`."""
     spec = spec_of(name, machine, duration)
     before = calibrated(machine, profile_dir).drift if calibrate else None
     live = run_live(spec, machine, out, log=lambda m: None)
+    after = calibrated(machine, profile_dir).drift if calibrate else None
     (out / "record.json").write_text(json.dumps({"name": name, "spec": spec_dict(spec), "live": live,
-                                                 "before": before}, indent=1) + "\n")
+                                                 "before": before, "after": after}, indent=1) + "\n")
     return out
 
 
@@ -129,6 +133,9 @@ def judge_run(out: Path, machine: MachineProfile) -> dict:
     models = {"the profile's speed": machine, HELD_AT: held, PLAIN: plain}
     if rec["before"] is not None:
         models["the speed before the run"] = dataclasses.replace(machine, drift=tuple(rec["before"]))
+    if rec.get("after") is not None:  # the two calibrations' geometric mean: the host around the run
+        around = tuple(math.sqrt(b * a) for b, a in zip(rec["before"], rec["after"]))
+        models[AROUND] = dataclasses.replace(machine, drift=around)
     models.update({f"without {t}": plain.without(t) for t in TERMS})
     rows = {label: errors(live, run_sim(spec, m)[0]) for label, m in models.items()}
     return {"rps": spec.rps, "requests": live["requests"], "failed": live["failed"],
