@@ -25,7 +25,7 @@ import time
 
 from splitserve.twin.bounds import CI_GRID
 from splitserve.twin.corun import HOG, timed_steps
-from splitserve.twin.profiler import _engine
+from splitserve.twin.profiler import profiling_engine
 
 CONDITIONS = {"alone": [], "other core": ["core 1"], "same core": ["core 0"],
               "same core, 2 on the other": ["core 0", "core 1", "core 1 again"]}
@@ -46,7 +46,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    engine, rng = _engine(CI_GRID, 4096, 64), random.Random(0)
+    engine, rng = profiling_engine(CI_GRID, 4096, 64), random.Random(0)
     procs = {"core 0": busy(0), "core 1": busy(1), "core 1 again": busy(1)}
     got: dict[str, list[tuple[float, ...]]] = {c: [] for c in CONDITIONS}
     try:

@@ -215,17 +215,6 @@ def test_each_step_draws_its_work_from_the_hosts_spread(tmp_path):
     assert spread == firsts(dataclasses.replace(m, spread=((0.5, 1.5), ())))
 
 
-def test_the_reference_rows_are_a_prompt_and_a_decode_the_profile_measured():
-    from splitserve.twin.calibrate import reference_rows
-
-    rows = [{"prompt_size": p, "batch_size": b, "token_size": 8} for p, b in
-            [(16, 1), (64, 1), (256, 1), (512, 1), (1024, 1), (32, 2), (32, 4), (32, 8), (32, 16), (256, 2)]]
-    # the largest batch-1 prompt of at most 512 tokens; the largest batch of at most 8 at the sweep's prompt
-    assert reference_rows(rows, 32) == ((512, 1, 8), (32, 8, 8))
-    with pytest.raises(ValueError):
-        reference_rows([r for r in rows if r["batch_size"] == 1], 32)
-
-
 def test_a_split_prompt_waits_for_its_token_machine_between_steps(tmp_path):
     """serve's reservation (sim/reservation.py), by hand on 1P+1T: A (3 tokens) is prefilled and
     decodes on the token machine; B arrives while that machine runs A's first decode step, so the

@@ -10,7 +10,7 @@ import pytest
 
 import splitserve.twin.profiler as profiler
 from splitserve.twin.bounds import CI_GRID
-from splitserve.twin.profiler import ProfileSettings, _engine, engine_limits, measure_mixed
+from splitserve.twin.profiler import ProfileSettings, profiling_engine, engine_limits, measure_mixed
 
 SMALL = ((4, 64, 128), (8, 64, 128), (16, 32, 128), (8, 64, 64))  # MIXED's shapes / 4, for `tiny` (512 tokens)
 
@@ -24,7 +24,7 @@ def test_the_profiling_engine_admits_every_mixed_step_whatever_the_grid():
 
 def test_a_grid_of_8_requests_measures_each_prompt_with_its_decodes(monkeypatch):
     monkeypatch.setattr(profiler, "MIXED", SMALL)
-    engine = _engine(ProfileSettings(model="tiny"), *engine_limits([(64, 1, 4), (32, 8, 4)]))
+    engine = profiling_engine(ProfileSettings(model="tiny"), *engine_limits([(64, 1, 4), (32, 8, 4)]))
     got = measure_mixed(engine, random.Random(0), repeats=1)
     # the step's shape is checked inside; each decode read its prompt and the two or three tokens
     # decoded before (three where the cap of 256 tokens split the decodes' prefill in two steps)
@@ -35,6 +35,6 @@ def test_a_grid_of_8_requests_measures_each_prompt_with_its_decodes(monkeypatch)
 
 def test_an_engine_that_would_run_the_prompt_alone_is_refused(monkeypatch):
     monkeypatch.setattr(profiler, "MIXED", SMALL)
-    engine = _engine(ProfileSettings(model="tiny"), prompt_cap=256, max_seqs=8)  # the old limits
+    engine = profiling_engine(ProfileSettings(model="tiny"), prompt_cap=256, max_seqs=8)  # the old limits
     with pytest.raises(RuntimeError, match="8 decodes and a 128-token prompt ran as 8 sequences"):
         measure_mixed(engine, random.Random(0), repeats=1)

@@ -42,15 +42,16 @@ def twin(
                                                              "runs keep prefix caches and ignore the caps.")] = None,
     prefix_caching: Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching", help="Conversations: "
                                                  "prefix caches in both runs (off: in neither).")] = True,
-    pin_workers: Annotated[bool, typer.Option("--pin-workers", help="Run serve with --pin-workers (each worker on "
-                                              "its own cores, in turn) and simulate the cores shared per core.")] = False,
+    pin_workers: Annotated[bool, typer.Option("--pin-workers/--no-pin-workers", help="Run serve with --pin-workers "
+                                              "(each worker on its own cores, in turn) and simulate the cores shared "
+                                              "per core; off: where the OS moves them, the cores shared evenly.")] = True,
     num_blocks: Annotated[Optional[int], typer.Option("--num-blocks", help="KV blocks per worker in both runs "
                                                         "(default: the profile's); fewer make the cluster run out of "
                                                         "KV, so that decodes are preempted (--kv-allocation "
                                                         "on-demand) or requests wait for memory.")] = None,
-    calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Before the live run, time two of "
-                                            "the profile's rows again (a prompt and a decode step, about 5 s) and "
-                                            "simulate the host at its speed now against the profile's.")] = True,
+    calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Before the live run, time 16 of "
+                                            "the run's own requests alone (a few seconds) and simulate the host at "
+                                            "its speed now against the profile's model.")] = True,
     out: Annotated[Path, typer.Option(help="Directory for report.md, cdf.png, twin.json, live/ and sim/.")] =
     Path("twin"),
     policy: PolicyConfig = PolicyConfig(),
@@ -71,22 +72,22 @@ def twin(
     if (rps is None) == (load is None):
         raise UserError("give one of --rps and --load")
     machine = load_machine_profile(profile_dir, transport)
+    spec = TwinSpec(design=design, prompt=prompt_workers, token=token_workers, machines=mixed_workers,
+                    workload=workload, rps=rps or 1.0, duration=duration, seed=seed,
+                    max_prompt_tokens=max_prompt_tokens, max_tokens_cap=max_tokens_cap, transport=transport,
+                    policy=policy, conversation=conversation, prefix_caching=prefix_caching,
+                    pin_workers=pin_workers)
     if calibrate:
         from ..twin.calibrate import calibrated
-        machine = calibrated(machine, profile_dir)
+        machine = calibrated(machine, spec)
         typer.echo(f"the host runs prompt steps x{machine.drift[0]:.3f} and decode steps x{machine.drift[1]:.3f} "
-                   "the profile's time now", err=True)
+                   "the profile's time now, timed on the run's own request sizes", err=True)
     if num_blocks is not None:  # serve's --num-blocks, and the simulated KV capacity alike (not the calibration's)
         if num_blocks < 1:
             raise UserError(f"--num-blocks must be at least 1, got {num_blocks}")
         bs = int(machine.facts.get("block_size", 16))
         machine = dataclasses.replace(machine, facts={**machine.facts, "num_blocks": num_blocks,
                                                       "kv_capacity_tokens": num_blocks * bs})
-    spec = TwinSpec(design=design, prompt=prompt_workers, token=token_workers, machines=mixed_workers,
-                    workload=workload, rps=rps or 1.0, duration=duration, seed=seed,
-                    max_prompt_tokens=max_prompt_tokens, max_tokens_cap=max_tokens_cap, transport=transport,
-                    policy=policy, conversation=conversation, prefix_caching=prefix_caching,
-                    pin_workers=pin_workers)
     capacity = predicted_capacity(spec, machine)
     if load is not None:
         spec = dataclasses.replace(spec, rps=load * capacity)

@@ -1,7 +1,8 @@
 """Issue 27's bounds on the twin, one owner for the CI test and benchmarks/twin/bounds.py: every
 P50 of TTFT, TBT and E2E within 15% of the live run and every P90 within 25%, on the coding and
-the conversation workload, Splitwise 1P+1T and the unsplit baseline with 4 mixed workers pinned two
-to a core (more busy workers than the 2 cores of CI: the cores' time-sharing is a large term), at
+the conversation workload, Splitwise 1P+1T and the unsplit baseline with 4 mixed workers, every
+worker pinned (the baseline's two to a core: more busy workers than the 2 cores of CI, so that the
+cores' time-sharing is a large term), at
 35% (Splitwise, 20 s) and 30% (baseline, 30 s) of the capacity the profile predicts (LOAD, DURATION),
 prompts <= 256 and outputs <= 8 tokens, seed 1; a fifth run, coding on Splitwise with prompts
 <= 16 tokens, where the serving path (a few ms a request) is a large part of TTFT, so that its
@@ -13,8 +14,9 @@ workers' step logs) and judged (judge_run: from those files alone), so that CI j
 records (benchmarks/twin/recorded/) the same on any host.
 
 Each run is simulated at three speeds of the host against its profile (MachineProfile.drift): the
-profile's own; the speed measured just before the run (`calibrate`, twin/calibrate.py: a prediction,
-but the 2-core VM's speed moves 5-15% within minutes and the measurement with it); and the speed of
+profile's own; the speed measured just before the run on the run's own request sizes (twin/
+calibrate.py: a prediction, but the 2-core VM's speed moves 5-40% within an hour; the record also
+keeps the same measured after the run, AROUND: their geometric mean); and the speed of
 the run's own lone steps (steps.run_speed: the steps no other worker computed beside, after each
 worker's warm-up: two numbers, prompt and decode), each simulated step's work drawn from how those
 lone steps spread about that speed (steps.lone_spread, MachineProfile.spread). The bounds are held
@@ -43,18 +45,18 @@ from .steps import read_steps, run_speed, slowest_step
 
 BOUNDS = {"TTFT P50 (s)": 0.15, "TBT P50 (s)": 0.15, "E2E P50 (s)": 0.15,
           "TTFT P90 (s)": 0.25, "TBT P90 (s)": 0.25, "E2E P90 (s)": 0.25}
-# (design, workload, workers, pinned, prompts <= this many tokens, conversation shape): the
-# baseline's four workers pinned two to a core (serve --pin-workers), so that which of them share a
-# core is known, not the OS's choice of the moment; the multi-turn runs keep prefix caches (their
-# prompts carry the conversation so far) and the bench ignores the caps
+# (design, workload, workers, prompts <= this many tokens, conversation shape), each worker pinned
+# to its core (serve --pin-workers, twin's default: the baseline's four two to a core), so that
+# which of them share a core is known, not the OS's choice of the moment; the multi-turn runs keep
+# prefix caches (their prompts carry the conversation so far) and the bench ignores the caps
 MULTITURN = "turns=3,user=96:160,reply=8:16,think=0.3"
-RUNS = {"coding, splitwise 1P+1T": ("splitwise", "coding", 2, False, 256, None),
-        "coding, baseline 4 mixed": ("baseline", "coding", 4, True, 256, None),
-        "conversation, splitwise 1P+1T": ("splitwise", "conversation", 2, False, 256, None),
-        "conversation, baseline 4 mixed": ("baseline", "conversation", 4, True, 256, None),
-        "coding, splitwise 1P+1T, prompts <= 16": ("splitwise", "coding", 2, False, 16, None),
-        "multi-turn, splitwise 1P+1T": ("splitwise", "multiturn", 2, False, 256, MULTITURN),
-        "multi-turn, baseline 4 mixed": ("baseline", "multiturn", 4, True, 256, MULTITURN)}
+RUNS = {"coding, splitwise 1P+1T": ("splitwise", "coding", 2, 256, None),
+        "coding, baseline 4 mixed": ("baseline", "coding", 4, 256, None),
+        "conversation, splitwise 1P+1T": ("splitwise", "conversation", 2, 256, None),
+        "conversation, baseline 4 mixed": ("baseline", "conversation", 4, 256, None),
+        "coding, splitwise 1P+1T, prompts <= 16": ("splitwise", "coding", 2, 16, None),
+        "multi-turn, splitwise 1P+1T": ("splitwise", "multiturn", 2, 256, MULTITURN),
+        "multi-turn, baseline 4 mixed": ("baseline", "multiturn", 4, 256, MULTITURN)}
 # each design's load (a share of the capacity the profile predicts) and seconds of each live run.
 # The baseline's P50s at 35% sat near the edge between its steps' two heaps (alone on a core or
 # sharing it; at 40% they fall between them): resampled, its E2E P50 moved 4-6%, and one CI run put
@@ -89,10 +91,10 @@ def spec_of(name: str, machine: MachineProfile, duration: float | None = None) -
     """Run `name` of RUNS at its design's LOAD x the capacity the profile predicts (Splitwise: of the split pair,
     under the splitserve borrowing rule, so that nothing is borrowed), for `duration` s (None: its
     design's DURATION)."""
-    design, workload, workers, pinned, prompts, conversation = RUNS[name]
+    design, workload, workers, prompts, conversation = RUNS[name]
     spec = TwinSpec(policy=PolicyConfig(), design=design, workload=workload, machines=workers,
                     duration=duration or DURATION[design], seed=1, max_prompt_tokens=prompts,
-                    max_tokens_cap=OUTPUTS, pin_workers=pinned, conversation=conversation)
+                    max_tokens_cap=OUTPUTS, conversation=conversation)
     pair = dataclasses.replace(spec, policy=PolicyConfig(routing=RoutingConfig(borrow_rule="splitserve")))
     return dataclasses.replace(spec, rps=LOAD[design] * predicted_capacity(pair if design == "splitwise" else spec,
                                                                            machine))
@@ -111,9 +113,9 @@ def record_run(name: str, machine: MachineProfile, profile_dir: Path, out: Path,
     just before it and just after ("before", "after": [prompt, decode], None without `calibrate`).
     Returns `out`."""
     spec = spec_of(name, machine, duration)
-    before = calibrated(machine, profile_dir).drift if calibrate else None
+    before = calibrated(machine, spec).drift if calibrate else None
     live = run_live(spec, machine, out, log=lambda m: None)
-    after = calibrated(machine, profile_dir).drift if calibrate else None
+    after = calibrated(machine, spec).drift if calibrate else None
     (out / "record.json").write_text(json.dumps({"name": name, "spec": spec_dict(spec), "live": live,
                                                  "before": before, "after": after}, indent=1) + "\n")
     return out

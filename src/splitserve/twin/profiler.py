@@ -104,7 +104,7 @@ def engine_limits(grid: list[tuple[int, int, int]]) -> tuple[int, int]:
             max(max(b for _, b, _ in grid), max(b for b, _, _ in MIXED) + 1))
 
 
-def _engine(s: ProfileSettings, prompt_cap: int, max_seqs: int):
+def profiling_engine(s: ProfileSettings, prompt_cap: int, max_seqs: int):
     """The engine a worker builds (worker_engine.build_engine), with the profile's batch limits."""
     import argparse
 
@@ -172,7 +172,7 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
     have = done_rows(csv_path, s.model, hardware)
     grid = s.grid()
     todo = [(row, k) for row in grid for k in range(have[row], s.repeats)]
-    engine = _engine(s, *engine_limits(grid))
+    engine = profiling_engine(s, *engine_limits(grid))
     rng = random.Random(s.seed)
     measure_row(engine, 64, 1, 4, rng)  # warm-up
     if progress is not None and not todo:

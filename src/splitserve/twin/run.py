@@ -46,7 +46,7 @@ class TwinSpec:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     conversation: str | None = None  # multiturn / sysprompt: their shape (workload/conversations.py)
     prefix_caching: bool = True      # conversations: both runs keep prefix caches (else neither)
-    pin_workers: bool = False        # serve --pin-workers, and the simulated host shares cores per core
+    pin_workers: bool = True         # serve --pin-workers, and the simulated host shares cores per core
 
     @property
     def shares_prefixes(self) -> bool:
