@@ -15,6 +15,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from splitserve.twin.calibrate import between
 from splitserve.twin.machine import load_machine_profile
 from splitserve.twin.run import loaded, planned, spec_from_dict
 from splitserve.twin.steps import ALONE, SHARED, busy_fraction, busy_spans, modelled, read_steps, run_speed
@@ -36,8 +37,9 @@ def cached_share(run: Path) -> dict[tuple[int, float], tuple[int, int]]:
 def table(run: Path) -> dict[tuple[str, str], list[float]]:
     """(kind of step, what ran beside) -> [steps, live seconds, model seconds]."""
     machine = load_machine_profile(run.parent / "profile")
-    spec = spec_from_dict(json.loads((run / "record.json").read_text())["spec"])
-    steps, reqs = read_steps(run / "steps"), planned(spec)
+    rec = json.loads((run / "record.json").read_text())
+    spec = spec_from_dict(rec["spec"])
+    steps, reqs = between(read_steps(run / "steps"), rec["live"].get("calibration", {})), planned(spec)
     under = loaded(spec, run_speed(steps, machine, loaded(spec, machine, reqs)), reqs)
     share = cached_share(run)
     acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])

@@ -61,7 +61,7 @@ def main() -> None:
     result = {}
     for name in [n for n in RUNS if a.runs in n]:
         run_dir = a.out / re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")  # coding-splitwise-1p-1t-prompts-16
-        result[name] = check_run(name, load_machine_profile(prof), prof, run_dir, a.duration, a.calibrate)
+        result[name] = check_run(name, load_machine_profile(prof), run_dir, a.duration, a.calibrate)
         print(table({name: result[name]}), flush=True)
         if a.record is not None:
             keep(run_dir, a.record / run_dir.name)

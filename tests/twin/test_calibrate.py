@@ -59,3 +59,14 @@ def test_the_shapes_are_the_runs_own_requests_drawn_with_its_seed():
     assert all(s in sizes for s in shapes)
     assert max(p for p, _ in shapes) <= 256 and max(t for _, t in shapes) <= 8
     assert len(calibrate.run_shapes(TwinSpec(workload="coding", rps=1.0, duration=3.0, seed=3), 16)) <= 4
+
+
+def test_the_runs_steps_are_those_between_its_calibrations():
+    from splitserve.twin.steps import Step
+
+    steps = [Step(0, t, 0.01, 16, 256, 0, 0) for t in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0)]
+    windows = {"before": [0.5, 2.5], "after": [5.5, 7.0]}
+    assert [s.start for s in calibrate.in_window(steps, windows["before"])] == [1.0, 2.0]
+    assert [s.start for s in calibrate.in_window(steps, windows["after"])] == [6.0]
+    assert [s.start for s in calibrate.between(steps, windows)] == [3.0, 4.0, 5.0]
+    assert calibrate.between(steps, {}) == steps and calibrate.in_window(steps, None) == []

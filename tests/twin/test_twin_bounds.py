@@ -26,7 +26,7 @@ LIVE = ("coding, splitwise 1P+1T", "conversation, baseline 4 mixed")
 @pytest.fixture(scope="module")
 def recorded(profile_dir, tmp_path_factory):
     machine = load_machine_profile(profile_dir)
-    runs = {name: record_run(name, machine, profile_dir, tmp_path_factory.mktemp("bounds")) for name in LIVE}
+    runs = {name: record_run(name, machine, tmp_path_factory.mktemp("bounds")) for name in LIVE}
     judged = {name: judge_run(out, machine) for name, out in runs.items()}
     warnings.warn("twin live on this machine\n" + table(judged, (HELD_AT, "the speed before the run", AROUND)))
     return machine, runs, judged

@@ -50,8 +50,9 @@ def twin(
                                                         "KV, so that decodes are preempted (--kv-allocation "
                                                         "on-demand) or requests wait for memory.")] = None,
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Before the live run, time 16 of "
-                                            "the run's own requests alone (a few seconds) and simulate the host at "
-                                            "its speed now against the profile's model.")] = True,
+                                            "the run's own requests alone in an engine (sizing --load), then send 32 "
+                                            "through the server's workers one at a time (a few seconds) and "
+                                            "simulate the host at the speed they ran at against the profile's model.")] = True,
     out: Annotated[Path, typer.Option(help="Directory for report.md, cdf.png, twin.json, live/ and sim/.")] =
     Path("twin"),
     policy: PolicyConfig = PolicyConfig(),
@@ -94,7 +95,7 @@ def twin(
     typer.echo(f"capacity the profile predicts: {capacity:.2f} req/s; running at {spec.rps:.2f} req/s "
                f"({spec.rps / capacity:.0%})", err=True)
     rows, step_rows, report = run_twin(spec, machine, capacity, profile_dir, out,
-                                       log=lambda m: typer.echo(m, err=True))
+                                       log=lambda m: typer.echo(m, err=True), calibrate=calibrate)
     typer.echo(table_text(rows))
     if step_rows:
         typer.echo(f"engine steps: live {step_rows[-1].live_s:.1f} s, model {step_rows[-1].model_s:.1f} s "

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ..policy.cluster import RoutingConfig
 from ..policy.config import PolicyConfig
-from .calibrate import calibrated
+from .calibrate import between, through_workers, window_speed
 from .machine import TERMS, MachineProfile
 from .profiler import ProfileSettings
 from .report import compare
@@ -100,22 +100,24 @@ def spec_of(name: str, machine: MachineProfile, duration: float | None = None) -
                                                                            machine))
 
 
-def check_run(name: str, machine: MachineProfile, profile_dir: Path, out: Path, duration: float | None = None,
+def check_run(name: str, machine: MachineProfile, out: Path, duration: float | None = None,
               calibrate: bool = True) -> dict:
     """Run `name` live into `out` (record_run) and judge it (judge_run)."""
-    return judge_run(record_run(name, machine, profile_dir, out, duration, calibrate), machine)
+    return judge_run(record_run(name, machine, out, duration, calibrate), machine)
 
 
-def record_run(name: str, machine: MachineProfile, profile_dir: Path, out: Path, duration: float | None = None,
+def record_run(name: str, machine: MachineProfile, out: Path, duration: float | None = None,
                calibrate: bool = True) -> Path:
     """Run `name` live, its server's files under `out`, and write out/record.json: the run's name,
-    its spec, the bench's summary with the server's counters ("live") and the host's speed measured
-    just before it and just after ("before", "after": [prompt, decode], None without `calibrate`).
-    Returns `out`."""
+    its spec, the bench's summary with the server's counters ("live", with the calibration's
+    windows) and the host's speed [prompt, decode] its workers showed on the run's own shapes just
+    before the bench and just after it ("before", "after": calibrate.through_workers; None without
+    `calibrate`). Returns `out`."""
     spec = spec_of(name, machine, duration)
-    before = calibrated(machine, spec).drift if calibrate else None
-    live = run_live(spec, machine, out, log=lambda m: None)
-    after = calibrated(machine, spec).drift if calibrate else None
+    live = run_live(spec, machine, out, log=lambda m: None, calibrate=through_workers(spec) if calibrate else None)
+    steps, under = read_steps(out / "steps"), loaded(spec, machine, planned(spec))
+    windows = live.get("calibration", {})
+    before, after = (window_speed(steps, machine, under, windows.get(k)) for k in ("before", "after"))
     (out / "record.json").write_text(json.dumps({"name": name, "spec": spec_dict(spec), "live": live,
                                                  "before": before, "after": after}, indent=1) + "\n")
     return out
@@ -129,7 +131,7 @@ def judge_run(out: Path, machine: MachineProfile) -> dict:
     `out` and `machine`: a committed record replays alike on any host."""
     rec = json.loads((out / "record.json").read_text())
     spec, live = spec_from_dict(rec["spec"]), rec["live"]
-    steps, reqs = read_steps(out / "steps"), planned(spec)
+    steps, reqs = between(read_steps(out / "steps"), live.get("calibration", {})), planned(spec)
     held = run_speed(steps, machine, loaded(spec, machine, reqs), spread=True)
     plain = dataclasses.replace(held, spread=((), ()))
     models = {"the profile's speed": machine, HELD_AT: held, PLAIN: plain}

@@ -9,6 +9,13 @@ worker builds, a sample of the requests the run will send (`run_shapes`: their p
 sizes, drawn with the run's seed), each alone, and compares each step with the model's time for
 it (`shape_ratios`): the median ratio per kind is the simulated host's speed for prompt and decode
 steps (`MachineProfile.drift`), as the run's own lone steps are read after it (steps.run_speed).
+
+That engine is not quite a serving worker: the worker's other threads, its prefix cache and the
+KV it sends share the step (16-token prompts ran 1.4x slower, against the model, in the workers
+than in the bare engine; prompts of 3-turn conversations 1.2x). So a live run is also calibrated
+through its own workers (`through_workers`): the sampled requests sent to the server one at a
+time right before the bench (and again right after it), their logged steps read as the run's
+are (`window_speed`). The bare engine's figure is what `twin --load` sizes the run with.
 """
 
 from __future__ import annotations
@@ -16,10 +23,14 @@ from __future__ import annotations
 import dataclasses
 import random
 import statistics
+from collections.abc import Callable
+
+import httpx
 
 from .machine import MachineProfile
 from .profiler import ProfileSettings, profiling_engine, measure_row
 from .run import TwinSpec, planned
+from .steps import Step, run_speed
 
 SAMPLE = 16  # requests of the run timed alone
 
@@ -71,3 +82,44 @@ def shape_speed(machine: MachineProfile, spec: TwinSpec, n: int = SAMPLE) -> tup
 def calibrated(machine: MachineProfile, spec: TwinSpec) -> MachineProfile:
     """`machine` at the speed the run's own shapes run now (drift: prompt, decode)."""
     return dataclasses.replace(machine, drift=shape_speed(machine, spec))
+
+
+def through_workers(spec: TwinSpec, n: int = 2 * SAMPLE) -> Callable[[str], None]:
+    """A calibration for run.run_live: `n` of the run's requests (run_shapes) sent to the server at
+    the URL one at a time, random token ids, exactly their output tokens; conversations: each also
+    followed by its second turn (the first, a reply and as many new tokens again), whose prompt
+    step computes past a prefix-cache hit as the run's later turns do."""
+    shapes = run_shapes(spec, n)
+
+    def send(url: str) -> None:
+        rng = random.Random(spec.seed)
+        with httpx.Client(base_url=url, timeout=120) as client:
+            for p, t in shapes:
+                prompt = [rng.randrange(3, 200) for _ in range(p)]
+                turns = [prompt, prompt + [rng.randrange(3, 200) for _ in range(t + p)]] if spec.shares_prefixes \
+                    else [prompt]
+                for ids in turns:
+                    r = client.post("/v1/completions", json={"prompt": ids, "max_tokens": t, "temperature": 0.0,
+                                                             "ignore_eos": True})
+                    r.raise_for_status()
+    return send
+
+
+def in_window(steps: list[Step], window: list[float] | None) -> list[Step]:
+    """The steps that began inside `window` ([start, end] wall-clock seconds; None: none)."""
+    return [] if window is None else [s for s in steps if window[0] <= s.start <= window[1]]
+
+
+def between(steps: list[Step], calibration: dict[str, list[float]]) -> list[Step]:
+    """The run's own steps: those after the calibration before it and before the one after it."""
+    lo = calibration.get("before", [0.0, float("-inf")])[1]
+    hi = calibration.get("after", [float("inf")])[0]
+    return [s for s in steps if lo < s.start < hi]
+
+
+def window_speed(steps: list[Step], machine: MachineProfile, under: MachineProfile,
+                 window: list[float] | None) -> tuple[float, float] | None:
+    """(prompt, decode) drift of `machine` at the speed of the lone steps inside `window` (steps.run_speed);
+    None without such a window."""
+    inside = in_window(steps, window)
+    return run_speed(inside, machine, under).drift if inside else None

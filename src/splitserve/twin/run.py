@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -130,19 +131,37 @@ def serving(spec: TwinSpec, machine, out: Path):
                 os.killpg(srv.pid, signal.SIGKILL)
 
 
-def run_live(spec: TwinSpec, machine: MachineProfile, out: Path, log=print) -> dict:
-    """Serve, bench, stop; the bench's summary.json (plus the server's counters under "server")."""
+def run_live(spec: TwinSpec, machine: MachineProfile, out: Path, log=print,
+             calibrate: Callable[[str], None] | None = None) -> dict:
+    """Serve, bench, stop; the bench's summary.json (plus the server's counters under "server").
+    `calibrate(url)`, if given, runs against the server right before the bench and right after it;
+    the summary's "calibration" holds their windows ("before", "after": [start, end], wall-clock
+    seconds as the step logs' "t"), and the counters leave out what they sent."""
+    windows: dict[str, list[float]] = {}
     with serving(spec, machine, out) as (url, _):
+        if calibrate is not None:
+            windows["before"] = _timed(calibrate, url)
+        start = server_counters(httpx.get(url + "/metrics", timeout=10).text)
         log(f"live: {spec.workers()} at {url}; replaying {spec.duration:g} s of {spec.workload} at {spec.rps:g} req/s")
         done = subprocess.run(bench_command(spec, url, out), capture_output=True, text=True)
         if done.returncode != 0:
             raise UserError(f"splitserve bench failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-        metrics = httpx.get(url + "/metrics", timeout=10).text
+        end = server_counters(httpx.get(url + "/metrics", timeout=10).text)
+        if calibrate is not None:
+            windows["after"] = _timed(calibrate, url)
     summary = json.loads((out / "summary.json").read_text())
-    summary["server"] = server_counters(metrics)
+    summary["server"] = {k: v - start.get(k, 0.0) for k, v in end.items()}
     summary.setdefault("cluster", {}).update(preemptions=int(summary["server"].get("preemptions", 0)),
                                              borrowed_into_mixed_pool=int(summary["server"].get("borrowed", 0)))
+    if windows:
+        summary["calibration"] = windows
     return summary
+
+
+def _timed(run: Callable[[str], None], url: str) -> list[float]:
+    t0 = time.time()
+    run(url)
+    return [t0, time.time()]
 
 
 def server_counters(text: str) -> dict:
