@@ -1,7 +1,8 @@
 """The `splitserve` command. One module per command, all in one pattern: each holds a typer app
 (`app`) with its one command (or, for `reproduce` and `tokenizer`, a named group of them), whose
 function parses the options into a typed request and hands it to the package that does the work.
-Here they are put together, and `main` turns a user's mistake into one `error:` line."""
+Here they are put together, each given `--log-level` (log_level.py), and `main` turns a user's
+mistake into one `error:` line."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import typer
 
 from ..errors import UserError
 from . import bench, compare, generate, profile, provision, reproduce, serve, simulate, tokenizer, twin
+from .log_level import with_log_level
 
 COMMANDS = (simulate, provision, generate, bench, compare, serve, profile, twin, reproduce, tokenizer)
 
@@ -20,6 +22,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="Phase-split (Splitwise) LLM serving: simulate, provision and serve clusters.")
 for command in COMMANDS:
+    for info in command.app.registered_commands:
+        info.callback = with_log_level(info.callback)
     app.add_typer(command.app)
 
 

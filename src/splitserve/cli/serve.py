@@ -12,6 +12,7 @@ fastapi, uvicorn, zmq) are imported when the command runs.
 
 from __future__ import annotations
 
+import logging
 import sys
 from importlib.util import find_spec
 from pathlib import Path
@@ -25,6 +26,7 @@ from ..policy.config import OPTIONS, SERVING, PolicyConfig, policy_options
 from ..serve.config import RequestLimits, ServeConfig
 from .lists import ListedHelp
 
+logger = logging.getLogger(__name__)
 app = typer.Typer()
 PARALLEL = "Parallelism and plans"
 PLAN_SETS = ("prompt_workers", "token_workers", "mixed_workers", "design", "tp", "prompt_tp", "token_tp")
@@ -92,8 +94,8 @@ def serve(
         if not api_key:
             raise UserError(f"--api-key-file {api_key_file} is empty")
     elif any(a == "--api-key" or a.startswith("--api-key=") for a in sys.argv):
-        print("splitserve serve: warning: --api-key on the command line is visible in the process list; "
-              "use SPLITSERVE_API_KEY or --api-key-file", file=sys.stderr)
+        logger.warning("--api-key on the command line is visible in the process list; "
+                       "use SPLITSERVE_API_KEY or --api-key-file")
     if max_body_mb <= 0:
         raise UserError("--max-body-mb must be > 0")
     if worker_host is None:   # the router's socket: where every worker can reach it
@@ -172,8 +174,10 @@ def _start(cfg, tokenizer_dir: Path | None, http_impl: str, loop_impl: str) -> N
     from ..engine.hf_export import client_tokenizer_note   # the engine extra: imported when serving
 
     note = client_tokenizer_note(cfg.model, tokenizer_dir)   # for benchmark clients (guidellm, aiperf)
-    if note is not None:
-        print(f"splitserve serve: {note}", file=sys.stderr)
+    if note is not None and note.startswith("warning: "):
+        logger.warning(note.removeprefix("warning: "))
+    elif note is not None:
+        logger.info(note)
     if cfg.kv_encrypted():
         from ..serve.curve import require_curve
 
@@ -181,7 +185,7 @@ def _start(cfg, tokenizer_dir: Path | None, http_impl: str, loop_impl: str) -> N
     if cfg.backend == "ray":               # Ray started or joined, every node checked, before any worker
         from ..serve.launcher import join_ray
 
-        join_ray(cfg, log=lambda msg: print(f"splitserve serve: {msg}", file=sys.stderr, flush=True))
+        join_ray(cfg, log=logger.info)
     from ..serve.server import run_server
 
     with sock:

@@ -13,6 +13,7 @@ import sys
 
 import torch
 
+from ..logs import configure as configure_logging
 from .build import build_weights, resolve_model
 from .device import keep_freed_memory
 from .kv_cache import KVCache
@@ -77,6 +78,7 @@ class Follower:
 
 
 def main(argv: list[str]) -> int:
+    configure_logging()  # the level its worker was given (SPLITSERVE_LOG_LEVEL, logs.py)
     die_with_parent()
     rank, size, port = map(int, argv[:3])
     store = torch.distributed.TCPStore("127.0.0.1", port, size, False)

@@ -29,7 +29,7 @@ def run_server(cfg, sock: socket.socket, http: str = "auto", loop: str = "auto")
     if cfg.worker_mode == "echo":
         log("WORKER MODE echo: a benchmark tool; workers return tokens WITHOUT computing them")
     app = create_app(cfg, log=log)
-    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
+    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
                             lifespan="on", timeout_graceful_shutdown=5, http=http, loop=loop)
     server = DrainingServer(config, app.state.router, cfg.drain_timeout_s, log)
     server.run(sockets=[sock])

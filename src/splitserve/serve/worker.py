@@ -35,6 +35,7 @@ import zmq
 
 from ..errors import UserError
 from ..heap import freeze_heap
+from ..logs import configure as configure_logging
 from .curve import CurveKeys, encryption_on
 from .kv import BothSides, KVReceiver, KVSender, make_transport
 from .messages import (Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail, KvIn, Message, Out, OutItem,
@@ -269,6 +270,7 @@ def _unlink_on_sigterm(region) -> None:
 
 
 def main(argv=None) -> int:
+    configure_logging()  # the level serve was given (SPLITSERVE_LOG_LEVEL, logs.py)
     args = parse_args(argv, __doc__.splitlines()[0])
     secret = secret_from_env()
     codec = Codec(secret, worker_identity(secret, args.id, args.gen).decode())

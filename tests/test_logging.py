@@ -1,0 +1,84 @@
+"""Logging (logs.py, cli/log_level.py): every command takes --log-level; records reach stderr as
+`time level logger: message` at that level and above, uvicorn's included; the level is exported to
+the processes a command starts."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+import typer
+
+from splitserve import logs
+from splitserve.cli import app, main
+
+RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
+SIM = ["simulate", "--duration", "1", "--rps", "2"]
+
+
+@pytest.fixture(autouse=True)
+def restored_logging(monkeypatch):
+    """The root logger and SPLITSERVE_LOG_LEVEL as they were before the test."""
+    monkeypatch.delenv(logs.ENV, raising=False)
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    root.handlers[:] = handlers
+
+
+def records(err: str) -> list[str]:
+    return [line for line in err.splitlines() if RECORD.match(line)]
+
+
+def test_debug_shows_a_library_record_and_error_hides_it(capsys):
+    assert main([*SIM, "--log-level", "DEBUG"]) == 0
+    shown = records(capsys.readouterr().err)
+    assert any(" DEBUG splitserve.logs: logging at DEBUG" in line for line in shown), shown
+    assert main([*SIM, "--log-level", "ERROR"]) == 0
+    assert records(capsys.readouterr().err) == []
+
+
+def test_the_level_is_exported_to_child_processes_and_read_from_the_environment(capsys, monkeypatch):
+    import os
+
+    assert main([*SIM, "--log-level", "warning"]) == 0
+    assert os.environ[logs.ENV] == "WARNING"             # what serve's workers read (logs.configure)
+    assert logging.getLogger().level == logging.WARNING
+    monkeypatch.setenv(logs.ENV, "DEBUG")                 # no flag: the environment's level
+    assert main(SIM) == 0
+    assert logging.getLogger().level == logging.DEBUG
+
+
+def test_uvicorn_records_go_through_the_one_handler(capsys):
+    logging.getLogger("uvicorn.error").addHandler(logging.NullHandler())   # as uvicorn's dictConfig leaves it
+    logging.getLogger("uvicorn.access").propagate = False
+    logs.configure("INFO")
+    logging.getLogger("uvicorn.error").info("started")
+    logging.getLogger("uvicorn.access").info("GET /")
+    logging.getLogger("splitserve.sim").debug("below the level")
+    assert [line.split(" ", 2)[2] for line in records(capsys.readouterr().err)] == [
+        "INFO uvicorn.error: started", "INFO uvicorn.access: GET /"]
+
+
+def test_configuring_twice_keeps_one_handler_and_a_bad_level_is_a_user_error():
+    logs.configure("INFO")
+    logs.configure("DEBUG")
+    assert sum(isinstance(h, logs.StderrHandler) for h in logging.getLogger().handlers) == 1
+    with pytest.raises(Exception, match="log level 'LOUD'"):
+        logs.level_name("loud")
+
+
+def test_every_command_has_the_option():
+    def leaves(cmd, path=()):
+        subs = getattr(cmd, "commands", None)
+        if subs is None:
+            yield " ".join(path), cmd
+        else:
+            for name, sub in subs.items():
+                yield from leaves(sub, (*path, name))
+
+    found = {path: any("--log-level" in p.opts for p in cmd.params)
+             for path, cmd in leaves(typer.main.get_command(app))}
+    assert len(found) >= 14 and all(found.values()), found
