@@ -8,7 +8,9 @@ step logs holding every planned prompt token and decode once, a record that judg
 same figures, and every P50 at the run's own host speed within a factor of two of the live one (a
 wrong unit, a stuck worker or a term counted twice breaks that; a slow, busy host does not: the
 largest P50 error seen on a VM twice as slow was -17%, where the issue's 15% bound fails). The
-errors are in the warnings summary of every run, CI's included."""
+errors are in the warnings summary of every run, CI's included. Each run lasts SECONDS, not its
+design's DURATION: the records' own length, with the calibrations through the workers before and
+after it, would put these tests past their 3 minutes."""
 
 from __future__ import annotations
 
@@ -21,12 +23,13 @@ from splitserve.twin.bounds import AROUND, HELD_AT, judge_run, record_run, table
 from splitserve.twin.machine import load_machine_profile
 
 LIVE = ("coding, splitwise 1P+1T", "conversation, baseline 4 mixed")
+SECONDS = 12.0
 
 
 @pytest.fixture(scope="module")
 def recorded(profile_dir, tmp_path_factory):
     machine = load_machine_profile(profile_dir)
-    runs = {name: record_run(name, machine, tmp_path_factory.mktemp("bounds")) for name in LIVE}
+    runs = {name: record_run(name, machine, tmp_path_factory.mktemp("bounds"), SECONDS) for name in LIVE}
     judged = {name: judge_run(out, machine) for name, out in runs.items()}
     warnings.warn("twin live on this machine\n" + table(judged, (HELD_AT, "the speed before the run", AROUND)))
     return machine, runs, judged

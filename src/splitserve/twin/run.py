@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import signal
 import socket
@@ -29,6 +30,8 @@ import httpx
 from ..errors import UserError
 from ..policy.config import PolicyConfig, cli_args
 from .machine import MachineProfile
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,13 +134,14 @@ def serving(spec: TwinSpec, machine, out: Path):
                 os.killpg(srv.pid, signal.SIGKILL)
 
 
-def run_live(spec: TwinSpec, machine: MachineProfile, out: Path, log=print,
+def run_live(spec: TwinSpec, machine: MachineProfile, out: Path, log: Callable[[str], None] | None = None,
              calibrate: Callable[[str], None] | None = None) -> dict:
     """Serve, bench, stop; the bench's summary.json (plus the server's counters under "server").
     `calibrate(url)`, if given, runs against the server right before the bench and right after it;
     the summary's "calibration" holds their windows ("before", "after": [start, end], wall-clock
     seconds as the step logs' "t"), and the counters leave out what they sent."""
     windows: dict[str, list[float]] = {}
+    log = log or logger.info
     with serving(spec, machine, out) as (url, _):
         if calibrate is not None:
             windows["before"] = _timed(calibrate, url)
