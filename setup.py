@@ -21,7 +21,7 @@ HOT = ["src/splitserve/report/histogram.py", "src/splitserve/sim/metrics.py", "s
        "src/splitserve/policy/kv_allocation.py", "src/splitserve/policy/preemption.py",
        "src/splitserve/sim/simulator.py", "src/splitserve/sim/handoff.py", "src/splitserve/sim/stages.py",
        "src/splitserve/sim/prefix.py", "src/splitserve/policy/prefix_routing.py",
-       "src/splitserve/sim/sharing.py", "src/splitserve/sim/reservation.py"]
+       "src/splitserve/sim/sharing.py", "src/splitserve/sim/reservation.py", "src/splitserve/sim/state.py"]
 
 
 def say(msg: str) -> None:

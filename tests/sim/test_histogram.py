@@ -10,19 +10,19 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitserve.report.histogram import _K, _LOW, _RATIO, Histogram
+from splitserve.report.histogram import BUCKETS_PER_LOG, LOW, RATIO, Histogram
 
 values = st.lists(st.one_of(st.just(0.0), st.floats(1e-9, 1e-6), st.floats(1e-3, 10.0), st.floats(10.0, 1e6)),
                   max_size=60)
 
 
 def want_quantile(xs: list[float], q: float) -> float:
-    counts = Counter(int(math.log(x / _LOW) * _K) + 1 if x > _LOW else 0 for x in xs)
+    counts = Counter(int(math.log(x / LOW) * BUCKETS_PER_LOG) + 1 if x > LOW else 0 for x in xs)
     rank, seen = max(1, math.ceil(q * len(xs))), 0
     for i in sorted(counts):
         seen += counts[i]
         if seen >= rank:
-            return min(min(xs), _LOW) if i == 0 else min(max(_LOW * _RATIO ** (i - 0.5), min(xs)), max(xs))
+            return min(min(xs), LOW) if i == 0 else min(max(LOW * RATIO ** (i - 0.5), min(xs)), max(xs))
     raise AssertionError
 
 
@@ -37,7 +37,7 @@ def test_buckets_quantiles_and_merge_follow_the_definition(xs, ys):
     a.merge(b)
     everything = xs + [y for y in ys for _ in range(2)]
     assert a.n == len(everything) and sum(a.buckets().values()) == len(everything)
-    assert a.buckets() == dict(Counter(int(math.log(x / _LOW) * _K) + 1 if x > _LOW else 0 for x in everything))
+    assert a.buckets() == dict(Counter(int(math.log(x / LOW) * BUCKETS_PER_LOG) + 1 if x > LOW else 0 for x in everything))
     for q in (0.0, 0.5, 0.9, 0.99, 1.0):
         if everything:
             assert a.quantile(q) == want_quantile(everything, q)

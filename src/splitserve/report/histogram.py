@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-_LOW = 1e-7                      # smallest distinguished value; anything below lands in bucket 0
-_RATIO = 1.001
-_K = 1.0 / math.log(_RATIO)
+LOW = 1e-7                      # smallest distinguished value; anything below lands in bucket 0
+RATIO = 1.001                   # one bucket to the next: 0.1% apart
+BUCKETS_PER_LOG = 1.0 / math.log(RATIO)   # a value's bucket: log(x / LOW) * this, plus one
 
 
 class Histogram:
@@ -31,7 +31,7 @@ class Histogram:
         self.hi = -math.inf
 
     def add(self, x: float, weight: int = 1) -> None:
-        self.bump(int(math.log(x / _LOW) * _K) + 1 if x > _LOW else 0, weight)
+        self.bump(int(math.log(x / LOW) * BUCKETS_PER_LOG) + 1 if x > LOW else 0, weight)
         self.n += weight
         self.total += x * weight
         if x < self.lo:
@@ -89,8 +89,8 @@ class Histogram:
             if seen >= rank:
                 i = self.base + k
                 if i == 0:
-                    return min(self.lo, _LOW)
-                v = _LOW * _RATIO ** (i - 0.5)
+                    return min(self.lo, LOW)
+                v = LOW * RATIO ** (i - 0.5)
                 return min(max(v, self.lo), self.hi)
         return self.hi
 

@@ -7,8 +7,9 @@ import math
 from dataclasses import dataclass, field
 
 from ..cluster.designs import ClusterSpec
+from ..policy.machine import Batch
 from ..policy.state import Request
-from ..report.histogram import _K, _LOW, Histogram
+from ..report.histogram import BUCKETS_PER_LOG, LOW, Histogram
 
 
 @dataclass(slots=True)
@@ -22,6 +23,17 @@ class MachineStats:
     decode_tokens: int = 0
     peak_kv_used: int = 0
     kv_capacity: int = 0
+
+    def ran(self, busy_s: float, energy_j: float, batch: Batch, kv_used: int) -> None:
+        """One iteration of `batch`, busy for `busy_s` (a pipeline stage: its share), drawing
+        `energy_j`, with `kv_used` KV tokens held."""
+        self.busy_s += busy_s
+        self.energy_j += energy_j
+        self.iterations += 1
+        self.prompt_tokens += batch.prompt_tokens
+        self.decode_tokens += batch.decodes
+        if kv_used > self.peak_kv_used:
+            self.peak_kv_used = kv_used
 
 
 @dataclass(slots=True)
@@ -66,6 +78,16 @@ class Metrics:
         if now > self.last_completion:
             self.last_completion = now
 
+    def prompts_started(self, batch: Batch, now: float) -> None:
+        """`batch`'s prompt chunks start at `now`: a prompt's first, its time queued; a recompute's
+        after a preemption, its tokens computed again."""
+        for r, n in zip(batch.prompts, batch.chunks):
+            if r.prompt_started_at < 0:
+                r.prompt_started_at = now
+                self.queue.add(now - r.arrival)
+            elif r.generated:
+                self.recomputed_tokens += n
+
     def decode_gaps(self, rs: list[Request], now: float) -> int:
         """Each request of `rs` made a token at `now`: record its gap since its last (and that gap
         against its uncontended reference, for the SLO). The simulator's hottest loop, so a gap
@@ -87,7 +109,7 @@ class Metrics:
                     self._gap_group(g, lg, n, rlo, rhi, inv)
                 t = r.last_token_at
                 g = now - t
-                lg = math.log(g / _LOW) * _K
+                lg = math.log(g / LOW) * BUCKETS_PER_LOG
                 n = 0
                 rlo, rhi, inv = math.inf, -math.inf, 0.0
             r.last_token_at = now
@@ -135,7 +157,7 @@ class Metrics:
 def ref_bucket(ref: float) -> float:
     """A reference TBT in histogram buckets (Request.log_ref): a slowdown's bucket is its gap's
     less this."""
-    return math.log(ref) * _K
+    return math.log(ref) * BUCKETS_PER_LOG
 
 
 @dataclass(slots=True)

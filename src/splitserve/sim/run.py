@@ -39,15 +39,16 @@ DEFAULT_RPS = 10.0
 DEFAULT_DURATION = 120.0
 
 
-class MeasuredMachine(Hosts, Protocol):
+class MeasuredMachine(Protocol):
     """A measured machine every instance of the run is (twin/machine.py MachineProfile: `simulate
-    --machine-profile`): its model, its cluster of a design, and itself at a load."""
+    --machine-profile`): its model, its cluster of a design, and the hosts a simulation runs on at a
+    load (sim/hosts.py)."""
 
     model: ModelSpec
 
     def cluster(self, design: str, *, prompt: int = 1, token: int = 1, machines: int = 2) -> ClusterSpec: ...
 
-    def under_load(self, rate: float, moved_tokens: float = 0.0) -> MeasuredMachine: ...
+    def under_load(self, rate: float, moved_tokens: float = 0.0) -> Hosts: ...
 
 
 def arrival_defaults(workload: str, rps: float | None, duration: float | None,
@@ -147,11 +148,11 @@ def simulate(req: SimRequest, *, progress: bool = False, record_requests: bool =
     cluster, spec = req.cluster()
     wl = make_workload(req.workload, rps=req.rps, duration=req.duration, seed=req.seed, arrivals=req.arrivals,
                        max_context=req.max_context, rate_profile=req.rate_profile, conversation=req.conversation)
-    machine = req.machine
-    if machine is not None:  # the serving path's CPU at this load (twin/machine.py)
+    machine: Hosts | None = None
+    if req.machine is not None:  # the serving path's CPU at this load (twin/machine.py)
         prompts = [r.prompt_tokens for r in wl]
         moved = sum(prompts) / len(prompts) if prompts and cluster.design.split else 0.0
-        machine = machine.under_load(wl.rps, moved)
+        machine = req.machine.under_load(wl.rps, moved)
     cfg = SimConfig(policy=req.policy, memory_utilization=req.memory_utilization, profile=req.profile,
                     perf_model=req.perf_model, decode_lookup=req.decode_lookup, record_requests=record_requests, machine=machine, trace=trace, goodput=req.goodput,
                     colocated=req.colocated, catalog=req.catalog, prefix_caching=req.prefix_caching,

@@ -7,96 +7,67 @@ scheduler's watcher is due. Everything that decides *what* happens — routing, 
 preemption, memory admission, the transfer mode — is the shared policy code in `policy/`; how long
 a batch takes is the injected step-time model's (perf/step.py, one per machine, from the `Hosts`
 it runs on: sim/hosts.py); this module only advances time and records what it sees. Arrivals are
-pulled from the workload one at a time, so memory follows the requests in flight."""
+pulled from the workload one at a time, so memory follows the requests in flight.
+
+`Simulation` owns its parts, each a plain object with its own state and the `SimState` they share
+(sim/state.py): `PrefixCaches` (sim/prefix.py), `KVHandoff`, `PipelineStages`, `SharedCores` and
+`StepReservations`. The parts never start a machine: they say what changed, and the simulation
+forms the next batch."""
 
 from __future__ import annotations
 
 import heapq
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
-from ..catalog import Catalog, ModelSpec
+from ..catalog import ModelSpec
 from ..cluster.designs import ClusterSpec
 from ..errors import UserError
 from ..perf.mixed import prompt_alone
 from ..perf.step import StepModel
-from ..policy.cluster import arrive
+from ..policy.cluster import admit_freed, arrive, readmit
 from ..policy.cluster_schedulers import make_cluster_scheduler
-from ..policy.config import PolicyConfig
-from ..policy.kv_transfer import TransferMode, choose_mode
+from ..policy.kv_allocation import DoesNotFit
 from ..policy.latency import PerfLatency
 from ..policy.machine import finish_iteration
-from ..policy.schedulers import batch_former
 from ..policy.predictor import arrival_predictor
+from ..policy.preemption import sent_back
+from ..policy.schedulers import batch_former
 from ..policy.state import Machine, Phase, Request
-from ..policy.kv_allocation import DoesNotFit, configure
-from ..report.goodput import GoodputSLO
-from .chrome_trace import ChromeTrace
+from ..policy.transitions import kv_landed
+from ..workload.conversations import Conversations
+from .config import SimConfig
 from .events import ARRIVAL, ITER_END, SHARED_END, STAGE_FREE, TRANSFER_END, TURN, WATCH
 from .handoff import KVHandoff
 from .hosts import CatalogHosts, Hosts
-from .kv_transfer import Link
-from .metrics import MachineStats, Metrics, SimResult, ref_bucket
-from .prefix import PrefixCaching
+from .machines import build_machines
+from .metrics import Metrics, SimResult, ref_bucket
+from .prefix import PrefixCaches
 from .reservation import StepReservations
 from .sharing import SharedCores
 from .stages import PipelineStages
+from .state import SimState
 
-_NONE: tuple = ()    # a batch with no prompt whose KV streams layer by layer
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SimConfig:
-    policy: PolicyConfig = PolicyConfig()    # the scheduling policies' settings (as `serve` runs them)
-    memory_utilization: float = 0.9
-    profile: str | None = None               # profile CSV; the catalog's model where it has no rows
-    perf_model: str = "auto"                 # where no profile row applies: auto, operators or roofline
-    decode_lookup: str = "batch-size"        # how decode times are read (perf/decode_lookup.py)
-    record_requests: bool = False            # keep every Request with its token times
-    machine: Hosts | None = None             # what the machines are (sim/hosts.py): a measured machine
-                                             # (twin.machine.MachineProfile); None: the catalog's
-    trace: ChromeTrace | None = None         # every batch and transfer, for chrome://tracing
-    goodput: GoodputSLO | None = None        # count the requests meeting it
-    colocated: bool = False                  # prompt and token instances share nodes: KV over NVLink
-    catalog: Catalog | None = None           # machine kinds and KV-transfer overheads (None: built-in)
-    prefix_caching: bool = True              # model each machine's prefix cache (a workload with prompts)
-    block_size: int = 16                     # KV block tokens of the prefix caches (sim/prefix.py)
+_NONE: tuple = ()    # no prompt of the batch streams its KV layer by layer
 
 
-class Simulation(PrefixCaching, StepReservations, KVHandoff, PipelineStages, SharedCores):
+class Simulation:
+    """One run of `workload` on `cluster`: its machines (each with its step-time model and power),
+    the cluster scheduler, and its parts (the module's docstring)."""
+
     def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Iterable, cfg: SimConfig = SimConfig()):
         self.cluster, self.model, self.workload, self.cfg = cluster, model, workload, cfg
         self.batching = cfg.policy.batching
         self.form_batch = batch_former(self.batching)   # the machine scheduler's form_batch, looked up once
         self.metrics = Metrics()
         self.hosts: Hosts = cfg.machine if cfg.machine is not None else CatalogHosts.of(model, cfg)
-        self.machines: list[Machine] = []
-        self.steps: list[StepModel] = []         # each machine's step-time model (perf/step.py)
-        self.power = []
-        self.links_out: list[float] = []         # when each machine's outgoing link is free
-        kinds: dict[str, StepModel] = {}
-        self.hw: dict[str, object] = {}
-        self.perf_sources: dict[str, str] = {}
-        for inst, pool, count in cluster.groups:
-            name = inst.name
-            step = kinds.get(name)
-            if step is None:
-                self.hw[name], step = self.hosts.instance(inst, self.machines)
-                kinds[name] = step
-                self.perf_sources[name] = step.perf.source
-            cap = step.kv_capacity
-            for _ in range(count):
-                m = Machine(id=len(self.machines), hardware=name, home=pool, kv_capacity=cap, stages=inst.pp)
-                configure(m, self.batching, cfg.block_size)   # on demand: the engine's paged blocks
-                self.machines.append(m)
-                self.steps.append(step)
-                self.power.append(step.power)
-                self.links_out.append(0.0)
-                self.metrics.machines.append(MachineStats(name, pool.name.lower(), kv_capacity=cap))
-        self.links: dict[tuple[str, str], Link] = {}
-        self._prefix_init(workload, cfg.prefix_caching, cfg.block_size)
+        built = build_machines(cluster, self.hosts, self.batching, cfg.block_size, self.metrics.machines)
+        self.machines, self.steps, self.power = built.machines, built.steps, built.power
+        self.hw, self.perf_sources = built.hw, built.perf_sources
+        self.state = state = SimState(self.machines, self.metrics)
+        self.path_s = self.hosts.request_overhead   # front end, to the client
+        self.prefix = PrefixCaches(state, workload, cfg.prefix_caching, cfg.block_size, self.path_s) \
+            if isinstance(workload, Conversations) else None
         self.cls = make_cluster_scheduler(self.machines, cfg.policy.routing, cluster.design.split)
         self.predictor = arrival_predictor(cfg.policy)   # a request's predicted length (a scheduler that predicts), or None
         self.cls.bind_latency(PerfLatency([s.perf for s in self.steps]))  # a scheduler placing by batch latency
@@ -104,23 +75,15 @@ class Simulation(PrefixCaching, StepReservations, KVHandoff, PipelineStages, Sha
         self.trace, self.pull = cfg.trace, cfg.policy.routing.kv_pull
         if self.trace is not None:
             self.trace.name_machines(self.machines)
-        self.path_s = self.hosts.request_overhead   # front end, to the client
-        self.kv_bytes, self.layers = model.kv_bytes_per_token, model.layers
-        self.batches: list[tuple | None] = [None] * len(self.machines)   # (batch, start, dur, end, layer-wise)
-        # pipelined machines (pp > 1): batches in flight, oldest first, and when each stage is free
-        self.flight: dict[int, deque] = {m.id: deque() for m in self.machines if m.stages > 1}
-        self.stage_free: dict[int, list[float]] = {m.id: [0.0] * m.stages for m in self.machines if m.stages > 1}
-        self.heap: list = []
-        self.seq = 0    # events pushed: the heap's tie-break
-        self._sharing_init()
-        self.reserve_late, self.awaiting = getattr(self.hosts, "reserves_between_steps", False), {}
+        self.handoff = KVHandoff(state, self.hosts, self.trace, model, cfg.block_size,
+                                 cfg.policy.layerwise_threshold)
+        self.stages = PipelineStages(state)
+        self.shared = SharedCores(state, self.steps) \
+            if any(getattr(s, "shares_cores", False) for s in self.steps) else None
+        self.reservations = StepReservations(state) \
+            if getattr(self.hosts, "reserves_between_steps", False) else None
         self.kept: list[Request] = []
 
-    def _push(self, t: float, kind: int, obj) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, obj))
-
-    # ---- events ------------------------------------------------------------------------------
     def _arrive(self, spec, now: float) -> None:
         mt = self.metrics
         r = Request(mt.requests, spec.arrival, spec.prompt_tokens, spec.output_tokens)
@@ -131,8 +94,8 @@ class Simulation(PrefixCaching, StepReservations, KVHandoff, PipelineStages, Sha
             self.kept.append(r)
         r.ref_tbt = self.ref.token_time(1, r.prompt_tokens + r.output_tokens // 2)
         r.log_ref = ref_bucket(r.ref_tbt)
-        if self.conversations is not None:
-            self._prefix_arrive(r, spec)
+        if self.prefix is not None:
+            self.prefix.arrive(r, spec)
         try:
             queued = arrive(self.cls, r, self.predictor, self.pull)
         except DoesNotFit as e:
@@ -141,6 +104,14 @@ class Simulation(PrefixCaching, StepReservations, KVHandoff, PipelineStages, Sha
         if queued:  # else it waits in its token machine's admit queue, holding no memory
             self._queued(r, now)
 
+    def _queued(self, r: Request, now: float) -> None:
+        """`r`'s prompt was queued on its prompt machine: an idle one starts, unless `r` waits for its
+        token machine to reserve between steps (a measured machine's: sim/reservation.py)."""
+        p = self.machines[r.prompt_machine]
+        res = self.reservations
+        if not (res is not None and res.holds(r, p)) and not p.busy:
+            self._start(p, now)
+
     def _start(self, m: Machine, now: float) -> None:
         batch = self.form_batch(m, self.batching)
         if batch is None:
@@ -148,69 +119,52 @@ class Simulation(PrefixCaching, StepReservations, KVHandoff, PipelineStages, Sha
             return
         m.busy = True
         mid = m.id
-        if self.prefix and batch.prompts:
-            self._prefix_start(m, batch)
+        if self.prefix is not None and batch.prompts:
+            self.prefix.start(m, batch)
         step = self.steps[mid]
         piped = m.stages > 1
+        shared = self.shared
         if piped:
-            dur, end = self._through_stages(mid, step, batch, now)
+            dur, end = self.stages.through_stages(mid, step, batch, now)
         else:
-            dur = self._shared_start(m, batch, now) if self.sharing else step.batch_time(m, batch)
+            dur = shared.start(m, batch, now) if shared is not None else step.batch_time(m, batch)
             end = now + dur
         if self.trace is not None:
             self.trace.batch(mid, now, end - now, batch.prompt_tokens, batch.decodes, step.context(batch),
                              len(batch.preempted))
-        mt = self.metrics
-        mt.preemptions += len(batch.preempted)
-        # Splitwise hand-off: with a large batch, KV of prompts finishing now streams to their
-        # token machines layer by layer while the batch runs (their KV there is reserved)
-        layerwise: list[Request] | tuple = _NONE
+        layerwise = _NONE
         if batch.prompts:
-            mode = choose_mode(batch.prompt_tokens, self.cfg.policy.layerwise_threshold)
-            for r, n in zip(batch.prompts, batch.chunks):
-                if r.prompt_started_at < 0:
-                    r.prompt_started_at = now
-                    mt.queue.add(now - r.arrival)
-                elif r.generated:                 # a recompute after a preemption
-                    mt.recomputed_tokens += n
-                if (mode is TransferMode.LAYERWISE and r.token_machine != mid
-                        and r.prefilled + n == r.prefill_len and r.kv_on_token_machine):
-                    if not isinstance(layerwise, list):
-                        layerwise = []
-                    layerwise.append(r)
+            self.metrics.prompts_started(batch, now)
+            layerwise = self.handoff.streamed(mid, batch)
         if piped:
-            self.flight[mid].append((batch, now, dur, end, layerwise))
+            self.stages.flight[mid].append((batch, now, dur, end, layerwise))
         else:
-            self.batches[mid] = (batch, now, dur, end, layerwise)
-        w = self.power[mid].prompt_power_w(batch.prompt_tokens + batch.decodes) if batch.prompt_tokens else \
-            self.power[mid].token_power_w(batch.decodes)
-        st = mt.machines[mid]
-        st.busy_s += dur / m.stages if piped else dur     # each stage is busy for its share
-        st.energy_j += w * dur
-        st.iterations += 1
-        st.prompt_tokens += batch.prompt_tokens
-        st.decode_tokens += batch.decodes
-        if m.kv_used > st.peak_kv_used:
-            st.peak_kv_used = m.kv_used
-        if self.sharing:
-            self._reshare(now)   # times this step and those it slows (sim/sharing.py)
+            self.state.running[mid] = (batch, now, dur, end, layerwise)
+        power = self.power[mid]
+        w = power.prompt_power_w(batch.prompt_tokens + batch.decodes) if batch.prompt_tokens else \
+            power.token_power_w(batch.decodes)
+        self.metrics.preemptions += len(batch.preempted)
+        self.metrics.machines[mid].ran(dur / m.stages if piped else dur, w * dur, batch, m.kv_used)
+        if shared is not None:
+            shared.reshare(now)   # times this step and those it slows (sim/sharing.py)
         else:
-            self._push(end, ITER_END, m)
-        if batch.preempted and not m.recompute_here:  # back through the prompt pool (sim/handoff.py)
+            self.state.push(end, ITER_END, m)
+        if batch.preempted and not m.recompute_here:  # back through the prompt pool
             self._readmit(m, batch.preempted, now)
 
     def _iter_end(self, m: Machine, now: float) -> None:
         if m.stages > 1:
-            batch, start, dur, _, layerwise = self.flight[m.id].popleft()
+            batch, start, dur, _, layerwise = self.stages.flight[m.id].popleft()
         else:
-            batch, start, dur, _, layerwise = self.batches[m.id]  # type: ignore[misc]  # set by _start
-            self.batches[m.id] = None
+            batch, start, dur, _, layerwise = self.state.running[m.id]  # type: ignore[misc]  # set by _start
+            self.state.running[m.id] = None
         mt = self.metrics
         tbt, slow = mt.tbt, mt.slow_tbt
         ngap = mt.decode_gaps(batch.decoding, now)  # every decode of the batch produced a token now
         res = finish_iteration(m, batch)
         mt.tokens += ngap + len(res.first_tokens)
         freed = bool(res.finished)
+        prefix = self.prefix
         for r in res.first_tokens:
             if r.first_token_at < 0:
                 r.first_token_at = now
@@ -224,14 +178,14 @@ class Simulation(PrefixCaching, StepReservations, KVHandoff, PipelineStages, Sha
             r.last_token_at = now
             if r.token_times is not None:
                 r.token_times.append(now)
-            if self.prefix:
-                self._prefix_named(m, r)
+            if prefix is not None:
+                prefix.named(m, r)
             if r.phase is Phase.HANDOFF:
-                self._handoff(m, r, start, now, r in layerwise)
+                self.handoff.send(m, r, start, now, r in layerwise)
         for r in res.finished:
             mt.complete(r, now, self.path_s, prompt_alone(self.ref, r.prompt_tokens), self.cfg.goodput)
-            if self.conversations is not None:
-                self._prefix_complete(r, now)
+            if prefix is not None:
+                prefix.complete(r, now)
         self.cls.settle(m)
         if m.stages == 1:
             m.busy = False
@@ -239,8 +193,40 @@ class Simulation(PrefixCaching, StepReservations, KVHandoff, PipelineStages, Sha
             self._freed(m, now)
         elif not m.busy:
             self._start(m, now)
-        if self.reserve_late:
-            self._reserved(m, now)
+        if self.reservations is not None:
+            for _, p in self.reservations.answered(m) or ():
+                if not p.busy:
+                    self._start(p, now)
+
+    def _transfer_end(self, r: Request, now: float) -> None:
+        """`r`'s KV landed on its token machine: the prompt machine's copy is freed."""
+        p = self.machines[r.prompt_machine]
+        t = self.machines[r.token_machine]
+        kv_landed(p, t, r)
+        if self.prefix is not None:
+            self.prefix.named(t, r)
+        if not t.busy:
+            self._start(t, now)
+        self._freed(p, now)
+
+    def _readmit(self, m: Machine, preempted: list[Request], now: float) -> None:
+        """Decodes `m` preempted that recompute through the prompt pool (policy/preemption.py
+        requeue): admitted again as at their arrival (policy/cluster.py readmit)."""
+        for r in sent_back(m, preempted):
+            if readmit(self.cls, r, self.pull):
+                self._queued(r, now)
+
+    def _freed(self, m: Machine, now: float) -> None:
+        """KV memory was released on `m`: requests waiting for it may go, and `m` may resume."""
+        if m.admit_queue:
+            for r in admit_freed(self.cls, m):
+                p = self.machines[r.prompt_machine]
+                if r.phase is Phase.HANDOFF:  # pulled: its KV leaves its prompt machine now
+                    self.handoff.send(p, r, now, now, False)
+                elif not p.busy:
+                    self._start(p, now)
+        if not m.busy:
+            self._start(m, now)
 
     def _watch(self, now: float) -> None:
         """The cluster scheduler's watcher (policy/instance_flip.py), every `watch_interval` while other
@@ -248,20 +234,20 @@ class Simulation(PrefixCaching, StepReservations, KVHandoff, PipelineStages, Sha
         for m in self.cls.watch(now):
             if not m.busy:
                 self._start(m, now)
-        if self.heap:
-            self._push(now + self.cls.watch_interval, WATCH, None)
+        if self.state.heap:
+            self.state.push(now + self.cls.watch_interval, WATCH, None)
 
-    # ---- driver ------------------------------------------------------------------------------
     def run(self, progress: Callable[[float, int], None] | None = None) -> SimResult:
         wall0 = time.perf_counter()
         arrivals = iter(self.workload)
-        heap = self.heap
+        state = self.state
+        heap = state.heap
         pop = heapq.heappop
         first = next(arrivals, None)
         if first is not None:
-            self._push(first.arrival, ARRIVAL, first)
+            state.push(first.arrival, ARRIVAL, first)
             if self.cls.watch_interval:
-                self._push(first.arrival, WATCH, None)
+                state.push(first.arrival, WATCH, None)
         events = 0
         now = 0.0
         while heap:
@@ -273,28 +259,35 @@ class Simulation(PrefixCaching, StepReservations, KVHandoff, PipelineStages, Sha
                 self._arrive(obj, now)
                 nxt = next(arrivals, None)
                 if nxt is not None:
-                    self._push(nxt.arrival, ARRIVAL, nxt)
+                    state.push(nxt.arrival, ARRIVAL, nxt)
             elif kind == TURN:
                 self._arrive(obj, now)
             elif kind == TRANSFER_END:
                 self._transfer_end(obj, now)
             elif kind == STAGE_FREE:
-                self._stage_free(obj, now)
+                if self.stages.first_free(obj, now):
+                    self._start(obj, now)
             elif kind == SHARED_END:
-                self._shared_end(obj, now)
+                if self.shared is not None and self.shared.current(obj):
+                    self._iter_end(obj[0], now)
+                    self.shared.reshare(now)
             else:
                 self._watch(now)
             if progress is not None and not events & 0xFFFF:
                 progress(now, events)
+        return self._result(now, events, time.perf_counter() - wall0)
+
+    def _result(self, end: float, events: int, wall_s: float) -> SimResult:
+        """The run's result, its machines' idle energy added; a run that left work undone fails."""
         mt = self.metrics
         for m, st in zip(self.machines, mt.machines):
-            idle = max(now - st.busy_s, 0.0)
+            idle = max(end - st.busy_s, 0.0)
             st.energy_j += idle * self.power[m.id].idle_power_w() * m.stages   # every stage idles
         stuck = [m.id for m in self.machines if m.has_work() or m.admit_queue]
         if stuck or mt.completed != mt.requests:
             raise RuntimeError(f"simulation ended with work left on machines {stuck} "
                                f"({mt.completed}/{mt.requests} completed)")
         return SimResult(metrics=mt, cluster=self.cluster, model=self.model.name, events=events,
-                         wall_s=time.perf_counter() - wall0, sim_end=now,
+                         wall_s=wall_s, sim_end=end,
                          borrowed=self.cls.borrowed, perf_sources=self.perf_sources,
-                         requests=self.kept, hardware=self.hw, scaling=self.cls.activity(now))
+                         requests=self.kept, hardware=self.hw, scaling=self.cls.activity(end))
