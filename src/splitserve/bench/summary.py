@@ -27,7 +27,7 @@ absent).
 
 from __future__ import annotations
 
-from ..report.summary import _clean, prefix_summary
+from ..report.summary import finite_or_none, prefix_summary
 from .collector import Collector
 from .metrics import ms_aliases
 
@@ -48,7 +48,7 @@ def bench_summary(c: Collector, workload: dict, *, url: str, model: str | None, 
     if c.sent > 1 and c.last_arrival > c.first_arrival:
         offered = (c.sent - 1) / (c.last_arrival - c.first_arrival)
     lag = c.send_lag
-    out = _clean({
+    out = finite_or_none({
         "design": "live",
         "cluster_label": f"live server {url}",
         "model": model,
@@ -96,5 +96,5 @@ def bench_summary(c: Collector, workload: dict, *, url: str, model: str | None, 
         },
     })
     if c.input_tokens:
-        out["prefix_cache"] = _clean(prefix_summary(c.input_tokens, c.cached_tokens))
+        out["prefix_cache"] = finite_or_none(prefix_summary(c.input_tokens, c.cached_tokens))
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ..report.table import _ms, latency_table
+from ..report.table import latency_table, ms_text
 
 
 def print_bench_summary(s: dict, console: Console | None = None) -> None:
@@ -42,8 +42,8 @@ def print_bench_summary(s: dict, console: Console | None = None) -> None:
                       f"max_tokens (the server may not support ignore_eos)[/]")
     lag = b["send_lag_s"]
     if lag["p99"] is not None and lag["p99"] > 0.01 and not b.get("max_concurrency"):
-        console.print(f"[yellow]the client sent late: send lag P99 {_ms(lag['p99'])} ms, max "
-                      f"{_ms(lag['max'])} ms (latencies count from the scheduled time)[/]")
+        console.print(f"[yellow]the client sent late: send lag P99 {ms_text(lag['p99'])} ms, max "
+                      f"{ms_text(lag['max'])} ms (latencies count from the scheduled time)[/]")
     caps = [f"{k}={b[k]}" for k in ("max_prompt_tokens", "max_tokens_cap", "max_context") if b.get(k) is not None]
     if caps:
         console.print(f"[dim]sizes capped ({', '.join(caps)}): not the uncapped workload[/]")

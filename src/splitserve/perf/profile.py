@@ -52,7 +52,7 @@ from typing import Any
 
 from splitserve.errors import UserError
 from .mixed import MixedBatching
-from .profile_fit import _interp, fit_profile, isotonic_increasing, read_profile_rows
+from .profile_fit import fit_profile, interpolate, isotonic_increasing, read_profile_rows
 
 __all__ = [
     "MIN_TIME_S", "ProfilePerfModel", "fit_profile", "isotonic_increasing", "read_profile_rows",
@@ -122,7 +122,7 @@ class ProfilePerfModel(MixedBatching):
         self._p_last_y = pys[-1]
         self._p_slope = (pys[-1] - pys[-2]) / (pxs[-1] - pxs[-2]) if len(pxs) > 1 else 0.0
         self._pn = int(min(math.floor(pxs[-1]), _PROMPT_TABLE_MAX)) + 1
-        self._ptab = [max(MIN_TIME_S, _interp(pxs, pys, t)) for t in range(self._pn)]
+        self._ptab = [max(MIN_TIME_S, interpolate(pxs, pys, t)) for t in range(self._pn)]
 
         # decode: table per integer batch size, then the last slope
         bxs, bys = self.batch_xs, self.batch_ys
@@ -130,13 +130,13 @@ class ProfilePerfModel(MixedBatching):
         self._t_last_y = bys[-1]
         self._t_slope = (bys[-1] - bys[-2]) / (bxs[-1] - bxs[-2]) if len(bxs) > 1 else 0.0
         self._tn = max(_TOKEN_TABLE_MAX, int(bxs[-1])) + 1
-        self._ttab = [max(MIN_TIME_S, _interp(bxs, bys, b)) for b in range(self._tn)]
+        self._ttab = [max(MIN_TIME_S, interpolate(bxs, bys, b)) for b in range(self._tn)]
         # additive decode form: slope per KV token, per integer batch size, flat past the ends
         self.ctx_slopes = tuple((float(b), float(k)) for b, k in ctx_slopes)
         self._ktab = None
         if self.ctx_slopes:
             kx, ky = [b for b, _ in self.ctx_slopes], [k for _, k in self.ctx_slopes]
-            self._ktab = [ky[0] if b <= kx[0] else ky[-1] if b >= kx[-1] else _interp(kx, ky, b)
+            self._ktab = [ky[0] if b <= kx[0] else ky[-1] if b >= kx[-1] else interpolate(kx, ky, b)
                           for b in range(self._tn)]
 
     # ------------------------------------------------------------------ construction
@@ -183,7 +183,7 @@ class ProfilePerfModel(MixedBatching):
         if tokens < self._pn:
             return self._ptab[tokens]
         if tokens <= self._p_last_x:  # only when the profile reaches past the table
-            return max(MIN_TIME_S, _interp(self.prompt_xs, self.prompt_ys, tokens))
+            return max(MIN_TIME_S, interpolate(self.prompt_xs, self.prompt_ys, tokens))
         t = self._p_last_y + self._p_slope * (tokens - self._p_last_x)
         return t if t > MIN_TIME_S else MIN_TIME_S
 

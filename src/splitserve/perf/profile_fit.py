@@ -100,7 +100,7 @@ def _median_knots(points: Iterable[tuple[float, float]]) -> tuple[list[float], l
     return xs, [statistics.median(groups[x]) for x in xs], [len(groups[x]) for x in xs]
 
 
-def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+def interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
     """Piecewise-linear interpolation with end-segment extrapolation (no floor)."""
     n = len(xs)
     if n == 1:
@@ -184,7 +184,7 @@ def fit_profile(rows: Iterable[Mapping[str, Any]], attention: bool = False) -> d
     pys = isotonic_increasing(pmed, pn)
     attn = 0.0
     if attention:
-        per_row = [(r["prompt_time"] / 1e3 - _interp(pxs, pys, r["prompt_size"])) / r["prompt_size"] ** 2
+        per_row = [(r["prompt_time"] / 1e3 - interpolate(pxs, pys, r["prompt_size"])) / r["prompt_size"] ** 2
                    for r in rows if r["batch_size"] == 1 and r["prompt_size"] >= 4 * ref_p]
         attn = max(0.0, statistics.median(per_row)) if per_row else 0.0
 
@@ -211,7 +211,7 @@ def fit_profile(rows: Iterable[Mapping[str, Any]], attention: bool = False) -> d
         for r in rows:
             b, x = r["batch_size"], r["prompt_size"] + r["token_size"] / 2.0
             if b > 1 and x > ref:
-                per_b[b].append((r["token_time"] / 1e3 - _interp(bxs, bys, b)) / (b * (x - ref)))
+                per_b[b].append((r["token_time"] / 1e3 - interpolate(bxs, bys, b)) / (b * (x - ref)))
         ctx_slopes = [(1.0, max(0.0, ctx_k))] + [(float(b), max(0.0, statistics.median(v)))
                                                  for b, v in sorted(per_b.items())]
 

@@ -122,8 +122,8 @@ def prompt_take(cfg: BatchingConfig, remaining: int, budget: int, first: bool) -
     return remaining if first or remaining <= budget else 0
 
 
-def _admit(m: Machine, cfg: BatchingConfig, head: Request, budget: int, batch: Batch,
-           decoding: list[Request], fits: Callable[[Request], bool] | None = None) -> int:
+def admit_prompt(m: Machine, cfg: BatchingConfig, head: Request, budget: int, batch: Batch,
+                 decoding: list[Request], fits: Callable[[Request], bool] | None = None) -> int:
     """Start the next chunk of prompt `head` if the rules let it: the tokens it takes; 0 when it
     waits (and, FCFS, so does everyone behind it). Its first chunk needs a seat (max_seqs) and its
     KV, for which decodes of `decoding` may be preempted; or, given `fits`, only what `fits(head)`
@@ -182,14 +182,14 @@ def form_mixed(m: Machine, cfg: BatchingConfig) -> Batch | None:
     if m.ready:
         batch.joined = start_decodes(m)
     if m.isolated:  # rare: a suspect request is here
-        return _form_isolated(m, cfg, batch)
+        return form_isolated(m, cfg, batch)
     queue = m.prompt_queue
     running = m.running if m.stages == 1 else free_decodes(m)
     grow_decodes(m, running, batch.preempted, cfg.preemption_limit, batch.grown)  # on demand
     budget = prompt_budget(cfg, len(running))
     while queue and not (m.kv_on_demand and batch.preempted and queue[0].prefilled == 0):  # vLLM: a step
         # that preempted takes no new prompt (a started prefill goes on: it holds its KV)
-        n = _admit(m, cfg, queue[0], budget, batch, running)
+        n = admit_prompt(m, cfg, queue[0], budget, batch, running)
         if not n:
             break
         budget -= n
@@ -209,7 +209,7 @@ def _formed(m: Machine, cfg: BatchingConfig, batch: Batch, decoding: list[Reques
     return batch
 
 
-def _form_isolated(m: Machine, cfg: BatchingConfig, batch: Batch) -> Batch | None:
+def form_isolated(m: Machine, cfg: BatchingConfig, batch: Batch) -> Batch | None:
     """`m` holds isolated requests. Iterations alternate between the oldest of them that can run,
     alone, and everything else (by the usual rules, preempting only decodes that are not
     isolated); a turn with nothing to run gives way to the other. (The oldest alone would starve
@@ -222,13 +222,13 @@ def _form_isolated(m: Machine, cfg: BatchingConfig, batch: Batch) -> Batch | Non
             for lone in isolated:
                 if lone.phase is Phase.DECODE:
                     return _formed(m, cfg, batch, [lone])
-                _admit(m, cfg, lone, prompt_budget(cfg, 0), batch, others)
+                admit_prompt(m, cfg, lone, prompt_budget(cfg, 0), batch, others)
                 if batch.prompts:
                     return _formed(m, cfg, batch, [])
         else:
             budget = prompt_budget(cfg, len(others))
             for head in [r for r in m.prompt_queue if not r.isolated]:
-                n = _admit(m, cfg, head, budget, batch, others)
+                n = admit_prompt(m, cfg, head, budget, batch, others)
                 if not n:
                     break
                 budget -= n

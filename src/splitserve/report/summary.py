@@ -10,13 +10,14 @@ from .goodput import attainment_summary
 from .slo import SLO, evaluate
 
 
-def _clean(x):
+def finite_or_none(x):
+    """`x` with every float that is not finite (inf, nan) as None, through dicts and lists: what JSON holds."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
+        return {k: finite_or_none(v) for k, v in x.items()}
     if isinstance(x, list):
-        return [_clean(v) for v in x]
+        return [finite_or_none(v) for v in x]
     return x
 
 
@@ -43,7 +44,7 @@ def simulation_summary(result, workload, slo: SLO = SLO(), goodput=None) -> dict
     for g in machines.values():
         g["utilization"] /= g["count"]
     hours = result.sim_end / 3600.0
-    out = _clean({
+    out = finite_or_none({
         "design": result.cluster.design.name,
         "cluster_label": result.cluster.label(),
         "model": result.model,
@@ -92,9 +93,9 @@ def simulation_summary(result, workload, slo: SLO = SLO(), goodput=None) -> dict
     if mt.transfer_skipped:
         out["kv_transfer"]["skipped_tokens"] = mt.transfer_skipped
     if goodput is not None:
-        out["goodput"] = _clean(attainment_summary(goodput, mt.attained, mt.completed, mt.requests))
+        out["goodput"] = finite_or_none(attainment_summary(goodput, mt.attained, mt.completed, mt.requests))
     if result.scaling is not None:
-        out["scaling"] = _clean(scaling_summary(result, mt))
+        out["scaling"] = finite_or_none(scaling_summary(result, mt))
     return out
 
 

@@ -6,7 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 
-def _ms(x) -> str:
+def ms_text(x) -> str:
+    """Seconds `x` as milliseconds, one decimal; "-" for None."""
     return "-" if x is None else f"{x * 1000:,.1f}"
 
 
@@ -18,7 +19,7 @@ def latency_table(s: dict, title: str, rows) -> Table:
         lat.add_column(col, justify="right")
     for name, key in rows:
         d = s[key]
-        lat.add_row(name, _ms(d["p50"]), _ms(d["p90"]), _ms(d["p99"]), _ms(d["mean"]))
+        lat.add_row(name, ms_text(d["p50"]), ms_text(d["p90"]), ms_text(d["p99"]), ms_text(d["mean"]))
     return lat
 
 

@@ -2,7 +2,7 @@
 
 Each is a small module that makes a `MachineScheduler` (base.py: its `form_batch` and what it
 declares: chunked, default chunk, predicted lengths, its own state and report) from the shared
-rules of policy/machine.py (prompt_take, _admit, _make_room, preemption_victims, close_batch);
+rules of policy/machine.py (prompt_take, admit_prompt, make_room, preemption_victims, close_batch);
 none changes a counter itself: the transitions of policy/transitions.py do. `SCHEDULERS` is the
 one registry; `BatchingConfig.scheduler` (`--machine-scheduler`) picks one, and `finish_iteration`
 is the same for all. The simulator and the live engine (engine/scheduler.py) both run every one.

@@ -19,7 +19,7 @@ Where it differs from FasterTransformer, and why:
 
 from __future__ import annotations
 
-from ..machine import Batch, BatchingConfig, _admit, _form_isolated, close_batch, free_decodes
+from ..machine import Batch, BatchingConfig, admit_prompt, close_batch, form_isolated, free_decodes
 from ..state import Machine, Request
 from ..kv_allocation import prefill_reservation
 from ..transitions import start_decode, start_decodes
@@ -31,7 +31,7 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
     if m.isolated:  # rare: a suspect request is here (policy/machine.py: isolated requests)
         if m.ready:
             batch.joined = start_decodes(m)
-        return _form_isolated(m, cfg, batch)
+        return form_isolated(m, cfg, batch)
     if m.running or m.running_prompt_tokens:  # a batch runs (on a pipelined machine: may be in flight)
         return close_batch(m, batch, free_decodes(m))
     # a new batch: decodes ready here first, then prompts that start now
@@ -45,7 +45,7 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
 
     queue, budget = m.prompt_queue, cfg.prompt_token_cap
     while queue:
-        n = _admit(m, cfg, queue[0], budget, batch, joined, fits)
+        n = admit_prompt(m, cfg, queue[0], budget, batch, joined, fits)
         if not n:
             break
         budget -= n

@@ -23,7 +23,7 @@ Where it differs from Orca, and why:
 
 from __future__ import annotations
 
-from ..machine import Batch, BatchingConfig, _admit, _form_isolated, close_batch, free_decodes
+from ..machine import Batch, BatchingConfig, admit_prompt, close_batch, form_isolated, free_decodes
 from ..state import Machine, Phase, Request
 from ..kv_allocation import decode_reservation, prefill_reservation
 from ..transitions import start_decodes
@@ -41,7 +41,7 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
     if m.ready:
         batch.joined = start_decodes(m)
     if m.isolated:  # rare: a suspect request is here (policy/machine.py: isolated requests)
-        return _form_isolated(m, cfg, batch)
+        return form_isolated(m, cfg, batch)
     queue, running = m.prompt_queue, free_decodes(m)
     # KV reserved by Orca beyond what the holders hold (0 with max_len 0)
     extra = 0
@@ -65,7 +65,7 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
 
     budget = cfg.prompt_token_cap
     while queue:
-        n = _admit(m, cfg, queue[0], budget, batch, running, fits)
+        n = admit_prompt(m, cfg, queue[0], budget, batch, running, fits)
         if not n:
             break
         budget -= n

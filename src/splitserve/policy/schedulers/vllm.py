@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..machine import Batch, BatchingConfig, _admit, _form_isolated, close_batch, free_decodes
+from ..machine import Batch, BatchingConfig, admit_prompt, close_batch, form_isolated, free_decodes
 from ..preemption import grow_decodes
 from ..state import Machine, Request
 from ..transitions import start_decodes
@@ -38,11 +38,11 @@ def prefill_first(m: Machine, cfg: BatchingConfig,
     if m.ready:
         batch.joined = start_decodes(m)
     if m.isolated:  # rare: a suspect request is here (policy/machine.py: isolated requests)
-        return _form_isolated(m, cfg, batch)
+        return form_isolated(m, cfg, batch)
     queue, running = m.prompt_queue, free_decodes(m)
     budget = cfg.prompt_token_cap
     while queue:
-        n = _admit(m, cfg, queue[0], budget, batch, running, fits)
+        n = admit_prompt(m, cfg, queue[0], budget, batch, running, fits)
         if not n:
             break
         budget -= n

@@ -95,7 +95,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...machine import Batch, BatchingConfig, _form_isolated, close_batch
+from ...machine import Batch, BatchingConfig, close_batch, form_isolated
 from ...state import Machine, Request
 from ...transitions import start_decodes
 from ..base import Applying, MachineScheduler
@@ -115,7 +115,7 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
         park(m, r)
     held_back = settle(m, fams, batch) if fams else set()
     if m.isolated:  # rare: a suspect request is here (policy/machine.py: isolated requests; they
-        formed = _form_isolated(m, cfg, batch)   # reserve prompt + output, and GTs wait meanwhile)
+        formed = form_isolated(m, cfg, batch)   # reserve prompt + output, and GTs wait meanwhile)
         for v in batch.preempted:   # they hold no KV: hosted by nobody
             set_host(v, None)
         if formed is not None or not m.decode_queue:
