@@ -5,7 +5,7 @@ Threshold 8,192 prompt tokens, the authors' overflow rule: a prompt machine with
 full when its queued + running prompt tokens + the arriving prompt's pass 8,192."""
 
 from splitserve.policy.cluster import RoutingConfig
-from splitserve.policy.pools import SplitwiseScheduler
+from splitserve.policy.pools import SplitwiseScheduler, move
 from splitserve.policy.state import Machine, Pool, Request
 from splitserve.policy.transitions import enqueue_prompt
 
@@ -78,7 +78,7 @@ def test_a_mixed_machine_prefills_for_another_token_machine():
     busy(ms[2], decoding=500)
     for cfg, pair in ((AUTHORS, (1, 2)), (SPLITSERVE, (1, 1))):
         s = SplitwiseScheduler(ms, cfg)
-        s._move(ms[1], Pool.MIXED)
+        move(s.pools, ms[1], Pool.MIXED)
         p, t = s.route(Request(0, 0.0, 1000, 10))
         # the authors: the prompt from the mixed pool, the token machine from the token pool (a KV
         # transfer 1 -> 2); splitserve's rule: the mixed machine runs it whole
@@ -90,7 +90,7 @@ def test_a_borrowed_machine_goes_home_only_when_idle():
     for cfg, home_while_decoding in ((AUTHORS, False), (SPLITSERVE, True)):
         ms = cluster(1, 2)
         s = SplitwiseScheduler(ms, cfg)
-        s._move(ms[1], Pool.MIXED)
+        move(s.pools, ms[1], Pool.MIXED)
         ms[1].running.append(Request(0, 0.0, 10, 10))   # decodes, no prompt work
         s.settle(ms[1])
         assert (ms[1].pool is Pool.TOKEN) == home_while_decoding, cfg.borrow_rule

@@ -4,7 +4,7 @@ import pytest
 
 from splitserve.policy.cluster import ClusterScheduler, RoutingConfig
 from splitserve.policy.cluster_schedulers import CLUSTER_SCHEDULERS
-from splitserve.policy.pools import JSQScheduler, SplitwiseScheduler
+from splitserve.policy.pools import JSQScheduler, SplitwiseScheduler, move
 from splitserve.policy.transitions import enqueue_prompt
 from splitserve.policy.state import Machine, Pool, Request
 
@@ -89,8 +89,8 @@ def test_when_every_candidate_is_full_jsq_spans_pool_and_mixed_pool():
     ms = cluster(2, 2)
     s = SplitwiseScheduler(ms, RoutingConfig(prompt_queue_threshold=100, overflow_rule="queued",
                                              borrow_rule="splitserve"))
-    s._move(ms[0], Pool.MIXED)                 # borrowed earlier, and now full like the rest
-    s._move(ms[2], Pool.MIXED)
+    move(s.pools, ms[0], Pool.MIXED)                 # borrowed earlier, and now full like the rest
+    move(s.pools, ms[2], Pool.MIXED)
     load(ms[0], queued_prompt_tokens=500)
     load(ms[1], queued_prompt_tokens=900)      # the last prompt machine: full, most loaded
     load(ms[2], queued_prompt_tokens=300)

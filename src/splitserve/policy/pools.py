@@ -45,7 +45,17 @@ from .tetriinfer import Registry, pick_decode
 _pending = attrgetter("pending")        # pending tokens: the JSQ queue length
 
 
+def move(pools: dict[Pool, list[Machine]], m: Machine, to: Pool) -> None:
+    """Machine `m` leaves its pool of `pools` for pool `to`."""
+    pools[m.pool].remove(m)
+    m.pool = to
+    pools[to].append(m)
+
+
 class SplitwiseScheduler(ClusterScheduler):
+    """Splitwise's prompt, token and mixed pools, each request's pair picked at arrival (the
+    module's docstring)."""
+
     def __init__(self, machines: list[Machine], cfg: RoutingConfig = RoutingConfig()) -> None:
         self.cfg = cfg
         self.pools: dict[Pool, list[Machine]] = {Pool.PROMPT: [], Pool.TOKEN: [], Pool.MIXED: []}
@@ -58,11 +68,6 @@ class SplitwiseScheduler(ClusterScheduler):
         self.lat: BatchLatency = LIVE_FIT
         if cfg.decode_dispatch == "tetriinfer":
             self.predictor, self.registry = make_predictor(cfg.predictor), Registry()
-
-    def _move(self, m: Machine, to: Pool) -> None:
-        self.pools[m.pool].remove(m)
-        m.pool = to
-        self.pools[to].append(m)
 
     def _prompt_full(self, m: Machine, r: Request) -> bool:
         """Whether `m` takes no more prompts (the overflow rule, RoutingConfig)."""
@@ -87,9 +92,6 @@ class SplitwiseScheduler(ClusterScheduler):
         batch = len(m.running) + len(m.ready) + len(m.decode_queue) + 1
         return self.lat.decode_time(m, batch, m.context_tokens + r.prompt_tokens) > slo
 
-    def _full(self, m: Machine, r: Request) -> bool:
-        return self._prompt_full(m, r) or self._token_full(m, r)
-
     # ---- the authors' rule (borrow_rule="authors") ------------------------------------------------
     def _shortest(self, pool: Pool, r: Request, full, exclude: int = -1) -> Machine | None:
         """The shortest queue of `pool` (but machine `exclude`), or None if none or it is `full`."""
@@ -106,7 +108,7 @@ class SplitwiseScheduler(ClusterScheduler):
         if not ms:
             return None
         m = min(ms, key=_pending)
-        self._move(m, Pool.MIXED)
+        move(self.pools, m, Pool.MIXED)
         self.borrowed += 1
         return m
 
@@ -132,14 +134,14 @@ class SplitwiseScheduler(ClusterScheduler):
 
     def _overflow(self, r: Request, lender: Pool, exclude: Machine | None = None) -> Machine | None:
         """A machine of the mixed pool with room for `r`, else one borrowed from `lender`."""
-        mixed = [m for m in self.pools[Pool.MIXED] if not self._full(m, r)]
+        mixed = [m for m in self.pools[Pool.MIXED] if not (self._prompt_full(m, r) or self._token_full(m, r))]
         if mixed:
             return min(mixed, key=_pending)
         candidates = [m for m in self.pools[lender] if m is not exclude]
         if len(candidates) < 1 or len(self.pools[lender]) < 2:
             return None                  # never empty a pool by borrowing its last machine
         m = min(candidates, key=_pending)
-        self._move(m, Pool.MIXED)
+        move(self.pools, m, Pool.MIXED)
         self.borrowed += 1
         return m
 
@@ -201,14 +203,14 @@ class SplitwiseScheduler(ClusterScheduler):
         if self.authors:   # idle: notify_free_instance (KV still in flight to it is not work yet)
             if not (m.prompt_queue or m.running_prompt_tokens or m.running or m.ready or m.admit_queue
                     or m.decode_queue):
-                self._move(m, m.home)
+                move(self.pools, m, m.home)
             return
         if m.home is Pool.PROMPT:
             opposite = m.running or m.ready or m.admit_queue or m.inbound_tokens
         else:
             opposite = m.prompt_queue or m.running_prompt_tokens
         if not opposite:
-            self._move(m, m.home)
+            move(self.pools, m, m.home)
 
 
 class JSQScheduler(ClusterScheduler):
