@@ -1,5 +1,5 @@
 """The checkers of header values: each takes a value from the wire and returns it as stored, or
-raises _Bad saying what was expected. The common case of the simple ones is inlined by the
+raises BadValue saying what was expected. The common case of the simple ones is inlined by the
 compiled decoders (codec.py's _FAST). The checker of "p" maps is codec.py's `_params` (it runs the
 compiled WireParams decoder)."""
 
@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 from .kinds import OutItem, StepChunk
 
-# ---- checkers: value -> value as stored, or _Bad(what was expected) ----------------------------
-class _Bad(Exception):
+# ---- checkers: value -> value as stored, or BadValue(what was expected) ----------------------------
+class BadValue(Exception):
     """A checker's complaint: `why`, and `field` (a sub-field, e.g. of "p") where it has one."""
 
     def __init__(self, why: str, field: str | None = None) -> None:
@@ -21,35 +21,35 @@ class _Bad(Exception):
         self.why, self.field = why, field
 
 
-def _got(v: Any) -> str:
+def type_name(v: Any) -> str:
     return type(v).__name__
 
 
-def _str(v: Any) -> str:
+def text(v: Any) -> str:
     if type(v) is str:
         return v
-    raise _Bad(f"expected a string, got {_got(v)}")
+    raise BadValue(f"expected a string, got {type_name(v)}")
 
 
-def _bool(v: Any) -> bool:
+def boolean(v: Any) -> bool:
     if type(v) is bool:
         return v
-    raise _Bad(f"expected a bool, got {_got(v)}")
+    raise BadValue(f"expected a bool, got {type_name(v)}")
 
 
-def _int_at_least(lo: int | None) -> Callable[[Any], int]:
+def int_at_least(lo: int | None) -> Callable[[Any], int]:
     what = "an int" if lo is None else "a non-negative int" if lo == 0 else f"an int >= {lo}"
 
     def check(v: Any) -> int:
         if type(v) is int and (lo is None or v >= lo):
             return v
-        raise _Bad(f"expected {what}, got {v!r}" if type(v) is int else f"expected {what}, got {_got(v)}")
+        raise BadValue(f"expected {what}, got {v!r}" if type(v) is int else f"expected {what}, got {type_name(v)}")
     return check
 
 
-_int = _int_at_least(None)
-_nat = _int_at_least(0)
-_pos = _int_at_least(1)
+integer = int_at_least(None)
+natural = int_at_least(0)
+positive = int_at_least(1)
 
 
 def _float_at_least(lo: float | None) -> Callable[[Any], float]:
@@ -65,66 +65,66 @@ def _float_at_least(lo: float | None) -> Callable[[Any], float]:
             if lo is None or v >= lo:
                 return float(v)
         else:
-            raise _Bad(f"expected {what}, got {_got(v)}")
-        raise _Bad(f"expected {what}, got {v!r}")
+            raise BadValue(f"expected {what}, got {type_name(v)}")
+        raise BadValue(f"expected {what}, got {v!r}")
     return check
 
 
-_float = _float_at_least(None)
-_float_nn = _float_at_least(0.0)
+number = _float_at_least(None)
+nonneg_number = _float_at_least(0.0)
 
 
-def _enum(*values: str) -> Callable[[Any], str]:
+def one_of(*values: str) -> Callable[[Any], str]:
     allowed = frozenset(values)
     what = " or ".join(repr(x) for x in values)
 
     def check(v: Any) -> str:
         if type(v) is str and v in allowed:
             return v
-        raise _Bad(f"expected {what}, got {v!r}" if type(v) is str else f"expected {what}, got {_got(v)}")
+        raise BadValue(f"expected {what}, got {v!r}" if type(v) is str else f"expected {what}, got {type_name(v)}")
     return check
 
 
 def _seq(v: Any, what: str) -> list:
-    """v as a list (a tuple is copied into one), or _Bad."""
+    """v as a list (a tuple is copied into one), or BadValue."""
     if type(v) is list:
         return v
     if isinstance(v, tuple):
         return list(v)
-    raise _Bad(f"expected {what}, got {_got(v)}")
+    raise BadValue(f"expected {what}, got {type_name(v)}")
 
 
-def _strs(v: Any) -> list[str]:
+def texts(v: Any) -> list[str]:
     if type(v) is not list:
         v = _seq(v, "a list of strings")
     if countOf(map(type, v), str) == len(v):
         return v
     bad = next(x for x in v if type(x) is not str)
-    raise _Bad(f"expected a list of strings, got a list with item {bad!r}")
+    raise BadValue(f"expected a list of strings, got a list with item {bad!r}")
 
 
-def _map(v: Any) -> dict:
+def mapping(v: Any) -> dict:
     """An opaque map with string keys (a KV region handle)."""
     if type(v) is not dict:
-        raise _Bad(f"expected a map with string keys, got {_got(v)}")
+        raise BadValue(f"expected a map with string keys, got {type_name(v)}")
     if countOf(map(type, v), str) != len(v):
-        raise _Bad(f"expected a map with string keys, got key {next(k for k in v if type(k) is not str)!r}")
+        raise BadValue(f"expected a map with string keys, got key {next(k for k in v if type(k) is not str)!r}")
     return v
 
 
-_META = {"num_layers": _nat, "num_tokens": _nat, "num_kv_heads": _nat, "head_dim": _nat, "dtype": _str}
+_META = {"num_layers": natural, "num_tokens": natural, "num_kv_heads": natural, "head_dim": natural, "dtype": text}
 
 
-def _meta(v: Any) -> dict:
+def kv_meta(v: Any) -> dict:
     if type(v) is not dict:
-        raise _Bad(f"expected a map, got {_got(v)}")
+        raise BadValue(f"expected a map, got {type_name(v)}")
     if v.keys() != _META.keys():
-        raise _Bad(f"expected the keys {sorted(_META)}, got {sorted(map(str, v))}")
+        raise BadValue(f"expected the keys {sorted(_META)}, got {sorted(map(str, v))}")
     for k, check in _META.items():
         try:
             check(v[k])
-        except _Bad as e:
-            raise _Bad(f"key {k!r}: {e}") from None
+        except BadValue as e:
+            raise BadValue(f"key {k!r}: {e}") from None
     return v
 
 
@@ -146,21 +146,21 @@ def _ids_ok(v: list) -> bool:
 _IDS = "a list of non-negative ints"
 
 
-def _ids(v: Any) -> list[int]:
+def token_ids(v: Any) -> list[int]:
     """A list of non-negative ints (token ids, block ids)."""
     if type(v) is not list:
         v = _seq(v, _IDS)
     if _ids_ok(v):
         return v
     bad = next(x for x in v if type(x) is not int or not 0 <= x < 1 << 64)
-    raise _Bad(f"expected {_IDS}, got a list with item {bad!r}")
+    raise BadValue(f"expected {_IDS}, got a list with item {bad!r}")
 
 
 _ITEM = "[rid: str, tokens: list[int], finished: bool, reason: str | None]"
 _new = tuple.__new__
 
 
-def _items(v: Any) -> list[OutItem]:
+def out_items(v: Any) -> list[OutItem]:
     if type(v) is list:  # the common case, as msgpack gives it: one pass, no copies
         out = []
         append = out.append
@@ -181,11 +181,11 @@ def _items(v: Any) -> list[OutItem]:
             rid, toks, fin, reason = it
             if type(rid) is str and type(fin) is bool and (reason is None or type(reason) is str):
                 try:
-                    out.append(_new(OutItem, (rid, _ids(toks), fin, reason)))
+                    out.append(_new(OutItem, (rid, token_ids(toks), fin, reason)))
                     continue
-                except _Bad as e:
-                    raise _Bad(f"item {i}: tokens: {e.why}") from None
-        raise _Bad(f"item {i}: expected {_ITEM}, got {it!r:.80}")
+                except BadValue as e:
+                    raise BadValue(f"item {i}: tokens: {e.why}") from None
+        raise BadValue(f"item {i}: expected {_ITEM}, got {it!r:.80}")
     return out
 
 
@@ -195,7 +195,7 @@ _RECORD = "[token: int, logprob: number, rank: int >= 1, top: list of [token: in
 def _logprob(v: Any) -> float:
     if type(v) is float and v == v or type(v) is int:
         return float(v)
-    raise _Bad(f"expected a logprob (a number, -inf allowed), got {v!r:.40}")
+    raise BadValue(f"expected a logprob (a number, -inf allowed), got {v!r:.40}")
 
 
 def _records(v: Any) -> list:
@@ -209,43 +209,43 @@ def _records(v: Any) -> list:
                     out.append([tok, _logprob(lp), rank,
                                 [[t, _logprob(x)] for t, x in (_pair(p) for p in _seq(top, "a list"))]])
                     continue
-                except _Bad:
+                except BadValue:
                     pass
-        raise _Bad(f"record {i}: expected {_RECORD}, got {r!r:.80}")
+        raise BadValue(f"record {i}: expected {_RECORD}, got {r!r:.80}")
     return out
 
 
 def _pair(p: Any) -> tuple:
     if (type(p) is list or isinstance(p, tuple)) and len(p) == 2 and type(p[0]) is int and p[0] >= 0:
         return p
-    raise _Bad("a top entry")
+    raise BadValue("a top entry")
 
 
-def _lp(v: Any) -> list:
+def logprob_pair(v: Any) -> list:
     """One request's log-probabilities in a message: [its new tokens' records or nil, its prompt's
     records or nil] (the prompt's come with its first output token only)."""
     v = _seq(v, "[token records or nil, prompt records or nil]")
     if len(v) != 2:
-        raise _Bad(f"expected [token records or nil, prompt records or nil], got {len(v)} items")
+        raise BadValue(f"expected [token records or nil, prompt records or nil], got {len(v)} items")
     return [None if x is None else _records(x) for x in v]
 
 
-def _lps(v: Any) -> dict:
-    """request id -> its log-probabilities in an `out` (_lp)."""
+def logprob_pairs(v: Any) -> dict:
+    """request id -> its log-probabilities in an `out` (logprob_pair)."""
     if type(v) is not dict:
-        raise _Bad(f"expected a map of request id -> logprobs, got {_got(v)}")
+        raise BadValue(f"expected a map of request id -> logprobs, got {type_name(v)}")
     out = {}
     for rid, x in v.items():
         if type(rid) is not str:
-            raise _Bad(f"expected request ids as keys, got {rid!r:.40}")
+            raise BadValue(f"expected request ids as keys, got {rid!r:.40}")
         try:
-            out[rid] = _lp(x)
-        except _Bad as e:
-            raise _Bad(f"{rid}: {e.why}") from None
+            out[rid] = logprob_pair(x)
+        except BadValue as e:
+            raise BadValue(f"{rid}: {e.why}") from None
     return out
 
 
-def _chunks(v: Any) -> list[StepChunk]:
+def step_chunks(v: Any) -> list[StepChunk]:
     if type(v) is not list:
         v = _seq(v, "a list of [rid: str, n: int]")
     out = []
@@ -255,16 +255,16 @@ def _chunks(v: Any) -> list[StepChunk]:
             if type(rid) is str and type(n) is int and n >= 0:
                 out.append(_new(StepChunk, (rid, n)))
                 continue
-        raise _Bad(f"item {i}: expected [rid: str, n: non-negative int], got {c!r:.80}")
+        raise BadValue(f"item {i}: expected [rid: str, n: non-negative int], got {c!r:.80}")
     return out
 
 
-def _list(v: Any) -> list:
+def any_list(v: Any) -> list:
     """A list, read by whoever made it (a machine scheduler's own report: its scheduler checks it)."""
     return v if type(v) is list else _seq(v, "a list")
 
 
-def _bias(v: Any) -> list[tuple[int, float]]:
+def logit_bias(v: Any) -> list[tuple[int, float]]:
     if type(v) is not list:
         v = _seq(v, "a list of [token: int, bias: float]")
     out = []
@@ -273,10 +273,10 @@ def _bias(v: Any) -> list[tuple[int, float]]:
             tok, b = pair
             if type(tok) is int and tok >= 0:
                 try:
-                    out.append((tok, _float(b)))
+                    out.append((tok, number(b)))
                     continue
-                except _Bad:
+                except BadValue:
                     pass
-        raise _Bad(f"item {i}: expected [token: non-negative int, bias: finite number], got {pair!r:.80}")
+        raise BadValue(f"item {i}: expected [token: non-negative int, bias: finite number], got {pair!r:.80}")
     return out
 

@@ -8,38 +8,39 @@ import math
 from dataclasses import MISSING, fields
 from typing import Any, Callable, Container
 
-from .checks import (_Bad, _bool, _chunks, _enum, _float, _float_nn, _got, _ids, _int, _int_at_least, _items, _list,
-                     _lp, _lps, _map, _meta, _nat, _pos, _str, _strs, _bias)
-from .kinds import (_CLASSES, MESSAGES, WIRE_NAMES, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvDone, KvDrop,
-                    KvFail, KvIn, KvLayer, KvStart, MalformedMessage, Message, Out, PeerDown, Ping, Reserved,
-                    Step, StepFailed, Stop)
+from .checks import (BadValue, any_list, boolean, int_at_least, integer, kv_meta, logit_bias, logprob_pair,
+                     logprob_pairs, mapping, natural, nonneg_number, number, one_of, out_items, positive,
+                     step_chunks, text, texts, token_ids, type_name)
+from .kinds import (MESSAGE_CLASSES, MESSAGES, WIRE_NAMES, Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello,
+                    KvDone, KvDrop, KvFail, KvIn, KvLayer, KvStart, MalformedMessage, Message, Out, PeerDown, Ping,
+                    Reserved, Step, StepFailed, Stop)
 from .params import WireParams
 
 # A checker's test of the common case, inlined by the decoders (the checker runs only when it
 # fails: to convert, as an int to float, or to raise with the reason)
 _FAST = {
-    _str: "type({v}) is str", _bool: "type({v}) is bool", _int: "type({v}) is int",
-    _nat: "type({v}) is int and {v} >= 0", _pos: "type({v}) is int and {v} >= 1",
-    _float: "type({v}) is float and -_INF < {v} < _INF", _float_nn: "type({v}) is float and 0.0 <= {v} < _INF",
+    text: "type({v}) is str", boolean: "type({v}) is bool", integer: "type({v}) is int",
+    natural: "type({v}) is int and {v} >= 0", positive: "type({v}) is int and {v} >= 1",
+    number: "type({v}) is float and -_INF < {v} < _INF", nonneg_number: "type({v}) is float and 0.0 <= {v} < _INF",
 }
 
 
-def _sub(wire: str, e: _Bad) -> str:
+def _sub(wire: str, e: BadValue) -> str:
     return wire if e.field is None else f"{wire}.{e.field}"
 
 
-def _unknown(h: dict, known: frozenset) -> _Bad:
-    return _Bad("unknown field", next(str(k) for k in h if k not in known))
+def _unknown(h: dict, known: frozenset) -> BadValue:
+    return BadValue("unknown field", next(str(k) for k in h if k not in known))
 
 
 def _decoder(cls: type, checks: dict[str, Callable[[Any], Any]]) -> Callable[[dict], Any]:
-    """The function map -> checked instance of `cls` (_Bad naming the field otherwise), compiled
+    """The function map -> checked instance of `cls` (BadValue naming the field otherwise), compiled
     once from its field table `checks`: a header (or "p" map) is read with one lookup per field,
     the common case of each check inline, then its size tells whether it held an unknown field."""
     if sorted(f.name for f in fields(cls)) != sorted(checks):
         raise AssertionError(f"{cls.__name__}: the checkers do not match the fields")
     header = issubclass(cls, Message)  # a header also holds "t" (and "_from" after Codec.decode)
-    ns: dict[str, Any] = {"_Bad": _Bad, "_sub": _sub, "_unknown": _unknown, "_MISS": MISSING, "_INF": math.inf,
+    ns: dict[str, Any] = {"BadValue": BadValue, "_sub": _sub, "_unknown": _unknown, "_MISS": MISSING, "_INF": math.inf,
                           "cls": cls, "_new": object.__new__}
     required = [f for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
     known = {WIRE_NAMES.get(f.name, f.name) for f in fields(cls)} | ({"t", "_from"} if header else set())
@@ -50,13 +51,13 @@ def _decoder(cls: type, checks: dict[str, Callable[[Any], Any]]) -> Callable[[di
     if required:
         body.append("    try:")
         body += [f"        v_{f.name} = h[{WIRE_NAMES.get(f.name, f.name)!r}]" for f in required]
-        body += ["    except KeyError as e:", "        raise _Bad('missing', e.args[0]) from None"]
+        body += ["    except KeyError as e:", "        raise BadValue('missing', e.args[0]) from None"]
 
     def check(f, indent: str) -> list[str]:
         v, w, chk = f"v_{f.name}", WIRE_NAMES.get(f.name, f.name), checks[f.name]
         ns[f"_c_{f.name}"] = chk
-        call = [f"{indent}try:", f"{indent}    {v} = _c_{f.name}({v})", f"{indent}except _Bad as e:",
-                f"{indent}    raise _Bad(e.why, _sub({w!r}, e)) from None"]
+        call = [f"{indent}try:", f"{indent}    {v} = _c_{f.name}({v})", f"{indent}except BadValue as e:",
+                f"{indent}    raise BadValue(e.why, _sub({w!r}, e)) from None"]
         fast = _FAST.get(chk)
         if fast is None:
             return call
@@ -91,50 +92,52 @@ def _decoder(cls: type, checks: dict[str, Callable[[Any], Any]]) -> Callable[[di
 
 
 # ---- the field tables ------------------------------------------------------------------------
-# Per class: attribute -> checker (value -> value as stored, or _Bad). A field is required iff it
+# Per class: attribute -> checker (value -> value as stored, or BadValue). A field is required iff it
 # has no default; a field whose default is None also takes nil on the wire (as absent).
-_PARAMS_CHECKS = {"max_tokens": _pos, "temperature": _float_nn, "top_p": _float, "top_k": _int_at_least(-1),
-                  "ignore_eos": _bool, "stop_token_ids": _ids, "seed": _int, "presence_penalty": _float,
-                  "frequency_penalty": _float, "repetition_penalty": _float, "logit_bias": _bias,
-                  "logprobs": _nat, "prompt_logprobs": _nat, "grammar": _str}
+_PARAMS_CHECKS = {"max_tokens": positive, "temperature": nonneg_number, "top_p": number, "top_k": int_at_least(-1),
+                  "ignore_eos": boolean, "stop_token_ids": token_ids, "seed": integer, "presence_penalty": number,
+                  "frequency_penalty": number, "repetition_penalty": number, "logit_bias": logit_bias,
+                  "logprobs": natural, "prompt_logprobs": natural, "grammar": text}
 _decode_params = _decoder(WireParams, _PARAMS_CHECKS)
 
 
 def _params(v: Any) -> WireParams:
     """The checker of a "p" map: its compiled WireParams decoder."""
     if type(v) is not dict:
-        raise _Bad(f"expected a map, got {_got(v)}")
+        raise BadValue(f"expected a map, got {type_name(v)}")
     return _decode_params(v)
 
 
 _CHECKS: dict[type, dict[str, Callable[[Any], Any]]] = {
-    Gen: {"rid": _str, "prompt_ids": _ids, "params": _params, "kind": _enum("full", "prefill"), "isolated": _bool,
-          "predicted": _pos, "dest": _nat, "dest_ident": _str, "dest_addr": _str, "threshold": _nat, "region": _map, "blocks": _ids,
-          "skip": _nat, "resumed": _pos},
-    Expect: {"rid": _str, "prompt_ids": _ids, "params": _params, "src": _nat, "isolated": _bool, "resumed": _pos},
-    Cancel: {"rid": _str},
-    Abort: {"rid": _str, "prefill_sent": _bool},
-    PeerDown: {"peer": _nat},
+    Gen: {"rid": text, "prompt_ids": token_ids, "params": _params, "kind": one_of("full", "prefill"),
+          "isolated": boolean, "predicted": positive, "dest": natural, "dest_ident": text, "dest_addr": text,
+          "threshold": natural, "region": mapping, "blocks": token_ids, "skip": natural, "resumed": positive},
+    Expect: {"rid": text, "prompt_ids": token_ids, "params": _params, "src": natural, "isolated": boolean,
+             "resumed": positive},
+    Cancel: {"rid": text},
+    Abort: {"rid": text, "prefill_sent": boolean},
+    PeerDown: {"peer": natural},
     Ping: {},
     Stop: {},
-    Hello: {"worker_id": _nat, "pid": _nat, "kv_addr": _str, "blocks": _nat, "block_size": _pos, "free": _nat,
-            "max_len": _pos, "region": _map, "boot": _str},
-    Heartbeat: {"worker_id": _nat, "free": _nat, "blocks": _nat, "reserved": _nat, "running": _nat,
-                "rejected": _nat, "stray": _nat, "preempted": _nat},
-    Out: {"items": _items, "lp": _lps},
-    Reserved: {"rid": _str, "ok": _bool, "blocks": _ids, "msg": _str, "skip": _nat, "full": _bool},
-    KvIn: {"rid": _str, "first_token": _nat, "nbytes": _nat, "mode": _enum("layerwise", "serialized"),
-           "seconds": _float_nn, "exposed": _float_nn, "lp": _lp, "skipped": _nat},
-    KvFail: {"rid": _str, "reason": _str},
-    Err: {"rid": _str, "msg": _str},
-    StepFailed: {"rids": _strs, "error": _str},
-    Step: {"chunks": _chunks, "preempted": _strs, "joined": _strs, "sched": _list, "at": _float_nn, "cached": _chunks,
-           "grown": _strs},
-    KvStart: {"rid": _str},
-    KvLayer: {"rid": _str, "layer": _nat, "sent_at": _float_nn, "inplace_bytes": _nat},
-    KvDone: {"rid": _str, "first_token": _nat, "prefill_end": _float_nn, "mode": _enum("layerwise", "serialized"),
-             "sent_at": _float_nn, "meta": _meta, "inplace_bytes": _nat, "fail": _str, "lp": _lp},
-    KvDrop: {"rid": _str},
+    Hello: {"worker_id": natural, "pid": natural, "kv_addr": text, "blocks": natural, "block_size": positive,
+            "free": natural, "max_len": positive, "region": mapping, "boot": text},
+    Heartbeat: {"worker_id": natural, "free": natural, "blocks": natural, "reserved": natural, "running": natural,
+                "rejected": natural, "stray": natural, "preempted": natural},
+    Out: {"items": out_items, "lp": logprob_pairs},
+    Reserved: {"rid": text, "ok": boolean, "blocks": token_ids, "msg": text, "skip": natural, "full": boolean},
+    KvIn: {"rid": text, "first_token": natural, "nbytes": natural, "mode": one_of("layerwise", "serialized"),
+           "seconds": nonneg_number, "exposed": nonneg_number, "lp": logprob_pair, "skipped": natural},
+    KvFail: {"rid": text, "reason": text},
+    Err: {"rid": text, "msg": text},
+    StepFailed: {"rids": texts, "error": text},
+    Step: {"chunks": step_chunks, "preempted": texts, "joined": texts, "sched": any_list, "at": nonneg_number,
+           "cached": step_chunks, "grown": texts},
+    KvStart: {"rid": text},
+    KvLayer: {"rid": text, "layer": natural, "sent_at": nonneg_number, "inplace_bytes": natural},
+    KvDone: {"rid": text, "first_token": natural, "prefill_end": nonneg_number,
+             "mode": one_of("layerwise", "serialized"), "sent_at": nonneg_number, "meta": kv_meta,
+             "inplace_bytes": natural, "fail": text, "lp": logprob_pair},
+    KvDrop: {"rid": text},
 }
 
 
@@ -168,7 +171,7 @@ def decode(header: dict, kinds: Container[str] | None = None) -> Message:
     header). `kinds`: the wire names accepted here (e.g. TO_WORKER), or None for any kind.
     MalformedMessage otherwise (see the module docstring)."""
     if type(header) is not dict:
-        raise MalformedMessage(f"a header must be a map, got {_got(header)}")
+        raise MalformedMessage(f"a header must be a map, got {type_name(header)}")
     t = header.get("t")
     cls = MESSAGES.get(t) if type(t) is str else None
     if cls is None:
@@ -177,7 +180,7 @@ def decode(header: dict, kinds: Container[str] | None = None) -> Message:
         raise _fail(t, None, f"unexpected type {t!r} here", header)
     try:
         msg = _DECODERS[cls](header)
-    except _Bad as e:
+    except BadValue as e:
         raise _fail(t, e.field, e.why, header) from None
     if cls is Gen:
         _check_gen(msg, header)
@@ -201,7 +204,7 @@ def _encoder(cls: type) -> Callable[[Any], dict]:
     return ns["enc"]
 
 
-_ENCODERS = {cls: _encoder(cls) for cls in _CLASSES}
+_ENCODERS = {cls: _encoder(cls) for cls in MESSAGE_CLASSES}
 
 
 def encode(msg: Message) -> dict:
@@ -218,5 +221,5 @@ def params_from_wire(d: Any) -> WireParams:
     """The checked WireParams of a wire map; MalformedMessage (kind "p") otherwise."""
     try:
         return _params(d)
-    except _Bad as e:
+    except BadValue as e:
         raise _fail("p", e.field, e.why, d) from None

@@ -240,12 +240,12 @@ class KvDrop(Message):
     rid: str
 
 
-_CLASSES = (Gen, Expect, Cancel, Abort, PeerDown, Ping, Stop,
+MESSAGE_CLASSES = (Gen, Expect, Cancel, Abort, PeerDown, Ping, Stop,
             Hello, Heartbeat, Out, Reserved, KvIn, KvFail, Err, StepFailed, Step,
             KvStart, KvLayer, KvDone, KvDrop)
-MESSAGES: dict[str, type[Message]] = {c.T: c for c in _CLASSES}
-TO_WORKER = frozenset(c.T for c in _CLASSES[:7])
-TO_ROUTER = frozenset(c.T for c in _CLASSES[7:16])
-KV = frozenset(c.T for c in _CLASSES[16:])
+MESSAGES: dict[str, type[Message]] = {c.T: c for c in MESSAGE_CLASSES}
+TO_WORKER = frozenset(c.T for c in MESSAGE_CLASSES[:7])
+TO_ROUTER = frozenset(c.T for c in MESSAGE_CLASSES[7:16])
+KV = frozenset(c.T for c in MESSAGE_CLASSES[16:])
 
 
