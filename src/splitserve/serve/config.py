@@ -135,76 +135,10 @@ class ServeConfig:
         return ["prompt"] * self.prompt_workers + ["token"] * self.token_workers + ["mixed"] * self.mixed_workers
 
     def validate(self) -> None:
-        if self.design not in ("splitwise", "baseline"):
-            raise UserError(f"--design must be splitwise or baseline, got {self.design!r}")
-        for name in ("prompt_workers", "token_workers", "mixed_workers"):
-            if getattr(self, name) < 0:
-                raise UserError(f"--{name.replace('_', '-')} must be >= 0")
-        if self.split and (self.prompt_workers < 1 or self.token_workers < 1):
-            raise UserError("--design splitwise needs at least one prompt and one token worker "
-                            "(or use --design baseline with --mixed-workers)")
-        if not self.homes():
-            raise UserError("no workers: give --mixed-workers N (or prompt/token workers)")
-        if self.backend not in ("local", "ray"):
-            raise UserError(f"--backend must be local or ray, got {self.backend!r}")
-        if self.worker_mode not in ("engine", "echo"):
-            raise UserError(f"--worker-mode must be engine or echo, got {self.worker_mode!r}")
-        if min(self.tp, self.prompt_tp or 1, self.token_tp or 1) < 1:
-            raise UserError("--tp, --prompt-tp and --token-tp must be at least 1")
-        if not self.split and (self.prompt_tp is not None or self.token_tp is not None):
-            raise UserError("--prompt-tp and --token-tp set the prompt and token pools; --design baseline runs "
-                            "one mixed pool: give --tp")
-        big = max(self.worker_tps())
-        if self.transport == "local" and big > 1:
-            raise UserError(f"--transport local writes KV into one process's cache, and a worker at tp {big} is "
-                            f"{big} processes: use --transport tcp (or nccl) with tensor parallelism")
-        if big > 1 and self.device.startswith("cuda:") and self.backend == "local":
-            raise UserError(f"--device {self.device} puts every worker on one GPU; a worker at tp {big} needs {big} "
-                            f"of its own: use --device cuda (each worker gets its own GPUs)")
-        if self.transport not in ("tcp", "local", "nccl"):
-            raise UserError(f"--transport must be tcp, local or nccl, got {self.transport!r}")
-        if self.transport == "nccl":  # kv/collective.py
-            if self.worker_mode == "echo":
-                raise UserError("--transport nccl moves the workers' KV; echo workers have none: use --transport tcp")
-            if self.backend == "local" and self.device.startswith("cuda:"):
-                raise UserError(f"--transport nccl: --device {self.device} puts every worker on one GPU, and NCCL "
-                                f"cannot join two ranks on one GPU: use --device cuda (a GPU per worker) or "
-                                f"--transport local")
-            if self.kv_encrypted():
-                raise UserError("--transport nccl sends KV unencrypted (gloo/NCCL), but --kv-encryption is on (auto: "
-                                "workers off loopback): use --transport tcp, or --kv-encryption off on a trusted network")
-        if self.backend == "ray" and self.device.startswith("cuda:"):
-            raise UserError(f"--device {self.device}: with --backend ray, Ray gives each worker its own GPU "
-                            f"(CUDA_VISIBLE_DEVICES); use --device cuda")
-        if self.transport == "local":
-            if self.backend == "ray" and self.ray_address:
-                raise UserError("--transport local needs every worker on this host, but --ray-address may "
-                                "place them on other hosts: use --transport tcp (or drop --ray-address to run "
-                                "a local Ray instance)")
-            if self.worker_mode == "echo":
-                raise UserError("--transport local writes into the workers' KV caches; echo workers have "
-                                "none: use --transport tcp")
-        if self.cuda_graphs and (self.worker_mode == "echo" or self.device == "cpu"):
-            raise UserError("--cuda-graphs needs CUDA workers (--device cuda, or auto on a host with a GPU), "
-                            f"not {'echo workers' if self.worker_mode == 'echo' else '--device cpu'}")
-        if self.kv_encryption not in ("auto", "on", "off"):
-            raise UserError(f"--kv-encryption must be auto, on or off, got {self.kv_encryption!r}")
-        if min(self.transfer_timeout_s, self.heartbeat_timeout_s, self.worker_orphan_timeout_s,
-               self.startup_timeout_s) <= 0 or self.drain_timeout_s < 0:
-            raise UserError("--transfer-timeout, --heartbeat-timeout, --orphan-timeout and --worker-start-timeout "
-                            "must be > 0 seconds, --drain-timeout >= 0")
-        lim = self.limits
-        if min(lim.max_body_bytes, lim.max_stop_strings, lim.max_stop_chars) < 1:
-            raise UserError("--max-body-mb, --max-stop-strings and --max-stop-chars must be positive")
-        if self.policy.routing.kv_pull:
-            raise UserError("--kv-pull is simulated only: the live router reserves token-side KV before the "
-                            "prefill (push); leave --kv-pull out of serve")
-        if self.log_stats_interval_s < 0:
-            raise UserError(f"--log-stats-interval must be >= 0 seconds (0: off), got {self.log_stats_interval_s:g}")
-        if self.max_queue < 1:
-            raise UserError("--max-queue must be at least 1")
-        if not 0 <= self.port < 65536:
-            raise UserError(f"--port must be in 0..65535, got {self.port}")
+        """Each setting, alone and with the others: the first that is wrong is one UserError."""
+        check_workers(self)
+        check_placement(self)
+        check_limits(self)
 
     def check_host(self) -> None:
         """What this host must offer before any worker starts: a tp the model's heads can take and
@@ -276,3 +210,85 @@ class ServeConfig:
                    if e.errno == errno.EADDRINUSE else e.strerror)
             raise UserError(f"--port {self.port}: cannot listen on {self.host}:{self.port}: {why}") from None
         return sock
+
+
+def check_workers(cfg: ServeConfig) -> None:
+    """The design, its pools and their tensor parallelism, the backend and the kind of worker."""
+    if cfg.design not in ("splitwise", "baseline"):
+        raise UserError(f"--design must be splitwise or baseline, got {cfg.design!r}")
+    for name in ("prompt_workers", "token_workers", "mixed_workers"):
+        if getattr(cfg, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 0")
+    if cfg.split and (cfg.prompt_workers < 1 or cfg.token_workers < 1):
+        raise UserError("--design splitwise needs at least one prompt and one token worker "
+                        "(or use --design baseline with --mixed-workers)")
+    if not cfg.homes():
+        raise UserError("no workers: give --mixed-workers N (or prompt/token workers)")
+    if cfg.backend not in ("local", "ray"):
+        raise UserError(f"--backend must be local or ray, got {cfg.backend!r}")
+    if cfg.worker_mode not in ("engine", "echo"):
+        raise UserError(f"--worker-mode must be engine or echo, got {cfg.worker_mode!r}")
+    if min(cfg.tp, cfg.prompt_tp or 1, cfg.token_tp or 1) < 1:
+        raise UserError("--tp, --prompt-tp and --token-tp must be at least 1")
+    if not cfg.split and (cfg.prompt_tp is not None or cfg.token_tp is not None):
+        raise UserError("--prompt-tp and --token-tp set the prompt and token pools; --design baseline runs "
+                        "one mixed pool: give --tp")
+
+
+def check_placement(cfg: ServeConfig) -> None:
+    """Where the workers run and how their KV moves: devices, transport, encryption, CUDA graphs."""
+    big = max(cfg.worker_tps())
+    if cfg.transport == "local" and big > 1:
+        raise UserError(f"--transport local writes KV into one process's cache, and a worker at tp {big} is "
+                        f"{big} processes: use --transport tcp (or nccl) with tensor parallelism")
+    if big > 1 and cfg.device.startswith("cuda:") and cfg.backend == "local":
+        raise UserError(f"--device {cfg.device} puts every worker on one GPU; a worker at tp {big} needs {big} "
+                        f"of its own: use --device cuda (each worker gets its own GPUs)")
+    if cfg.transport not in ("tcp", "local", "nccl"):
+        raise UserError(f"--transport must be tcp, local or nccl, got {cfg.transport!r}")
+    if cfg.transport == "nccl":  # kv/collective.py
+        if cfg.worker_mode == "echo":
+            raise UserError("--transport nccl moves the workers' KV; echo workers have none: use --transport tcp")
+        if cfg.backend == "local" and cfg.device.startswith("cuda:"):
+            raise UserError(f"--transport nccl: --device {cfg.device} puts every worker on one GPU, and NCCL "
+                            f"cannot join two ranks on one GPU: use --device cuda (a GPU per worker) or "
+                            f"--transport local")
+        if cfg.kv_encrypted():
+            raise UserError("--transport nccl sends KV unencrypted (gloo/NCCL), but --kv-encryption is on (auto: "
+                            "workers off loopback): use --transport tcp, or --kv-encryption off on a trusted network")
+    if cfg.backend == "ray" and cfg.device.startswith("cuda:"):
+        raise UserError(f"--device {cfg.device}: with --backend ray, Ray gives each worker its own GPU "
+                        f"(CUDA_VISIBLE_DEVICES); use --device cuda")
+    if cfg.transport == "local":
+        if cfg.backend == "ray" and cfg.ray_address:
+            raise UserError("--transport local needs every worker on this host, but --ray-address may "
+                            "place them on other hosts: use --transport tcp (or drop --ray-address to run "
+                            "a local Ray instance)")
+        if cfg.worker_mode == "echo":
+            raise UserError("--transport local writes into the workers' KV caches; echo workers have "
+                            "none: use --transport tcp")
+    if cfg.cuda_graphs and (cfg.worker_mode == "echo" or cfg.device == "cpu"):
+        raise UserError("--cuda-graphs needs CUDA workers (--device cuda, or auto on a host with a GPU), "
+                        f"not {'echo workers' if cfg.worker_mode == 'echo' else '--device cpu'}")
+    if cfg.kv_encryption not in ("auto", "on", "off"):
+        raise UserError(f"--kv-encryption must be auto, on or off, got {cfg.kv_encryption!r}")
+
+
+def check_limits(cfg: ServeConfig) -> None:
+    """Timeouts, request limits, the queue and the port; what only the simulator does."""
+    if min(cfg.transfer_timeout_s, cfg.heartbeat_timeout_s, cfg.worker_orphan_timeout_s,
+           cfg.startup_timeout_s) <= 0 or cfg.drain_timeout_s < 0:
+        raise UserError("--transfer-timeout, --heartbeat-timeout, --orphan-timeout and --worker-start-timeout "
+                        "must be > 0 seconds, --drain-timeout >= 0")
+    lim = cfg.limits
+    if min(lim.max_body_bytes, lim.max_stop_strings, lim.max_stop_chars) < 1:
+        raise UserError("--max-body-mb, --max-stop-strings and --max-stop-chars must be positive")
+    if cfg.policy.routing.kv_pull:
+        raise UserError("--kv-pull is simulated only: the live router reserves token-side KV before the "
+                        "prefill (push); leave --kv-pull out of serve")
+    if cfg.log_stats_interval_s < 0:
+        raise UserError(f"--log-stats-interval must be >= 0 seconds (0: off), got {cfg.log_stats_interval_s:g}")
+    if cfg.max_queue < 1:
+        raise UserError("--max-queue must be at least 1")
+    if not 0 <= cfg.port < 65536:
+        raise UserError(f"--port must be in 0..65535, got {cfg.port}")
