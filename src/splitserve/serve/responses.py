@@ -74,62 +74,85 @@ def body(info: ModelInfo, rid: str, created: int, chat: bool, gen: GenRequest, r
             "model": info.name, "choices": out, "usage": _usage(gen, reqs, sum(len(c.tokens) for c in choices))}
 
 
-async def stream(router, info: ModelInfo, reqs: list, q, choices: list[Choice], first: tuple, rid: str,
-                 created: int, chat: bool, gen: GenRequest):
-    """The server-sent events of a request's children (`best_of` is n here) from the first event
-    `first` on: each chunk is one child's (its index), a chunk with the finish reason ends it."""
-    obj = "chat.completion.chunk" if chat else "text_completion"
-    head = f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{dumps(info.name).decode()},'
-    names, prompt_recs = TokenTexts(info.tokenizer), _prompt_records(reqs)  # the first event brought them
-    at = [0] * len(reqs)  # the text offset of each choice's next token (completions' logprobs)
-    extra = [_prompt_logprobs(names, gen, prompt_recs)] * len(reqs)  # into each choice's first chunk
+class Chunks:
+    """The chunks of one request's stream: each choice's text offset (completions' logprobs), the
+    fields its first chunk carries (vLLM's prompt_logprobs), the output tokens so far (`n_out`, usage)."""
 
-    def chunk(i: int, text: str, toks: list[int], reason: str | None, recs: list | None = None,
+    def __init__(self, info: ModelInfo, rid: str, created: int, chat: bool, gen: GenRequest, reqs: list) -> None:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        self.head = f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{dumps(info.name).decode()},'
+        self.chat, self.gen, self.reqs = chat, gen, reqs
+        self.names, self.prompt_recs = TokenTexts(info.tokenizer), _prompt_records(reqs)  # the first event brought them
+        self.at = [0] * len(reqs)  # the text offset of each choice's next token (completions' logprobs)
+        self.extra = [_prompt_logprobs(self.names, gen, self.prompt_recs)] * len(reqs)  # each choice's first chunk
+        self.n, self.n_out = len(gen.prompt_ids), 0
+
+    def opening(self, k: int) -> str | None:
+        """Choice k's first chunk before its tokens: chat's role; a completion's echoed prompt."""
+        if self.chat:
+            role = {"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                    "finish_reason": None, **self.extra[k]}
+            self.extra[k] = {}
+            return f"data: {self.head}\"choices\":[{dumps(role).decode()}]{self.usage_so_far()}}}\n\n"
+        if self.gen.echo_text:
+            return self.chunk(k, self.gen.echo_text, [], None, None, _echoed(self.gen, self.prompt_recs))
+        return None
+
+    def chunk(self, i: int, text: str, toks: list[int], reason: str | None, recs: list | None = None,
               echoed=None) -> str:
-        lp = None
+        gen, lp = self.gen, None
         if gen.logprobs is not None and (recs or echoed):
-            lp = chat_logprobs(names, recs, gen.logprobs) if chat else \
-                completion_logprobs(names, recs or [], at[i], gen.logprobs, echoed)
-            if not chat:
-                at[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
-        if chat:
+            lp = chat_logprobs(self.names, recs, gen.logprobs) if self.chat else \
+                completion_logprobs(self.names, recs or [], self.at[i], gen.logprobs, echoed)
+            if not self.chat:
+                self.at[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
+        if self.chat:
             delta = {"content": text} if text or toks else {}
             c = {"index": i, "delta": delta, "token_ids": toks, "logprobs": lp, "finish_reason": reason}
         else:
             c = {"index": i, "text": text, "token_ids": toks, "logprobs": lp, "finish_reason": reason}
-        c.update(extra[i])
-        extra[i] = {}
-        return f"data: {head}\"choices\":[{dumps(c).decode()}]{usage_so_far()}}}\n\n"
+        c.update(self.extra[i])
+        self.extra[i] = {}
+        return f"data: {self.head}\"choices\":[{dumps(c).decode()}]{self.usage_so_far()}}}\n\n"
 
-    def usage_so_far() -> str:  # vLLM's continuous_usage_stats: the usage in every chunk
-        if not gen.continuous_usage:
+    def usage_so_far(self) -> str:
+        """vLLM's continuous_usage_stats: the usage in every chunk."""
+        if not self.gen.continuous_usage:
             return ""
+        n, n_out = self.n, self.n_out
         return f',"usage":{{"prompt_tokens":{n},"completion_tokens":{n_out},"total_tokens":{n + n_out}}}'
 
-    n, n_out, left = len(gen.prompt_ids), 0, len(reqs)
+    def final_usage(self) -> str:
+        """The last chunk with `stream_options.include_usage`: no choices, the usage."""
+        usage = dumps(_usage(self.gen, self.reqs, self.n_out)).decode()
+        return f"data: {self.head}\"choices\":[],\"usage\":{usage}}}\n\n"
+
+
+async def stream(router, info: ModelInfo, reqs: list, q, choices: list[Choice], first: tuple, rid: str,
+                 created: int, chat: bool, gen: GenRequest):
+    """The server-sent events of a request's children (`best_of` is n here) from the first event
+    `first` on: each chunk is one child's (its index), a chunk with the finish reason ends it."""
+    out = Chunks(info, rid, created, chat, gen, reqs)
+    left = len(reqs)
     i, ev = first
     try:
         for k in range(len(reqs)):
-            if chat:
-                role = {"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                        "finish_reason": None, **extra[k]}
-                extra[k] = {}
-                yield f"data: {head}\"choices\":[{dumps(role).decode()}]{usage_so_far()}}}\n\n"
-            elif gen.echo_text:
-                yield chunk(k, gen.echo_text, [], None, None, _echoed(gen, prompt_recs))
+            opening = out.opening(k)
+            if opening is not None:
+                yield opening
         while True:
             c = choices[i]
             if c.reason is None:
                 if ev[0] == "tokens":
-                    n_out += len(ev[1])
+                    out.n_out += len(ev[1])
                     text = c.detok.push(ev[1])
                     if c.detok.stopped:
                         router.cancel(reqs[i])
                         c.reason = "stop"
-                    yield chunk(i, text, ev[1], c.reason, ev[2])
+                    yield out.chunk(i, text, ev[1], c.reason, ev[2])
                 elif ev[0] == "done":
                     c.reason = ev[1]
-                    yield chunk(i, c.detok.push([], final=True), [], ev[1])
+                    yield out.chunk(i, c.detok.push([], final=True), [], ev[1])
                 else:
                     yield f"data: {dumps(server_error(ev).body()).decode()}\n\n"
                     break
@@ -139,7 +162,7 @@ async def stream(router, info: ModelInfo, reqs: list, q, choices: list[Choice], 
                         break
             i, ev = await q.get()
         if gen.include_usage:
-            yield f"data: {head}\"choices\":[],\"usage\":{dumps(_usage(gen, reqs, n_out)).decode()}}}\n\n"
+            yield out.final_usage()
         yield "data: [DONE]\n\n"
     finally:
         for req in reqs:
