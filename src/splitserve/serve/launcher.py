@@ -23,6 +23,7 @@ the node each worker runs on, and at shutdown stops every actor and Ray.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -30,6 +31,8 @@ import sys
 
 from ..errors import UserError
 from .protocol import SECRET_ENV
+
+logger = logging.getLogger(__name__)
 
 
 class LocalLauncher:
@@ -159,7 +162,7 @@ class RayLauncher:
             if done:
                 self.placed[wid] = where.hex()
                 node, ip = self.ray.get(where)
-                print(f"router: worker {wid} runs on Ray node {node[:12]} ({ip})", file=sys.stderr, flush=True)
+                logger.info("router: worker %s runs on Ray node %s (%s)", wid, node[:12], ip)
         done, _ = self.ray.wait([ref], timeout=0)
         return not done
 
@@ -171,14 +174,14 @@ class RayLauncher:
         _, actor, _, _ = handle
         try:
             self.ray.kill(actor, no_restart=True)
-        except Exception:
-            pass
+        except Exception as e:  # Ray's errors have no common base: an actor gone already is fine
+            logger.debug("router: Ray could not kill an actor: %r", e)
 
     def close(self) -> None:
         """After the supervisor killed every actor: Ray down too (a local instance stops)."""
         if self.ray.is_initialized():
             self.ray.shutdown()
-            print("router: Ray workers stopped; Ray shut down", file=sys.stderr, flush=True)
+            logger.info("router: Ray workers stopped; Ray shut down")
 
 
 def make_launcher(backend: str, secret: bytes, ray_address: str | None):

@@ -18,12 +18,14 @@ is work.
 from __future__ import annotations
 
 import asyncio
-import sys
+import logging
 import time
 
 from .metrics import ServeMetrics
 from .metrics_splitwise import POOLS
 from .pool_load import kv_usage, request_counts
+
+logger = logging.getLogger(__name__)
 
 
 class StatsLog:
@@ -70,9 +72,9 @@ class StatsLog:
         return out
 
     async def run(self, router, interval: float) -> None:
-        """Every `interval` seconds, the lines on stderr (the router's task, until it stops)."""
+        """Every `interval` seconds, the lines in the log (the router's task, until it stops)."""
         self.lines(router, time.monotonic())
         while True:
             await asyncio.sleep(interval)
             for line in self.lines(router, time.monotonic()):
-                print(line, file=sys.stderr, flush=True)
+                logger.info(line)

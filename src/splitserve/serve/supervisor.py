@@ -21,12 +21,14 @@ the dead worker held. Time comes in as arguments (`now`, monotonic seconds), so 
 from __future__ import annotations
 
 import enum
-import sys
+import logging
 from dataclasses import dataclass
 from typing import Callable
 
 from .config import ServeConfig
 from .protocol import worker_identity
+
+logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 30.0
 STABLE_S = 60.0
@@ -111,7 +113,7 @@ class Supervisor:
     def fail(self, w: WorkerInfo, why: str, now: float) -> None:
         """w died or must die: kill it, tell the router if it was up, schedule its relaunch."""
         was_up = w.state is State.UP
-        print(f"router: worker {w.id} ({w.home}) is down: {why}", file=sys.stderr, flush=True)
+        logger.warning("router: worker %d (%s) is down: %s", w.id, w.home, why)
         self.launcher.kill(w.handle)
         if was_up and now - w.up_since >= STABLE_S:
             w.failures = 0

@@ -9,7 +9,7 @@ signed control message that is no valid message is dropped with its reason on st
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from typing import Iterator
 
@@ -19,6 +19,8 @@ from .curve import CurveKeys
 from .messages import TO_WORKER, MalformedMessage, Message, decode, encode
 from .protocol import ROUTER_NAME as ROUTER
 from .protocol import BUNDLE_MAX, BadMessage, Codec, limit_socket
+
+logger = logging.getLogger(__name__)
 
 
 class RouterLink:
@@ -68,7 +70,7 @@ class RouterLink:
                 msg = decode(h, TO_WORKER)
             except MalformedMessage as e:
                 self.malformed += 1
-                print(f"worker {self.wid}: dropped a malformed message: {e.reason}", file=sys.stderr)
+                logger.warning("worker %s: dropped a malformed message: %s", self.wid, e.reason)
                 continue
             yield msg
 

@@ -28,7 +28,7 @@ only the signed control messages travel over ZeroMQ, as with tcp (`CollectiveTra
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import time
 from collections import deque
@@ -41,6 +41,8 @@ import zmq
 from ..curve import CurveKeys
 from ..protocol import BadMessage, Codec
 from .transports import Put, Target, TcpTransport, TransportError, TransportUnavailable
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import torch
@@ -85,8 +87,8 @@ class CollectiveTransport(TcpTransport):
         self.device = torch.device(device)
         self.backend = "nccl" if self.device.type == "cuda" else "gloo"
         if self.backend == "gloo":
-            print(f"worker {codec.name.partition('.')[0].lstrip('w')}: --transport nccl on {self.device.type}: "
-                  f"KV moves over torch.distributed gloo", file=sys.stderr, flush=True)
+            logger.info("worker %s: --transport nccl on %s: KV moves over torch.distributed gloo",
+                        codec.name.partition('.')[0].lstrip('w'), self.device.type)
         self.timeout_s, self.max_message = timeout_s, max_message
         self.host_addr = host
         self._waker = ctx.socket(zmq.DEALER)
@@ -134,7 +136,7 @@ class CollectiveTransport(TcpTransport):
             try:
                 link = connect(region["store"], self.codec.name, self.backend, self.device, self.host_addr,
                                self.timeout_s)
-            except Exception as e:
+            except Exception as e:  # whatever joining raised (torch.distributed's errors vary): one TransportError
                 raise TransportError(f"cannot join a KV pair with worker {target.peer} at {region['store']}: "
                                      f"{type(e).__name__}: {str(e)[:200]}") from None
             self.out[key] = link
@@ -185,7 +187,7 @@ class CollectiveTransport(TcpTransport):
         try:
             d = msgpack.unpackb(bytes(data[0]))
             d = {"p": str(d["p"]), "s": int(d["s"]), "shape": [int(x) for x in d["shape"]], "dtype": str(d["dtype"])}
-        except Exception:
+        except (ValueError, TypeError, KeyError, msgpack.UnpackException):
             return Held(header, state="fail", why="malformed KV descriptor")
         return Held(header, d, state="wait")
 

@@ -27,6 +27,7 @@ no global default group (no `init_process_group`), so any number of pairs live i
 
 from __future__ import annotations
 
+import logging
 import queue
 import socket
 import threading
@@ -38,6 +39,8 @@ from typing import Any
 
 import msgpack
 import torch
+
+logger = logging.getLogger(__name__)
 
 PAIRS = "splitserve/pairs"
 POLL_S = 0.02  # how often the receiving side looks for a new pair
@@ -117,7 +120,7 @@ class Link:
             raise LinkBroken(self.broken)
         try:
             work = self.pg.send([t], 1, self.seq) if self.rank == 0 else self.pg.recv([t], 0, self.seq)
-        except Exception as e:  # the pair is closed already (its peer died)
+        except (RuntimeError, ValueError) as e:  # torch.distributed's errors: the pair is closed (its peer died)
             self.breaks(f"{type(e).__name__}: {str(e)[:200]}")
             raise LinkBroken(self.broken) from None
         if self._thread is None:
@@ -136,7 +139,7 @@ class Link:
             if err is None:
                 try:
                     wait(work, self.backend, deadline)
-                except Exception as e:  # the peer died, the pair timed out or was aborted
+                except (RuntimeError, ValueError, TimeoutError) as e:  # its peer died, it timed out or was aborted
                     err = f"{type(e).__name__}: {str(e)[:200]}"
                     self.breaks(err)
             if done is not None:
@@ -150,8 +153,8 @@ class Link:
             if self.backend == "nccl":
                 try:
                     self.pg.abort()  # unsticks its kernels; gloo's abort does not wake a wait
-                except Exception:
-                    pass
+                except (RuntimeError, ValueError) as e:  # aborted or torn down already
+                    logger.debug("KV pair %s: abort failed: %r", self.id, e)
 
     def close(self) -> None:
         self.breaks("closed")
@@ -202,12 +205,13 @@ class PairHost:
                     time.sleep(POLL_S)
                     continue
                 raw = client.get(f"pair/{n}")
-            except Exception:
-                return  # the store is gone: we are closing
+            except (RuntimeError, OSError) as e:  # torch's store errors: the store is gone, we are closing
+                logger.debug("KV pair listener stops: %r", e)
+                return
             try:
                 rec = msgpack.unpackb(raw)
                 rec = rec if isinstance(rec, dict) else {}
-            except Exception:
+            except (ValueError, TypeError, msgpack.UnpackException):
                 rec = {}  # not a sender of ours: it joins nothing that a signed message names
             if rec:
                 threading.Thread(target=self._join, args=(n, rec), daemon=True, name=f"kv-pair-join-{n}").start()
@@ -219,7 +223,8 @@ class PairHost:
         try:
             pg = new_group(PrefixStore(f"p{n}/", self.store), 1, self.backend, self.device, self.host,
                            timedelta(seconds=self.timeout_s))
-        except Exception:
+        except (RuntimeError, ValueError, TimeoutError) as e:
+            logger.debug("KV pair %d: not joined: %r", n, e)
             return  # the sender gave up (or died): its transfers fail on its side
         link = Link(str(n), pg, 1, self.backend, self.timeout_s, sender=str(rec.get("from", "")),
                     on_event=self.on_event)
