@@ -194,9 +194,9 @@ def drive(split, homes, cap, block, routing, batching, events, predictor: str | 
     n = len(homes)
 
     def check():
-        assert state(live.machines, live_reqs, order) == state(sim.ms, sim.reqs, order)
+        assert state(live.view.machines, live_reqs, order) == state(sim.ms, sim.reqs, order)
         if routing.cluster_scheduler == "aladdin":  # the same workers take new requests, the same predictions
-            assert live.cls.state == sim.cls.state and live.cls.pred == sim.cls.pred
+            assert live.view.cls.state == sim.cls.state and live.view.cls.pred == sim.cls.pred
         for m in sim.ms:
             assert m.pending == m.recount_pending() >= 0 and 0 <= m.kv_used <= m.kv_capacity
 
@@ -249,7 +249,7 @@ def drive(split, homes, cap, block, routing, batching, events, predictor: str | 
             end(ev[1] % n)
         elif kind == "watch":  # the flip watcher at time i, in both (the same flips)
             flips = sim.watch(float(i))
-            assert live.watch(float(i)) == flips
+            assert live.view.watch(float(i)) == flips
             flipped.extend(flips)
         else:
             land(ev[1])
@@ -266,9 +266,9 @@ def drive(split, homes, cap, block, routing, batching, events, predictor: str | 
         for i in range(n):
             step(i)
             check()
-    assert all(r.phase is Phase.DONE for r in sim.reqs.values()) and idle(live)
+    assert all(r.phase is Phase.DONE for r in sim.reqs.values()) and idle(live.view)
     if routing.cluster_scheduler == "aladdin":
-        event(f"aladdin workers scaled down: {live.cls.scale_downs > 0}")
+        event(f"aladdin workers scaled down: {live.view.cls.scale_downs > 0}")
     if stats is not None:
         for m in sim.ms:
             for k, v in (m.counts or {}).items():
@@ -351,8 +351,8 @@ def test_an_unsplit_worker_replaced_rejoins_the_view():
     and the replacement's `up` raised IndexError: the router could never use it again)."""
     from splitserve.policy.state import Pool
     live = LiveCluster([Pool.MIXED, Pool.MIXED], [1000, 1000], split=False)
-    live.down(0)
-    assert len(live.machines) == 2 and [m.id for m in live.cls.machines] == [1]
-    live.up(0, 1000)
-    assert live.alive == [True, True] and sorted(m.id for m in live.cls.machines) == [0, 1]
-    assert live.machines[0] in live.cls.machines
+    live.view.down(0)
+    assert len(live.view.machines) == 2 and [m.id for m in live.view.cls.machines] == [1]
+    live.view.up(0, 1000)
+    assert live.view.alive == [True, True] and sorted(m.id for m in live.view.cls.machines) == [0, 1]
+    assert live.view.machines[0] in live.view.cls.machines

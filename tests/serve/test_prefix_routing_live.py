@@ -53,16 +53,16 @@ class View:
         r = Request(self.ids, 0.0, len(prompt), out)
         self.ids += 1
         if prefix:
-            r.blocks = self.live.prefix.names(prompt)
+            r.blocks = self.live.view.prefix.names(prompt)
         assert self.live.arrive(r)
         return r
 
     def prefill(self, r: Request, cached: int) -> None:
         """Its prompt is sent, its worker starts it whole (`cached` tokens from its cache) and makes its first token."""
         live, wid = self.live, r.prompt_machine
-        live.prefix_sent(r)
+        live.prefixes.sent(r)
         live.step_started(wid, [(r, r.prompt_tokens)], [], [])
-        live.prefix_reported(wid, r, r.prompt_tokens, cached)
+        live.prefixes.reported(wid, r, r.prompt_tokens, cached)
         live.end_step(wid, [(r, 1, False)])
         assert r.phase is Phase.HANDOFF
 
@@ -75,13 +75,13 @@ def test_a_shared_prefix_goes_where_its_blocks_are(slack, load, to):
     r1 = v.request(first)
     assert (r1.prompt_machine, r1.token_machine) == (0, 2)     # both idle: the first of the least loaded
     v.prefill(r1, cached=0)
-    p0, p1 = v.live.machines[0], v.live.machines[1]
+    p0, p1 = v.live.view.machines[0], v.live.view.machines[1]
     assert p0.cache.match(r1.blocks) == 4 and p1.cache.match(r1.blocks) == 0
     v.request([7] * load, prefix=False)                        # queued on worker 0: it has `load` pending
     assert (p0.pending, p1.pending) == (load, 0)
     r2 = v.request(second)
     assert r2.prompt_machine == to
-    v.live.prefix_sent(r2)
+    v.live.prefixes.sent(r2)
     assert r2.cached == (48 if to == 0 else 0)                 # what the view expects worker `to` to give it
 
 
@@ -90,21 +90,21 @@ def test_a_report_of_fewer_cached_tokens_drops_the_names():
     v = View(4096)
     r1 = v.request(first)
     v.prefill(r1, cached=0)
-    p0 = v.live.machines[0]
+    p0 = v.live.view.machines[0]
     r2 = v.request(second)
     assert r2.prompt_machine == 0
-    v.live.prefix_sent(r2)
+    v.live.prefixes.sent(r2)
     assert r2.cached == 48
     v.live.step_started(0, [(r2, 32)], [], [])
-    v.live.prefix_reported(0, r2, 32, 16)                      # a first chunk of 32 tokens attaches 1 block at most
+    v.live.prefixes.reported(0, r2, 32, 16)                      # a first chunk of 32 tokens attaches 1 block at most
     assert p0.cache.match(r1.blocks) == 4 and r2.cached == 16  # as predicted: nothing stale
     r3 = v.request(second)
-    v.live.prefix_sent(r3)
-    v.live.prefix_reported(0, r3, 64, 16)                      # 1 block where the view said 3: evicted there
+    v.live.prefixes.sent(r3)
+    v.live.prefixes.reported(0, r3, 64, 16)                      # 1 block where the view said 3: evicted there
     assert p0.cache.match(r1.blocks) == 1 and p0.cache.match(r3.blocks) == 1
     assert r1.blocks[3] in p0.cache.names                      # past the first missing block: unreachable anyway
     r4 = v.request(second)                                     # the view now knows worker 0 holds 1 block of it
-    v.live.prefix_sent(r4)
+    v.live.prefixes.sent(r4)
     assert r4.cached == 16
 
 
@@ -112,7 +112,7 @@ def test_the_token_worker_view_follows_landings_reservations_and_ends():
     first, second = prompts(3)
     v = View(4096)
     live = v.live
-    t = live.machines[2]
+    t = live.view.machines[2]
     r1 = v.request(first, out=20)
     v.prefill(r1, cached=0)
     assert t.cache.match(r1.blocks) == 0
@@ -122,28 +122,28 @@ def test_the_token_worker_view_follows_landings_reservations_and_ends():
     live.end_step(2, [(r1, 19, True)])
     assert r1.phase is Phase.DONE
     output = list(range(11, 31))
-    live.prefix_finished(r1, first, output)                    # prompt + 19 outputs: 83 tokens, 5 full blocks
+    live.prefixes.finished(r1, first, output)                    # prompt + 19 outputs: 83 tokens, 5 full blocks
     assert len(t.cache.names) == 5
-    assert t.cache.match(live.prefix.names(first + output[:16] + [9] * 7)) == 5
-    assert live.machines[0].cache.match(live.prefix.names(first + output[:16])) == 4   # the prompt worker: the prompt
+    assert t.cache.match(live.view.prefix.names(first + output[:16] + [9] * 7)) == 5
+    assert live.view.machines[0].cache.match(live.view.prefix.names(first + output[:16])) == 4   # the prompt worker: the prompt
     r2 = v.request(second)
     assert r2.token_machine == 2
-    live.prefix_reserved(r2, 48)                               # as the view predicted: nothing dropped
+    live.prefixes.reserved(r2, 48)                               # as the view predicted: nothing dropped
     assert t.cache.match(r2.blocks) == 3
-    live.prefix_reserved(r2, 16)                               # it held 1 block: the view drops the rest
+    live.prefixes.reserved(r2, 16)                               # it held 1 block: the view drops the rest
     assert t.cache.match(r2.blocks) == 1 and t.cache.match(r1.blocks) == 1
-    live.down(2)                                               # dead: its view is empty, its replacement's too
+    live.view.down(2)                                               # dead: its view is empty, its replacement's too
     assert not t.cache.names
-    live.up(2)
-    assert live.machines[2].cache is not None and not live.machines[2].cache.names
+    live.view.up(2)
+    assert live.view.machines[2].cache is not None and not live.view.machines[2].cache.names
 
 
 def test_without_prefix_caching_there_is_no_view():
     live = LiveCluster([Pool.PROMPT, Pool.PROMPT, Pool.TOKEN], [16 * 1024] * 3, split=True, kv_block=BS)
-    assert live.prefix is None and all(m.cache is None for m in live.machines)
+    assert live.view.prefix is None and all(m.cache is None for m in live.view.machines)
     r = Request(0, 0.0, 64, 8)
     live.arrive(r)
-    live.prefix_sent(r)
+    live.prefixes.sent(r)
     assert r.blocks is None and r.cached == 0
 
 

@@ -5,7 +5,8 @@
                       models; refusals.py: what is not implemented; prompts.py: prompt to token ids)
     openai_io.py      JSON and error bodies, the served model's facts, chat templates
     detokenize.py     incremental detokenization and stop strings
-    router.py         admission, policy routing, request restarts and quarantine
+    router.py         admission and lifecycle; owns its parts (request_flow.py: routing and delivery;
+                      recovery.py: restarts; reports.py: worker messages, quarantine)
     supervisor.py     worker processes: start, watch, replace with back-off; /health's view
     cluster_state.py  the simulator's policy objects kept in step with the live workers
     worker.py         a worker process: one engine, prompt / token / mixed work

@@ -19,8 +19,10 @@ the pydantic models of bodies.py (the models that check them) and their error bo
 
 from __future__ import annotations
 
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -35,6 +37,8 @@ from .metrics import ServeMetrics
 from .openai_io import ApiError, ModelInfo
 from .router import Router
 from .schema import check_model
+
+logger = logging.getLogger(__name__)
 
 # path -> (summary, request models (one of), response model or None for a completion's JSON or SSE)
 POST_ROUTES = {
@@ -114,37 +118,53 @@ class App(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def create_app(cfg: ServeConfig, log=None) -> App:
-    from contextlib import asynccontextmanager
-
+def create_app(cfg: ServeConfig) -> App:
+    """The server's app: its router (started and stopped with the app), the endpoints above."""
     info = ModelInfo.load(cfg.model)
     info.scores = cfg.worker_mode == "engine"
     metrics = ServeMetrics(info.name, info.max_model_len)
     router = Router(cfg, metrics)
     prep = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="splitserve-prep")
+    app = App(title="splitserve", version=package_version(), lifespan=lifespan(cfg, router, info, prep),
+              docs_url="/docs", redoc_url=None, openapi_url="/openapi.json",
+              description="OpenAI-compatible phase-split (Splitwise) LLM serving")
+    app.state.router, app.state.info, app.state.metrics = router, info, metrics
+    gen = Completions(cfg, router, info, metrics, prep)
+    add_error_handlers(app)
+    add_small_endpoints(app, router, info, metrics, gen)
+    app.fast_routes = {"/v1/completions": gen.handler(False), "/v1/chat/completions": gen.handler(True),
+                       "/tokenize": gen.endpoint(gen.tokenize), "/detokenize": gen.endpoint(gen.detokenize)}
+
+    def cached_openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = openapi_schema(app)
+        return app.openapi_schema
+
+    app.openapi = cached_openapi
+    return app
+
+
+def lifespan(cfg: ServeConfig, router: Router, info: ModelInfo, prep: ThreadPoolExecutor):
+    """The app's lifespan: the router starts (its workers up) before the first request, stops after the last."""
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def run(app: FastAPI):
         await router.start()
         if cfg.worker_mode == "engine":  # what one request can hold: the context and the KV cache
             info.max_model_len = min(info.max_model_len, router.max_request_tokens())
-        if log:
-            log(f"{len(router.workers)} workers up ({', '.join(w.home for w in router.workers)}); "
-                f"design {cfg.design}; router at {router.address}")
+        logger.info("%d workers up (%s); design %s; router at %s", len(router.workers),
+                    ", ".join(w.home for w in router.workers), cfg.design, router.address)
         try:
             yield
         finally:
             await router.stop()
             prep.shutdown(wait=False, cancel_futures=True)
 
-    app = App(title="splitserve", version=package_version(), lifespan=lifespan, docs_url="/docs",
-              redoc_url=None, openapi_url="/openapi.json",
-              description="OpenAI-compatible phase-split (Splitwise) LLM serving")
-    app.state.router, app.state.info, app.state.metrics = router, info, metrics
-    gen = Completions(cfg, router, info, metrics, prep)
+    return run
 
-    def authorize(request: Request) -> None:
-        gen.check_key(request.headers.get("authorization", ""))
+
+def add_error_handlers(app: App) -> None:
+    """Every error as an OpenAI error body (a 400, never FastAPI's 422)."""
 
     @app.exception_handler(ApiError)
     async def _apierror_response(request: Request, e: ApiError):
@@ -163,10 +183,16 @@ def create_app(cfg: ServeConfig, log=None) -> App:
     async def _internal(request: Request, e: Exception):
         return error_response(ApiError(500, f"internal error: {e!r}", "server_error", None, "internal_error"))
 
-    # ---- small endpoints -------------------------------------------------------------------
+
+def add_small_endpoints(app: App, router: Router, info: ModelInfo, metrics: ServeMetrics, gen: Completions) -> None:
+    """The GET endpoints: health, metrics, models, version, debug state."""
+
+    def authorize(request: Request) -> None:
+        gen.check_key(request.headers.get("authorization", ""))
+
     @app.get("/health")
     async def health():
-        ok, body = router.health()
+        ok, body = router.views.health()
         return json_response(body, 200 if ok else 503)
 
     @app.get("/metrics")
@@ -196,15 +222,4 @@ def create_app(cfg: ServeConfig, log=None) -> App:
     @app.get("/debug/state")
     async def debug_state(request: Request):
         authorize(request)
-        return json_response(router.debug_state())
-
-    app.fast_routes = {"/v1/completions": gen.handler(False), "/v1/chat/completions": gen.handler(True),
-                       "/tokenize": gen.endpoint(gen.tokenize), "/detokenize": gen.endpoint(gen.detokenize)}
-
-    def cached_openapi() -> dict:
-        if app.openapi_schema is None:
-            app.openapi_schema = openapi_schema(app)
-        return app.openapi_schema
-
-    app.openapi = cached_openapi
-    return app
+        return json_response(router.views.debug_state())

@@ -16,8 +16,8 @@ comes back), every send schedules another drain, and the router's monitor drains
 from __future__ import annotations
 
 import asyncio
-import sys
-from typing import Callable
+import logging
+from typing import Callable, Optional
 
 import zmq
 
@@ -26,14 +26,18 @@ from .messages import TO_ROUTER, MalformedMessage, Message, decode, encode
 from .protocol import BUNDLE_MAX, BadMessage, Codec, limit_socket
 from .supervisor import WorkerInfo
 
+logger = logging.getLogger(__name__)
+
+Lookup = Callable[[bytes], Optional[WorkerInfo]]
+Handler = Callable[[WorkerInfo, Message], None]
+
 
 class RouterChannel:
-    def __init__(self, codec: Codec, lookup: Callable[[bytes], WorkerInfo | None],
-                 on_message: Callable[[WorkerInfo, Message], None], curve: CurveKeys | None = None) -> None:
-        """lookup(identity): the worker of a current identity (None: a stale generation or a
-        stranger); on_message(worker, message): a verified, typed message from it; curve: the
-        cluster's CURVE keys when its sockets are encrypted."""
-        self.codec, self.lookup, self.on_message, self.curve = codec, lookup, on_message, curve
+    def __init__(self, codec: Codec, curve: CurveKeys | None = None) -> None:
+        """curve: the cluster's CURVE keys when its sockets are encrypted."""
+        self.codec, self.curve = codec, curve
+        self.lookup: Lookup = lambda ident: None
+        self.on_message: Handler = lambda w, msg: None
         self.ctx: zmq.Context | None = None
         self.sock: zmq.Socket | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -43,8 +47,11 @@ class RouterChannel:
         self.oversized = 0   # bundles of more than BUNDLE_MAX messages (dropped unread)
         self._scheduled = False
 
-    def open(self, host: str, max_message: int) -> str:
-        """Bind on `host` (a random port); the address workers connect to."""
+    def open(self, host: str, max_message: int, lookup: Lookup, on_message: Handler) -> str:
+        """Bind on `host` (a random port); the address workers connect to. lookup(identity): the
+        worker of a current identity (None: a stale generation or a stranger); on_message(worker,
+        message): a verified, typed message from it."""
+        self.lookup, self.on_message = lookup, on_message
         self.loop = asyncio.get_running_loop()
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
@@ -113,12 +120,13 @@ class RouterChannel:
                     continue  # counted by the codec
                 except MalformedMessage as e:
                     self.malformed += 1
-                    print(f"router: worker {w.id} sent a malformed message: {e.reason}", file=sys.stderr)
+                    logger.warning("router: worker %d sent a malformed message: %s", w.id, e.reason)
                     continue
                 try:
                     self.on_message(w, msg)
-                except Exception as e:  # a bug must not kill the router
-                    print(f"router: error handling {msg.T} from worker {w.id}: {e!r}", file=sys.stderr)
+                except Exception as e:  # a bug must not kill the router (its traceback: at debug level)
+                    logger.error("router: error handling %s from worker %d: %r", msg.T, w.id, e,
+                                 exc_info=logger.isEnabledFor(logging.DEBUG))
         self.kick()
         return False
 

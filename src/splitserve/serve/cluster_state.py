@@ -23,7 +23,12 @@ token of a split request can reach the router through the token worker ("kv_in")
 prompt worker's step report: `first_from_token_worker` applies the prompt side's transitions
 then, and the late report finds nothing left to do. tests/serve/test_cluster_state.py drives the
 simulator's path and this one with the same random events and compares the machines after
-each. `down`/`up` take a dead worker out of its pool and put its replacement in. Nothing here does I/O; the router carries the decisions out.
+each. Nothing here does I/O; the router carries the decisions out.
+
+`LiveCluster` owns its parts: `view` (cluster_view.py `ClusterView`: the machines, which are live,
+the cluster scheduler; `down`/`up` take a dead worker out of its pool and put its replacement in)
+and `prefixes` (cluster_prefixes.py: the prefix caches' bookkeeping); its own methods are the
+transitions above.
 
 Under ecoserve a worker's scheduler sizes KV itself and reports how (policy/schedulers/ecoserve/
 view.py: `step_started` applies it with the calls ecoserve made). On demand, a step's report names
@@ -35,17 +40,17 @@ deadlines); this view never takes from its queues, only their members and counte
 from __future__ import annotations
 
 from ..policy.cluster import RoutingConfig, admit_freed, arrive, readmit
-from ..policy.cluster_schedulers import make_cluster_scheduler
 from ..policy.schedulers import SCHEDULERS
 from ..policy.state import Machine, Phase, Pool, Request
 from ..policy.release import release, unreserve
 from ..policy.sized_kv import drop_waiting, plan_kv
-from ..policy.kv_allocation import DoesNotFit, configure
+from ..policy.kv_allocation import DoesNotFit
 from ..policy.machine import BatchingConfig
 from ..policy.preemption import requeue, sent_back
 from ..policy.transitions import (decode_tokens, end_chunk, first_token, grow_decode, kv_landed, preempt, start_chunk,
                                   start_decode)
-from .prefix_view import PrefixView
+from .cluster_prefixes import ViewPrefixes
+from .cluster_view import ClusterView
 
 
 class NoWorkers(RuntimeError):
@@ -53,6 +58,8 @@ class NoWorkers(RuntimeError):
 
 
 class LiveCluster:
+    """The router's policy view: the transitions the workers' reports drive, over its `view`."""
+
     def __init__(self, homes: list[Pool], kv_tokens: list[int], split: bool,
                  routing: RoutingConfig = RoutingConfig(), kv_block: int = 1, predictor=None,
                  batching: BatchingConfig = BatchingConfig(), prefix: bool = False) -> None:
@@ -63,17 +70,10 @@ class LiveCluster:
         machine scheduler, whose own step reports this view applies; their KV allocation, which
         each machine follows); prefix: whether the workers keep prefix caches, each machine then a
         view of its worker's (serve/prefix_view.py)."""
-        self.batching, self.sched = batching, SCHEDULERS[batching.scheduler]
-        self.prefix = PrefixView(kv_block) if prefix else None
+        self.sched = SCHEDULERS[batching.scheduler]
         self.predictor = predictor
-        self.split = split
-        self.homes = list(homes)
-        self.kv_tokens = list(kv_tokens)
-        self.kv_block = kv_block
-        self.machines = [self._machine(i, h, c) for i, (h, c) in enumerate(zip(homes, kv_tokens))]
-        self.cls = make_cluster_scheduler(self.machines, routing, split)
-        self.alive = [True] * len(self.machines)
-        self.in_step: list[list[Request]] = [[] for _ in self.machines]  # prefill chunks running per worker
+        self.view = ClusterView(homes, kv_tokens, split, routing, kv_block, batching, prefix)
+        self.prefixes = ViewPrefixes(self.view)
 
     # ---- routing ------------------------------------------------------------------------------
     def arrive(self, r: Request, again: bool = False) -> bool:
@@ -81,7 +81,7 @@ class LiveCluster:
         machine (it comes back from an admission when memory is freed). `again`: a decode preempted
         to recompute through the prompt pool (policy/cluster.py readmit), not a new request."""
         try:
-            return readmit(self.cls, r) if again else arrive(self.cls, r, self.predictor)
+            return readmit(self.view.cls, r) if again else arrive(self.view.cls, r, self.predictor)
         except (ValueError, IndexError):
             raise NoWorkers("no live worker of the needed kind") from None
         except DoesNotFit as e:
@@ -98,7 +98,7 @@ class LiveCluster:
         it. (A report may name a request this view has released already, on its own: it is
         skipped.) Returns the preempted that recompute through the prompt pool (`--recompute
         prompt-pool`), holding nothing: the caller admits each again (`readmit`)."""
-        m = self.machines[wid]
+        m = self.view.machines[wid]
         for r in joined:
             if r.phase is Phase.READY and r in m.ready:
                 start_decode(m, r)
@@ -121,7 +121,7 @@ class LiveCluster:
                 if sized.planned(r):
                     plan_kv(m, r)
                 start_chunk(m, r, n)
-                self.in_step[wid].append(r)
+                self.view.in_step[wid].append(r)
         requeue(m, victims)
         return sent_back(m, victims)
 
@@ -130,22 +130,22 @@ class LiveCluster:
         finish_iteration and the simulator after it: chunks end, completed prefills make their
         first token, decodes theirs; the machine settles; memory freed admits waiters (returned:
         their prompts are queued on the prompt machines chosen now)."""
-        m = self.machines[wid]
-        for r in self.in_step[wid]:
+        m = self.view.machines[wid]
+        for r in self.view.in_step[wid]:
             if r.chunk:
                 end_chunk(m, r)
-        self.in_step[wid] = []
+        self.view.in_step[wid] = []
         freed: set[Machine] = set()
         for r, k, ended in outputs:
             if self.awaiting_first(r):  # its prefill is complete (its token is here)
                 self.complete_prefill(r)
-                p = self.machines[r.prompt_machine]
+                p = self.view.machines[r.prompt_machine]
                 if first_token(p, r):
                     freed.add(p)
                     continue
                 k -= 1
             if r.phase is Phase.DECODE and k:
-                t = self._decoder(r)
+                t = self.view.decoder(r)
                 if decode_tokens(t, [r], k):
                     freed.add(t)
                     continue
@@ -163,134 +163,65 @@ class LiveCluster:
         """A token ended `r`'s prefill: apply whatever of its chunks no step report has (none, when
         the reports came first; all, when its first token came through the token worker's "kv_in"
         before them)."""
-        p = self.machines[r.prompt_machine]
+        p = self.view.machines[r.prompt_machine]
         while r.prefilled < r.prefill_len:
             if not r.chunk:
                 start_chunk(p, r, r.prefill_len - r.prefilled)
             end_chunk(p, r)
-        if r in self.in_step[p.id]:
-            self.in_step[p.id].remove(r)
-        if self.prefix is not None:
-            self.prefix.holds(p, r)
+        if r in self.view.in_step[p.id]:
+            self.view.in_step[p.id].remove(r)
+        if self.view.prefix is not None:
+            self.view.prefix.holds(p, r)
 
     def first_from_token_worker(self, r: Request) -> None:
         """`r`'s first token came with its KV ("kv_in") before the prompt worker's step report: its
         prompt side's transitions, now (the late report finds nothing left to do)."""
         if self.awaiting_first(r):
             self.complete_prefill(r)
-            first_token(self.machines[r.prompt_machine], r)
+            first_token(self.view.machines[r.prompt_machine], r)
 
     def kv_landed(self, r: Request) -> list[Request]:
         """`r`'s KV reached its token worker: its prompt machine's copy is freed (admitting waiters
         there, as Simulation._transfer_end), and it joins its token worker's next step."""
-        p, t = self.machines[r.prompt_machine], self.machines[r.token_machine]
+        p, t = self.view.machines[r.prompt_machine], self.view.machines[r.token_machine]
         kv_landed(p, t, r)
-        if self.prefix is not None:
-            self.prefix.holds(t, r)
+        if self.view.prefix is not None:
+            self.view.prefix.holds(t, r)
         return self._admit({p})
 
     # ---- leaving -------------------------------------------------------------------------------
     def release(self, r: Request, tokens: list[int] | None = None) -> list[Request]:
         """`r` leaves early (abort, failure, its worker died): undo what it holds. Returns waiters
         admitted by the memory it freed. `tokens`: its prompt and the outputs seen (prefix caches)."""
-        if self.prefix is not None and tokens is not None and self._live(m := self._decoder(r)):
-            self.prefix.leaving(m, r, tokens)
+        if self.view.prefix is not None and tokens is not None and self.view.live(m := self.view.decoder(r)):
+            self.view.prefix.leaving(m, r, tokens)
         return self._admit(self._release(r))
 
     def wait_for_room(self, r: Request) -> None:
         """`r`'s token worker had no room for its reservation after all (`reserved` full: on demand,
         this view's reports lag the worker): it waits in that worker's admit queue, holding nothing,
         and is admitted again when memory frees there (returned then by end_step or kv_landed)."""
-        unreserve(r, self.machines[r.prompt_machine], self.machines[r.token_machine])
+        unreserve(r, self.view.machines[r.prompt_machine], self.view.machines[r.token_machine])
 
     def _release(self, r: Request) -> set[Machine]:
         if r.phase is Phase.DONE:
             return set()
-        p, t = self.machines[r.prompt_machine], self.machines[r.token_machine]
+        p, t = self.view.machines[r.prompt_machine], self.view.machines[r.token_machine]
         for m in (p, t):
-            if r in self.in_step[m.id]:
-                self.in_step[m.id].remove(r)
+            if r in self.view.in_step[m.id]:
+                self.view.in_step[m.id].remove(r)
         release(r, p, t)
         return {p, t}
-
-    # ---- prefix caches: the router's sends and the workers' reports (serve/prefix_view.py) ----------
-    def prefix_sent(self, r: Request) -> None:
-        """`r`'s prompt goes to its prompt worker, which looks it up in its cache."""
-        if self.prefix is not None:
-            self.prefix.sent(self.machines[r.prompt_machine], r)
-
-    def prefix_reported(self, wid: int, r: Request, chunk: int, cached: int) -> None:
-        """Worker `wid` started `r`'s prompt with a chunk of `chunk` tokens, `cached` from its cache."""
-        if self.prefix is not None and r.prompt_machine == wid and self._live(self.machines[wid]):
-            self.prefix.reported(self.machines[wid], r, chunk, cached)
-
-    def prefix_reserved(self, r: Request, skip: int | None) -> None:
-        """`r`'s token worker reserved its KV, with `skip` prompt tokens from its cache."""
-        if self.prefix is not None and skip is not None and self._live(t := self.machines[r.token_machine]):
-            self.prefix.reserved(t, r, skip)
-
-    def prefix_finished(self, r: Request, prompt_ids: list[int], output: list[int]) -> None:
-        """`r` made `output` and is done: its decoding worker holds prompt + output but the last
-        (a request ended at its first token ended on its prompt worker, which holds its prompt)."""
-        if self.prefix is not None and len(output) > 1 and self._live(m := self._decoder(r)):
-            self.prefix.finished(m, r, prompt_ids + output[:-1])
-
-    def _decoder(self, r: Request) -> Machine:
-        return self.machines[r.token_machine if r.token_machine >= 0 else r.prompt_machine]
 
     def _admit(self, freed: set[Machine]) -> list[Request]:
         """Memory was freed on `freed`: the waiters they admit, each queued on the prompt machine
         chosen now (the caller dispatches them)."""
         admitted = []
         for m in sorted(freed, key=lambda m: m.id):
-            if self._live(m):
-                admitted += admit_freed(self.cls, m)
+            if self.view.live(m):
+                admitted += admit_freed(self.view.cls, m)
         return admitted
 
-    def _live(self, m: Machine) -> bool:
-        return self.alive[m.id] and self.machines[m.id] is m
-
     def _settle(self, m: Machine) -> None:
-        if self._live(m):
-            self.cls.settle(m)
-
-    # ---- instance flips (TetriInfer) -------------------------------------------------------------
-    def watch(self, now: float, quiet=None) -> list[int]:
-        """The cluster scheduler's watcher at time `now` (policy/instance_flip.py, the router calls it
-        every `watch_interval` seconds): the workers that flipped role. `quiet(machine)`: whether
-        the worker itself reports holding nothing (a flip waits for it too). A flipped worker's
-        home is its new role (its replacement joins that role)."""
-        flipped = self.cls.watch(now, quiet)
-        for m in flipped:
-            self.homes[m.id] = m.pool
-        return [m.id for m in flipped]
-
-    # ---- membership ---------------------------------------------------------------------------
-    def down(self, i: int) -> None:
-        """Worker i died; the caller has released every request that ran or waited on it."""
-        m = self.machines[i]
-        self.alive[i] = False
-        self.in_step[i] = []
-        self.cls.remove(m)
-        PrefixView.emptied(m)
-
-    def up(self, i: int, kv_tokens: int | None = None) -> None:
-        """A (replacement) worker i joined: a fresh machine in its home pool."""
-        if self.alive[i]:
-            return
-        m = self._machine(i, self.homes[i], kv_tokens if kv_tokens is not None else self.kv_tokens[i])
-        self.machines[i] = m
-        self.alive[i] = True
-        self.cls.add(m)
-
-    def _machine(self, i: int, home: Pool, cap: int) -> Machine:
-        m = Machine(i, "live", home=home, kv_capacity=cap, kv_block=self.kv_block)
-        configure(m, self.batching)
-        if self.prefix is not None:
-            self.prefix.fresh(m)
-        return m
-
-    def accepting(self, m: Machine) -> bool:
-        """Whether new requests may be routed to `m`: a scaling scheduler's scaled-down workers
-        (policy/aladdin_scaling.py) stay up as warm standby, finish what they hold and take nothing new."""
-        return self.cls.accepting(m)
+        if self.view.live(m):
+            self.view.cls.settle(m)

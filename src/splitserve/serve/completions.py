@@ -104,13 +104,13 @@ class Completions:
                 reqs.append(self.router.submit(gen.prompt_ids, params, name, Tagged(q, i)))
             return reqs
         except Overloaded as e:
-            self.metrics.rejected.labels("429").inc()
+            self.metrics.splitwise.rejected.labels("429").inc()
             raise ApiError(429, f"server overloaded: {e}; retry later", "rate_limit_error", None,
                            "overloaded", {"Retry-After": str(self.cfg.retry_after_s)}) from None
         except TooLarge as e:
             raise ApiError(400, str(e), "invalid_request_error", "prompt", "context_length_exceeded") from None
         except Unavailable as e:
-            self.metrics.rejected.labels("503").inc()
+            self.metrics.splitwise.rejected.labels("503").inc()
             raise ApiError(503, f"service unavailable: {e}", "server_error", None, "unavailable",
                            {"Retry-After": str(self.cfg.retry_after_s)}) from None
         finally:

@@ -15,135 +15,145 @@ from .pool_load import kv_usage, request_counts
 from .prom import NoCreated
 
 
-class ServeMetrics(SplitwiseSeries, VllmSeries):
-    """The metrics of one server in their own registry: the series (SplitwiseSeries, VllmSeries)
-    and what the router reports into them; `render` answers a scrape."""
+class ServeMetrics:
+    """The metrics of one server in their own registry: the series, `splitwise` (SplitwiseSeries)
+    and `vllm` (VllmSeries), and what the router reports into them; `render` answers a scrape."""
 
     def __init__(self, model_name: str = "", max_model_len: int = 4096) -> None:
         r = self.registry = CollectorRegistry()
         self.model_name = model_name
-        SplitwiseSeries.__init__(self, r)
-        VllmSeries.__init__(self, r, model_name, max_model_len)
+        self.splitwise = SplitwiseSeries(r)
+        self.vllm = VllmSeries(r, model_name, max_model_len, self.splitwise.ttft, self.splitwise.tbt)
         self.exposition = NoCreated(r)
         self._step_prompt: dict[int, int] = {}  # worker id -> prompt tokens of its step reported, not ended
+        self._borrowed_seen = 0                 # machines borrowed at the last scrape
 
     # ---- what the router reports -------------------------------------------------------------
     def first_token(self, ttft: float, prompt_tokens: int, k: int) -> None:
         """A request's first k tokens reached its client, `ttft` seconds after its arrival (its
     prompt's tokens count now; the k tokens count as generated, no gap is observed)."""
-        self.ttft.observe(ttft)  # also vllm:time_to_first_token_seconds (an Alias)
-        self.v_prompt.inc(prompt_tokens)
-        self.v_generation.inc(k)
+        self.splitwise.ttft.observe(ttft)  # also vllm:time_to_first_token_seconds (an Alias)
+        self.vllm.prompt.inc(prompt_tokens)
+        self.vllm.generation.inc(k)
 
     def prefix_queried(self, tokens: int) -> None:
         """A prompt of `tokens` went to a worker that looks it up in its prefix cache (vLLM's
         prefix_cache_queries; with the hits, the hit rate)."""
-        self.v_cache_queries.inc(tokens)
+        self.vllm.cache_queries.inc(tokens)
 
     def prefix_hit(self, tokens: int) -> None:
         """A worker's step started a prompt with `tokens` of it from its prefix cache (counted
         whether or not the request is still followed: its first token may overtake the report)."""
-        self.v_cache_hits.inc(tokens)
+        self.vllm.cache_hits.inc(tokens)
 
     def tokens(self, gap: float, k: int) -> None:
         """k more tokens of a request reached its client, `gap` seconds after its previous ones."""
-        self.v_generation.inc(k)
-        self.observe_gap(gap, k)
-
-    def observe_gap(self, gap: float, k: int) -> None:
+        self.vllm.generation.inc(k)
+        tbt = self.splitwise.tbt
         for _ in range(k):  # also vllm:inter_token_latency_seconds, vllm:time_per_output_token_seconds
-            self.tbt.observe(gap / k)
+            tbt.observe(gap / k)
 
     def completed(self, req, reason: str, now: float) -> None:
         """`req` (a router LiveRequest) completed with `reason` at `now` (perf_counter seconds)."""
+        v = self.vllm
         e2e = now - req.created
-        self.e2e.observe(e2e)
-        self.v_e2e.observe(e2e)
-        self.requests.labels("completed").inc()
-        success = self.v_success.get(reason)
+        self.splitwise.e2e.observe(e2e)
+        v.e2e.observe(e2e)
+        self.splitwise.requests.labels("completed").inc()
+        success = v.success.get(reason)
         if success is not None:
             success.inc()
         n = len(req.delivered)
-        self.v_req_prompt.observe(len(req.prompt_ids))
-        self.v_req_generation.observe(n)
-        self.v_max_tokens.observe(req.params.max_tokens)
+        v.req_prompt.observe(len(req.prompt_ids))
+        v.req_generation.observe(n)
+        v.max_tokens.observe(req.params.max_tokens)
         if req.first_at:
-            self.v_decode.observe(req.last_at - req.first_at)
+            v.decode.observe(req.last_at - req.first_at)
             if n > 1:
-                self.v_req_tpot.observe((req.last_at - req.first_at) / (n - 1))
+                v.req_tpot.observe((req.last_at - req.first_at) / (n - 1))
         if not req.scheduled_at:
-            self.unscheduled.inc()
+            self.splitwise.unscheduled.inc()
         else:
-            self.v_queue.observe(req.scheduled_at - req.created)
-            self.v_inference.observe(req.last_at - req.scheduled_at)
+            v.queue.observe(req.scheduled_at - req.created)
+            v.inference.observe(req.last_at - req.scheduled_at)
             if req.first_at:
-                self.v_prefill.observe(req.first_at - req.scheduled_at)
+                v.prefill.observe(req.first_at - req.scheduled_at)
 
     def step(self, wid: int, pool: str, prompt_tokens: int, preempted: int) -> None:
         """Worker `wid` (in `pool`) reported an engine step: its prefill chunks' prompt tokens, the
         decodes it preempted."""
         self._step_prompt[wid] = prompt_tokens
         if prompt_tokens:
-            self.prompt_computed.labels(pool).inc(prompt_tokens)
+            self.splitwise.prompt_computed.labels(pool).inc(prompt_tokens)
         if preempted:
-            self.v_preemptions.inc(preempted)
+            self.vllm.preemptions.inc(preempted)
 
     def step_out(self, wid: int, pool: str, made: int, prefills: int) -> None:
         """Worker `wid`'s step made `made` tokens, `prefills` of them the token that ends a prefill."""
         if made:
-            self.generated.labels(pool).inc(made)
+            self.splitwise.generated.labels(pool).inc(made)
         prompt = self._step_prompt.pop(wid, None)
         if prompt is not None or made:
-            self.v_iteration.observe((prompt or 0) + made - prefills)
+            self.vllm.iteration.observe((prompt or 0) + made - prefills)
 
     def transfer(self, mode: str, nbytes: int, seconds: float, exposed: float, skipped: int = 0) -> None:
-        self.transfers.labels(mode).inc()
-        self.transfer_bytes.labels(mode).inc(nbytes)
-        self.transfer_skipped.labels(mode).inc(skipped)
-        self.transfer_s.labels(mode).inc(seconds)
-        self.transfer_exposed.labels(mode).inc(exposed)
-        self.transfer_time.labels(mode).observe(seconds)
-        self.transfer_exposed_time.labels(mode).observe(exposed)
+        sw = self.splitwise
+        sw.transfers.labels(mode).inc()
+        sw.transfer_bytes.labels(mode).inc(nbytes)
+        sw.transfer_skipped.labels(mode).inc(skipped)
+        sw.transfer_s.labels(mode).inc(seconds)
+        sw.transfer_exposed.labels(mode).inc(exposed)
+        sw.transfer_time.labels(mode).observe(seconds)
+        sw.transfer_exposed_time.labels(mode).observe(exposed)
 
     # ---- a scrape ------------------------------------------------------------------------------
     def refresh(self, router) -> None:
         """The gauges, from the router's view and the workers' last heartbeats."""
+        self._refresh_pools(router)
+        self._refresh_workers(router.workers)
+        sw = self.splitwise
+        sw.bad_messages.labels("router").set(router.state.chan.rejected)
+        sw.in_flight.set(len(router.active))
+        borrowed = router.views.borrowed()
+        if borrowed > self._borrowed_seen:
+            sw.borrowed.inc(borrowed - self._borrowed_seen)
+            self._borrowed_seen = borrowed
+
+    def _refresh_pools(self, router) -> None:
+        """Per pool: queues and pending tokens of the policy view, requests running and waiting,
+        KV usage (also vLLM's totals)."""
+        sw, v = self.splitwise, self.vllm
         pools: dict[str, list[int]] = {}
-        for m in router.cluster_snapshot():
+        for m in router.views.cluster_snapshot():
             q = pools.setdefault(m["pool"], [0, 0])
             if m["alive"]:
                 q[0] += m["prompt_queue"] + m["admit_queue"]
                 q[1] += m["pending"]
-        for pool in POOLS:
-            q = pools.get(pool, [0, 0])
-            self.queue.labels(pool).set(q[0])
-            self.pending.labels(pool).set(q[1])
         counts = request_counts(router)
-        for pool in POOLS:
-            run, wait = counts.get(pool, (0, 0))
-            self.running.labels(pool).set(run)
-            self.waiting.labels(pool).set(wait)
-        self.v_running.set(sum(c[0] for c in counts.values()))
-        self.v_waiting.set(sum(c[1] for c in counts.values()))
         kv = kv_usage(router.workers)
         for pool in POOLS:
-            self.pool_kv.labels(pool).set(kv.get(pool, 0.0))
-        self.v_kv.set(kv["all"])
-        self.v_gpu_kv.set(kv["all"])
-        for w in router.workers:
+            q = pools.get(pool, [0, 0])
+            sw.queue.labels(pool).set(q[0])
+            sw.pending.labels(pool).set(q[1])
+            run, wait = counts.get(pool, (0, 0))
+            sw.running.labels(pool).set(run)
+            sw.waiting.labels(pool).set(wait)
+            sw.pool_kv.labels(pool).set(kv.get(pool, 0.0))
+        v.running.set(sum(c[0] for c in counts.values()))
+        v.waiting.set(sum(c[1] for c in counts.values()))
+        v.kv.set(kv["all"])
+        v.gpu_kv.set(kv["all"])
+
+    def _refresh_workers(self, workers) -> None:
+        sw = self.splitwise
+        for w in workers:
             wid = str(w.id)
-            self.worker_up.labels(wid, w.home).set(1 if w.up else 0)
-            self.blocks_total.labels(wid).set(w.blocks)
-            self.blocks_free.labels(wid).set(w.free)
-            self.blocks_used.labels(wid).set(w.blocks - w.free)
-            self.worker_kv.labels(wid).set((w.blocks - w.free) / w.blocks if w.up and w.blocks else 0.0)
-            self.bad_messages.labels(f"worker{wid}").set(w.rejected)
-        self.bad_messages.labels("router").set(router.chan.rejected)
-        self.in_flight.set(len(router.active))
-        borrowed = router.borrowed()
-        if borrowed > self.borrowed_seen:
-            self.borrowed.inc(borrowed - self.borrowed_seen)
-            self.borrowed_seen = borrowed
+            sw.worker_up.labels(wid, w.home).set(1 if w.up else 0)
+            sw.blocks_total.labels(wid).set(w.blocks)
+            sw.blocks_free.labels(wid).set(w.free)
+            sw.blocks_used.labels(wid).set(w.blocks - w.free)
+            sw.worker_kv.labels(wid).set((w.blocks - w.free) / w.blocks if w.up and w.blocks else 0.0)
+            sw.bad_messages.labels(f"worker{wid}").set(w.rejected)
 
     def render(self, router) -> bytes:
         self.refresh(router)

@@ -41,7 +41,8 @@ POOLS = ("prompt", "token", "mixed")
 
 
 class SplitwiseSeries:
-    """splitserve's own series (see the module docstring), as attributes; ServeMetrics updates them."""
+    """splitserve's own series (see the module docstring), as attributes; ServeMetrics and the
+    router update them."""
 
     def __init__(self, r: CollectorRegistry) -> None:
         self.ttft = Histogram("splitserve_ttft_seconds", "Time to first token", registry=r, buckets=LAT)
@@ -89,7 +90,6 @@ class SplitwiseSeries:
             self.recomputes.labels(where)
         self.flips = Counter("splitserve_instance_flips", "Workers that flipped role", ["to"], registry=r)
         self.borrowed = Counter("splitserve_machines_borrowed", "Machines moved into the mixed pool", registry=r)
-        self.borrowed_seen = 0
         self.bad_messages = Gauge("splitserve_rejected_internal_messages",
                                   "Internal messages dropped for a bad MAC (no cluster secret)", ["where"],
                                   registry=r)

@@ -73,10 +73,11 @@ REASONS = ("stop", "length")
 
 class VllmSeries:
     """vLLM's series (see the module docstring), each the child of the served model's name, as
-    attributes; ServeMetrics updates them. `ttft` and `tbt` (SplitwiseSeries) must exist first:
-    three of these are their samples under vLLM's names."""
+    attributes; ServeMetrics updates them. Three of them are the samples of `ttft` and `tbt`
+    (SplitwiseSeries' histograms) under vLLM's names."""
 
-    def __init__(self, r: CollectorRegistry, model: str, max_model_len: int) -> None:
+    def __init__(self, r: CollectorRegistry, model: str, max_model_len: int, ttft: Histogram,
+                 tbt: Histogram) -> None:
         m = ["model_name"]
 
         def gauge(name, doc):
@@ -89,31 +90,31 @@ class VllmSeries:
             return Histogram(name, doc, m, registry=r, buckets=buckets).labels(model)
 
         toks = one_two_five(max_model_len)
-        self.v_running = gauge("vllm:num_requests_running", "Requests in an engine or in KV transfer")
-        self.v_waiting = gauge("vllm:num_requests_waiting", "Requests waiting for an engine or for KV memory")
-        self.v_kv = gauge("vllm:kv_cache_usage_perc", "KV-cache usage of the live workers; 1 means 100 percent")
-        self.v_gpu_kv = gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (vLLM v0's name); 1 means 100 percent")
-        self.v_prompt = counter("vllm:prompt_tokens", "Prompt tokens of requests that got their first token")
-        self.v_generation = counter("vllm:generation_tokens", "Output tokens handed to clients")
-        self.v_preemptions = counter("vllm:num_preemptions", "Decodes preempted by the workers' engines")
-        self.v_cache_queries = counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the workers' prefix "
+        self.running = gauge("vllm:num_requests_running", "Requests in an engine or in KV transfer")
+        self.waiting = gauge("vllm:num_requests_waiting", "Requests waiting for an engine or for KV memory")
+        self.kv = gauge("vllm:kv_cache_usage_perc", "KV-cache usage of the live workers; 1 means 100 percent")
+        self.gpu_kv = gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (vLLM v0's name); 1 means 100 percent")
+        self.prompt = counter("vllm:prompt_tokens", "Prompt tokens of requests that got their first token")
+        self.generation = counter("vllm:generation_tokens", "Output tokens handed to clients")
+        self.preemptions = counter("vllm:num_preemptions", "Decodes preempted by the workers' engines")
+        self.cache_queries = counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the workers' prefix "
                                        "caches (each prompt as its prefill starts)")
-        self.v_cache_hits = counter("vllm:prefix_cache_hits", "Prompt tokens found in the workers' prefix caches")
+        self.cache_hits = counter("vllm:prefix_cache_hits", "Prompt tokens found in the workers' prefix caches")
         success = Counter("vllm:request_success", "Completed requests", ["model_name", "finished_reason"], registry=r)
-        self.v_success = {reason: success.labels(model, reason) for reason in REASONS}
-        self.v_iteration = hist("vllm:iteration_tokens_total", "Tokens per engine step", ITER)
-        for source, name, doc in ((self.ttft, "vllm:time_to_first_token_seconds", "Time to first token"),
-                                  (self.tbt, "vllm:inter_token_latency_seconds", "Time between tokens"),
-                                  (self.tbt, "vllm:time_per_output_token_seconds", "Time between tokens (earlier name)")):
+        self.success = {reason: success.labels(model, reason) for reason in REASONS}
+        self.iteration = hist("vllm:iteration_tokens_total", "Tokens per engine step", ITER)
+        for source, name, doc in ((ttft, "vllm:time_to_first_token_seconds", "Time to first token"),
+                                  (tbt, "vllm:inter_token_latency_seconds", "Time between tokens"),
+                                  (tbt, "vllm:time_per_output_token_seconds", "Time between tokens (earlier name)")):
             r.register(Alias(source, name, doc, {"model_name": model}))
-        self.v_req_tpot = hist("vllm:request_time_per_output_token_seconds", "Mean time per output token of a "
+        self.req_tpot = hist("vllm:request_time_per_output_token_seconds", "Mean time per output token of a "
                                "request after its first", GAP)
-        self.v_e2e = hist("vllm:e2e_request_latency_seconds", "Arrival to last token", REQ)
-        self.v_queue = hist("vllm:request_queue_time_seconds", "Arrival to the first engine step holding the "
+        self.e2e = hist("vllm:e2e_request_latency_seconds", "Arrival to last token", REQ)
+        self.queue = hist("vllm:request_queue_time_seconds", "Arrival to the first engine step holding the "
                             "request's prompt", REQ)
-        self.v_prefill = hist("vllm:request_prefill_time_seconds", "Scheduled to first token", REQ)
-        self.v_decode = hist("vllm:request_decode_time_seconds", "First token to last token", REQ)
-        self.v_inference = hist("vllm:request_inference_time_seconds", "Scheduled to last token", REQ)
-        self.v_req_prompt = hist("vllm:request_prompt_tokens", "Prompt tokens per request", toks)
-        self.v_req_generation = hist("vllm:request_generation_tokens", "Output tokens per request", toks)
-        self.v_max_tokens = hist("vllm:request_params_max_tokens", "max_tokens per request", toks)
+        self.prefill = hist("vllm:request_prefill_time_seconds", "Scheduled to first token", REQ)
+        self.decode = hist("vllm:request_decode_time_seconds", "First token to last token", REQ)
+        self.inference = hist("vllm:request_inference_time_seconds", "Scheduled to last token", REQ)
+        self.req_prompt = hist("vllm:request_prompt_tokens", "Prompt tokens per request", toks)
+        self.req_generation = hist("vllm:request_generation_tokens", "Output tokens per request", toks)
+        self.max_tokens = hist("vllm:request_params_max_tokens", "max_tokens per request", toks)

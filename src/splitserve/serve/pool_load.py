@@ -26,7 +26,7 @@ def request_counts(router) -> dict[str, tuple[int, int]]:
     its prompt worker (prefill not started, or to be recomputed after a preemption); it runs while
     its prefill runs (prompt worker's pool), in KV transfer, ready or decoding (token worker's
     pool)."""
-    machines = router.cluster.machines if router.cluster is not None else []
+    machines = router.cluster.view.machines if router.cluster is not None else []
     out: dict[str, list[int]] = {}
     for req in router.active.values():
         r = req.pr

@@ -10,153 +10,189 @@ failed step twice is failed with an error that names it, and never retried.
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 
-from .messages import Cancel, Err, Hello, KvFail, KvIn, Message, Out, Reserved, Stage, Step, StepFailed
+from .messages import (Cancel, Err, Heartbeat, Hello, KvFail, KvIn, Message, Out, Reserved, Stage, Step,
+                       StepFailed)
+from .recovery import Recovery
+from .request_flow import RequestFlow
 from .requests import LiveRequest
+from .router_state import RouterState
 from .supervisor import WorkerInfo
+
+logger = logging.getLogger(__name__)
 
 QUARANTINE_STRIKES = 2  # failed engine steps a request may be part of; the next retry is refused
 
 
-class WorkerReports:
-    """The Router's handlers of worker messages (it provides reqs, cluster, chan, sup, metrics, boot and
-    the request operations they call: _restart, _fail, _deliver, _complete, _begin,
-    _send_prefill, _dispatch_all)."""
+class ReportReader:
+    """The Router's handlers of worker messages: they change the shared state's requests and policy
+    view, and act through `flow` (send, deliver, end) and `recovery` (restart, resume)."""
 
-    def _on_message(self, w: WorkerInfo, msg: Message) -> None:
+    def __init__(self, state: RouterState, flow: RequestFlow, recovery: Recovery) -> None:
+        self.state, self.flow, self.recovery = state, flow, recovery
+
+    def on_message(self, w: WorkerInfo, msg: Message) -> None:
+        """A verified message from worker `w` (the channel's handler)."""
         w.last_seen = time.monotonic()
-        get = self.reqs.by_wire.get
+        get = self.state.reqs.by_wire.get
         if type(msg) is Out:
-            self._on_step_end(w, msg.items, msg.lp or {})
+            self.on_step_end(w, msg.items, msg.lp or {})
         elif type(msg) is Step:
-            bad = self.cluster.sched.check_report(msg.sched)   # the machine scheduler's own report
-            if bad is not None:
-                self.chan.malformed += 1
-                print(f"router: worker {w.id} sent a malformed message: step: {bad}", file=sys.stderr)
-                return
-            live = lambda rids: [q.pr for q in map(get, rids) if q is not None]  # noqa: E731
-            chunks = [(q, n) for q, n in ((get(rid), n) for rid, n in msg.chunks) if q is not None]
-            now = time.perf_counter()
-            # a request's first engine step (of any try) ends its queue time: when the worker formed
-            # it, where the two share a clock; else when this report is read, unless its first token
-            # overtook the report (kv_in) and that moment has passed
-            at = min(msg.at, now) if w.same_clock and msg.at is not None else None
-            for q, _ in chunks:
-                if not q.scheduled_at and (at is not None or not q.first_at):
-                    q.scheduled_at = at if at is not None else now
-            chunks = [(q.pr, n) for q, n in chunks]
-            sizes = dict(msg.chunks) if msg.cached else None
-            for rid, k in msg.cached or ():  # prompts that start here, and what the worker's prefix cache gave them
-                self.metrics.prefix_hit(k)
-                if (q := get(rid)) is not None:
-                    q.cached_tokens = k
-                    self.cluster.prefix_reported(w.id, q.pr, sizes.get(rid, 0), k)  # the view corrected
-            self.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
-            back = self.cluster.step_started(w.id, chunks, live(msg.preempted), live(msg.joined), msg.sched,
-                                             lambda rid: q.pr if (q := get(rid)) is not None else None,
-                                             live(msg.grown or ()))
-            if msg.preempted:
-                self.metrics.recomputes.labels("in_place").inc(len(msg.preempted) - len(back))
-                self.metrics.recomputes.labels("prompt_pool").inc(len(back))
-            for r in back:  # preempted, to recompute through the prompt pool (--recompute prompt-pool)
-                self._resume(self.reqs.by_policy[r.id])
+            self.on_step(w, msg)
         elif type(msg) is Reserved:
-            req = get(msg.rid)
-            if req is not None and req.stage is Stage.RESERVING:
-                if msg.ok:
-                    self.cluster.prefix_reserved(req.pr, msg.skip)
-                    self._send_prefill(req, msg.blocks, msg.skip)
-                elif msg.full:  # on demand: no room there now after all; it waits, no try lost
-                    self.cluster.wait_for_room(req.pr)
-                    req.stage = Stage.WAITING
-                else:
-                    self._restart(req, f"token worker could not reserve KV: {msg.msg}")
+            self.on_reserved(msg, get(msg.rid))
         elif type(msg) is KvIn:
-            self._on_kv_in(msg, get(msg.rid))
+            self.on_kv_in(msg, get(msg.rid))
         elif type(msg) is KvFail:
-            self.metrics.transfer_failures.inc()
+            self.state.metrics.splitwise.transfer_failures.inc()
             req = get(msg.rid)
             if req is not None and req.stage in (Stage.RESERVING, Stage.PREFILL, Stage.HANDOFF):
-                self._restart(req, msg.reason)
+                self.recovery.restart(req, msg.reason)
         elif type(msg) is StepFailed:
-            self._on_step_failed(w, msg.rids, msg.error)
+            self.on_step_failed(w, msg.rids, msg.error)
         elif type(msg) is Err:
             req = get(msg.rid)
             if req is not None:
-                self._fail(req, f"worker {w.id} rejected the request: {msg.msg}", 400)
+                self.flow.fail(req, f"worker {w.id} rejected the request: {msg.msg}", 400)
         elif type(msg) is Hello:
-            self._on_hello(w, msg)
-        else:  # Heartbeat
-            w.free, w.blocks, w.reserved = msg.free, msg.blocks, msg.reserved
-            w.running, w.rejected, w.preempted = msg.running, msg.rejected, msg.preempted
+            self.on_hello(w, msg)
+        else:
+            self.on_heartbeat(w, msg)
 
-    def _on_hello(self, w: WorkerInfo, msg: Hello) -> None:
-        if not self.sup.hello(w, msg.pid, time.monotonic()):
+    def on_heartbeat(self, w: WorkerInfo, msg: Heartbeat) -> None:
+        w.free, w.blocks, w.reserved = msg.free, msg.blocks, msg.reserved
+        w.running, w.rejected, w.preempted = msg.running, msg.rejected, msg.preempted
+
+    def on_step(self, w: WorkerInfo, msg: Step) -> None:
+        """w's engine formed a step: the policy view's transitions (LiveCluster.step_started)."""
+        s = self.state
+        get = s.reqs.by_wire.get
+        bad = s.cluster.sched.check_report(msg.sched)   # the machine scheduler's own report
+        if bad is not None:
+            s.chan.malformed += 1
+            logger.warning("router: worker %d sent a malformed message: step: %s", w.id, bad)
+            return
+        live = lambda rids: [q.pr for q in map(get, rids) if q is not None]  # noqa: E731
+        chunks = [(q, n) for q, n in ((get(rid), n) for rid, n in msg.chunks) if q is not None]
+        self._scheduled(w, msg, [q for q, _ in chunks])
+        self._cached(w, msg)
+        s.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
+        back = s.cluster.step_started(w.id, [(q.pr, n) for q, n in chunks], live(msg.preempted), live(msg.joined),
+                                      msg.sched, lambda rid: q.pr if (q := get(rid)) is not None else None,
+                                      live(msg.grown or ()))
+        if msg.preempted:
+            recomputes = s.metrics.splitwise.recomputes
+            recomputes.labels("in_place").inc(len(msg.preempted) - len(back))
+            recomputes.labels("prompt_pool").inc(len(back))
+        for r in back:  # preempted, to recompute through the prompt pool (--recompute prompt-pool)
+            self.recovery.resume(s.reqs.by_policy[r.id])
+
+    def _scheduled(self, w: WorkerInfo, msg: Step, started: list[LiveRequest]) -> None:
+        """A request's first engine step (of any try) ends its queue time: when the worker formed
+        it, where the two share a clock; else when this report is read, unless its first token
+        overtook the report (kv_in) and that moment has passed."""
+        now = time.perf_counter()
+        at = min(msg.at, now) if w.same_clock and msg.at is not None else None
+        for q in started:
+            if not q.scheduled_at and (at is not None or not q.first_at):
+                q.scheduled_at = at if at is not None else now
+
+    def _cached(self, w: WorkerInfo, msg: Step) -> None:
+        """The prompts that start in the step, and what the worker's prefix cache gave them."""
+        if not msg.cached:
+            return
+        s = self.state
+        sizes = dict(msg.chunks)
+        for rid, k in msg.cached:
+            s.metrics.prefix_hit(k)
+            if (q := s.reqs.by_wire.get(rid)) is not None:
+                q.cached_tokens = k
+                s.cluster.prefixes.reported(w.id, q.pr, sizes.get(rid, 0), k)  # the view corrected
+
+    def on_reserved(self, msg: Reserved, req: LiveRequest | None) -> None:
+        """The token worker answered `expect`: the prompt worker's `gen` goes, or the request waits."""
+        if req is None or req.stage is not Stage.RESERVING:
+            return
+        cluster = self.state.cluster
+        if msg.ok:
+            cluster.prefixes.reserved(req.pr, msg.skip)
+            self.flow.send_prefill(req, msg.blocks, msg.skip)
+        elif msg.full:  # on demand: no room there now after all; it waits, no try lost
+            cluster.wait_for_room(req.pr)
+            req.stage = Stage.WAITING
+        else:
+            self.recovery.restart(req, f"token worker could not reserve KV: {msg.msg}")
+
+    def on_hello(self, w: WorkerInfo, msg: Hello) -> None:
+        s = self.state
+        if not s.sup.hello(w, msg.pid, time.monotonic()):
             return  # not the process we started
         w.kv_addr, w.blocks, w.block_size, w.kv_region = msg.kv_addr, msg.blocks, msg.block_size, msg.region
-        w.same_clock = msg.boot is not None and msg.boot == self.boot
+        w.same_clock = msg.boot is not None and msg.boot == s.boot
         w.free = w.start_free = msg.free
         w.max_len = msg.max_len
-        if self.cluster is not None:
-            self.cluster.up(w.id, w.kv_tokens)
-            parked, self.reqs.parked = self.reqs.parked, []
+        if s.cluster is not None:
+            s.cluster.view.up(w.id, w.kv_tokens)
+            parked, s.reqs.parked = s.reqs.parked, []
             for req in parked:
-                self._begin(req)
+                self.flow.begin(req)
 
-    def _on_kv_in(self, msg: KvIn, req: LiveRequest | None) -> None:
-        self.metrics.transfer(msg.mode, msg.nbytes, msg.seconds, msg.exposed, msg.skipped or 0)
+    def on_kv_in(self, msg: KvIn, req: LiveRequest | None) -> None:
+        s = self.state
+        s.metrics.transfer(msg.mode, msg.nbytes, msg.seconds, msg.exposed, msg.skipped or 0)
         if req is None:
             return
         if req.stage is Stage.PREFILL:  # the token worker may report before the prompt worker's word
-            self.cluster.first_from_token_worker(req.pr)
+            s.cluster.first_from_token_worker(req.pr)
             req.stage = Stage.HANDOFF
-            self._deliver(req, [msg.first_token], msg.lp)
+            self.flow.deliver(req, [msg.first_token], msg.lp)
         if req.stage is Stage.HANDOFF:
-            self._dispatch_all(self.cluster.kv_landed(req.pr))
+            self.flow.dispatch_all(s.cluster.kv_landed(req.pr))
             req.stage = Stage.DECODE
 
-    def _on_step_end(self, w: WorkerInfo, items: list, lps: dict) -> None:
+    def on_step_end(self, w: WorkerInfo, items: list, lps: dict) -> None:
         """A step of w's ended with these tokens: the view's transitions for the whole step first
         (as the simulator's iteration end), then each request's tokens go to its client."""
+        s = self.state
         mine, made, prefills = [], 0, 0
         for rid, toks, finished, reason in items:
-            req = self.reqs.by_wire.get(rid)
+            req = s.reqs.by_wire.get(rid)
             made += len(toks)
-            if reason == "prefill" or req is not None and self.cluster.awaiting_first(req.pr):
+            if reason == "prefill" or req is not None and s.cluster.awaiting_first(req.pr):
                 prefills += 1  # the token that ends a prefill (metrics: not a decode token)
             if req is None or (reason == "prefill" and req.stage is not Stage.PREFILL):
                 continue  # gone, or its first token came with its KV already (kv_in)
             mine.append((req, toks, finished, reason))
-        self.metrics.step_out(w.id, w.home, made, prefills)
-        admitted = self.cluster.end_step(w.id, [(req.pr, len(toks), finished) for req, toks, finished, _ in mine])
+        s.metrics.step_out(w.id, w.home, made, prefills)
+        admitted = s.cluster.end_step(w.id, [(req.pr, len(toks), finished) for req, toks, finished, _ in mine])
         for req, toks, finished, reason in mine:
             if reason == "prefill":
                 req.stage = Stage.HANDOFF
             elif req.stage is Stage.PREFILL:
                 if req.split and finished:  # it ended at its first token: the token worker's blocks go
-                    self.chan.send(self.workers[req.pr.token_machine], Cancel(rid=req.wire))
+                    s.chan.send(s.workers[req.pr.token_machine], Cancel(rid=req.wire))
                 req.stage = Stage.DECODE
-            if self._deliver(req, toks, lps.get(req.wire)) and finished:
-                self.cluster.prefix_finished(req.pr, req.prompt_ids, req.delivered)  # its worker's cache holds them
-                self._complete(req, reason or "stop")
-        self._dispatch_all(admitted)
+            if self.flow.deliver(req, toks, lps.get(req.wire)) and finished:
+                s.cluster.prefixes.finished(req.pr, req.prompt_ids, req.delivered)  # its worker's cache holds them
+                self.flow.complete(req, reason or "stop")
+        self.flow.dispatch_all(admitted)
 
-    def _on_step_failed(self, w: WorkerInfo, rids: list[str], error: str) -> None:
+    def on_step_failed(self, w: WorkerInfo, rids: list[str], error: str) -> None:
         """A step of w's engine raised; it dropped the step's requests and lives on."""
-        names = ", ".join(self.reqs.by_wire[r].name for r in rids if r in self.reqs.by_wire) or "none left"
-        print(f"router: worker {w.id}: an engine step failed ({error}); its requests: {names}",
-              file=sys.stderr, flush=True)
+        s = self.state
+        names = ", ".join(s.reqs.by_wire[r].name for r in rids if r in s.reqs.by_wire) or "none left"
+        logger.warning("router: worker %d: an engine step failed (%s); its requests: %s", w.id, error, names)
         for rid in rids:
-            req = self.reqs.by_wire.get(rid)
+            req = s.reqs.by_wire.get(rid)
             if req is None:
                 continue
             req.strikes += 1
             if req.strikes >= QUARANTINE_STRIKES:
-                self.metrics.requests.labels("quarantined").inc()
-                self._fail(req, f"request {req.name} was in {req.strikes} failed engine steps and is quarantined: "
-                                f"it is not retried (last error: {error})", 500, "request_quarantined")
+                s.metrics.splitwise.requests.labels("quarantined").inc()
+                self.flow.fail(req, f"request {req.name} was in {req.strikes} failed engine steps and is quarantined: "
+                                    f"it is not retried (last error: {error})", 500, "request_quarantined")
             else:
                 req.isolated = True
-                self._restart(req, f"worker {w.id}'s engine step failed: {error}", penalty=False)
+                self.recovery.restart(req, f"worker {w.id}'s engine step failed: {error}", penalty=False)

@@ -4,15 +4,17 @@ answer). Imported by the `serve` command once the serve extra is known to be ins
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import socket
-import sys
 import time
 
 import uvicorn
 
 from ..errors import UserError
 from ..heap import freeze_heap
+
+logger = logging.getLogger(__name__)
 
 
 def run_server(cfg, sock: socket.socket, http: str = "auto", loop: str = "auto") -> None:
@@ -21,17 +23,14 @@ def run_server(cfg, sock: socket.socket, http: str = "auto", loop: str = "auto")
     both), else h11 and asyncio."""
     from .api import create_app
 
-    def log(msg: str) -> None:
-        print(f"splitserve serve: {msg}", file=sys.stderr, flush=True)
-
     if http not in ("auto", "h11", "httptools") or loop not in ("auto", "asyncio", "uvloop"):
         raise UserError("--http-impl is auto, h11 or httptools; --loop-impl is auto, asyncio or uvloop")
     if cfg.worker_mode == "echo":
-        log("WORKER MODE echo: a benchmark tool; workers return tokens WITHOUT computing them")
-    app = create_app(cfg, log=log)
+        logger.warning("WORKER MODE echo: a benchmark tool; workers return tokens WITHOUT computing them")
+    app = create_app(cfg)
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
                             lifespan="on", timeout_graceful_shutdown=5, http=http, loop=loop)
-    server = DrainingServer(config, app.state.router, cfg.drain_timeout_s, log)
+    server = DrainingServer(config, app.state.router, cfg.drain_timeout_s)
     server.run(sockets=[sock])
     if not server.started:
         raise UserError("the server did not start (see the messages above)")
@@ -49,9 +48,9 @@ class DrainingServer(uvicorn.Server):
     error (streams: an error event, then [DONE]), before uvicorn waits for connections to close
     and the router stops the workers."""
 
-    def __init__(self, config, router, drain_s: float, log) -> None:
+    def __init__(self, config, router, drain_s: float) -> None:
         super().__init__(config)
-        self.router, self.drain_s, self.log = router, drain_s, log
+        self.router, self.drain_s = router, drain_s
         self.interrupted = False
 
     def handle_exit(self, sig, frame) -> None:
@@ -65,20 +64,20 @@ class DrainingServer(uvicorn.Server):
             for s in self.servers:
                 for sock in s.sockets:
                     h, p = sock.getsockname()[:2]
-                    self.log(f"listening on http://{h}:{p} (model {self.router.cfg.model}, design "
-                             f"{self.router.cfg.design}); try: curl http://{h}:{p}/v1/models")
+                    logger.info("listening on http://%s:%s (model %s, design %s); try: curl "
+                                "http://%s:%s/v1/models", h, p, self.router.cfg.model, self.router.cfg.design, h, p)
 
     async def shutdown(self, sockets=None):
         for s in self.servers:
             s.close()  # no new connections
         self.router.drain()
         if self.router.active:
-            self.log(f"draining {len(self.router.active)} requests in flight (up to {self.drain_s:g} s)")
+            logger.info("draining %d requests in flight (up to %g s)", len(self.router.active), self.drain_s)
         deadline = time.monotonic() + self.drain_s
         while self.router.active and time.monotonic() < deadline and not self.force_exit:
             await asyncio.sleep(0.05)
         if self.router.active:
-            self.log(f"ending {len(self.router.active)} unfinished requests")
+            logger.info("ending %d unfinished requests", len(self.router.active))
             self.router.fail_all("the server is shutting down")
             await asyncio.sleep(0.2)  # let their last events go out
         await super().shutdown(sockets)
