@@ -1,5 +1,5 @@
-"""The paper's Fig. 20 against SplitwiseSim's decode lookup (issue 42 item 3; docs/splitwisesim.md
-"Fig. 20's question" and docs/reproduction/report.md's Fig. 20 section).
+"""The paper's Fig. 20, and Figs. 16-19, against SplitwiseSim's decode lookup (issue 42 item 3;
+docs/splitwisesim.md "Fig. 20's question" and docs/reproduction/report.md's Fig. 20 section).
 
   requests   splitserve with each --decode-lookup against SplitwiseSim's own rows on the question of
              ../shared/reference/splitwisesim/ (Splitwise-HH 30P+10T, the Azure conversation trace
@@ -14,8 +14,15 @@
              40 DGX-H100: the best split for coding and for conversation), as the paper's Fig. 20a
   sweep      Fig. 16: the highest load of the report's lattice meeting all SLOs, each iso-power
              cluster, under each lookup
+  fig17      Fig. 17: each pool's busy time by tokens batched per iteration (median, P90, share at
+             <= 15 tokens), conversation at 70 and 130 req/s on the report's clusters (120 s)
+  fig18b     Fig. 18b: each design's iso-cost (40 DGX-H100) throughput-optimised cluster for
+             conversation, provisioned under each lookup, and its throughput against Baseline-H100's
+  fig19      Fig. 19: each design's least-power and least-cost cluster meeting all SLOs at
+             Baseline-H100's (40 machines) conversation throughput at SLO under the same lookup
 
-    python scripts/splitwisesim_fig20.py requests|steps|fig20|provision|sweep [--token-full SECONDS]
+    python scripts/splitwisesim_fig20.py requests|steps|fig20|provision|sweep|fig17|fig18b|fig19
+        [--token-full SECONDS] [--lookup LOOKUP,...]
 """
 
 from __future__ import annotations
@@ -206,6 +213,69 @@ def sweep(token_full: float) -> None:
                 print(f"| {wl} | {d} | {lookup} | {best} | {miss} |", flush=True)
 
 
+def fig17(lookups: tuple[str, ...]) -> None:
+    from splitserve.reproduce import experiments as ex
+    from splitserve.reproduce.splitwise_figs import FIG17_CLUSTERS, FIG17_LOADS, _busy, _cdf
+    print("| design | req/s | lookup | pool | busy s | median tokens | P90 tokens | <= 15 tokens |\n"
+          "|---|---|---|---|---|---|---|---|")
+    for d, split in FIG17_CLUSTERS.items():
+        for rps in FIG17_LOADS:
+            for lookup in lookups:
+                busy = _busy({"model": ex.MODEL, "seed": 0, "profile": PROFILE, "workload": "conversation", "rps": rps,
+                              "duration": ex.FULL.duration, "decode_lookup": lookup, **ex.counts(d, split)})
+                for pool, b in sorted(busy.items()):
+                    c = _cdf(b)
+                    print(f"| {d} | {rps:g} | {lookup} | {pool} | {c['busy_s']:,.0f} | {c['median']} | {c['p90']} "
+                          f"| {c['le15']:.0%} |", flush=True)
+
+
+def _runner(lookup: str):
+    """The report's Runner (seed 0, the profile) whose searches run under `lookup`."""
+    from splitserve.reproduce.experiments import Runner
+    runner = Runner(profile=PROFILE, seed=0, workers=1)
+    runner._ev = _evaluator(lookup, 0.0)
+    return runner
+
+
+def _split(r: dict) -> str:
+    from splitserve.reproduce.splitwise_figs import _counts
+    return "+".join(map(str, _counts(r))) if r.get("feasible") else "none"
+
+
+def fig18b(lookups: tuple[str, ...]) -> None:
+    from splitserve.reproduce import experiments as ex
+    print("| design | lookup | split | power (kW) | cost ($/h) | req/s at SLO | vs baseline-h100 | simulations |\n"
+          "|---|---|---|---|---|---|---|---|")
+    for lookup in lookups:
+        res = ex.throughput_optimised(_runner(lookup), ex.FULL, "conversation", "iso-cost")
+        base = res["baseline-h100"].get("throughput_at_slo")
+        for d, r in res.items():
+            thr = r.get("throughput_at_slo")
+            row = (f"{r['power_kw']:.0f} | {r['cost_per_hour']:,.0f} | {thr:.1f} | {thr / base:.2f}"
+                   if thr and base else "- | - | - | -")
+            print(f"| {d} | {lookup} | {_split(r)} | {row} | {r.get('simulations')} |", flush=True)
+
+
+def fig19(lookups: tuple[str, ...]) -> None:
+    from splitserve.provision import plan
+    from splitserve.reproduce import experiments as ex
+    from splitserve.reproduce.splitwise_figs import _rates
+    print("| lookup | target req/s | design | power-optimised split | kW (vs baseline-h100) | cost-optimised split "
+          "| $/h (vs baseline-h100) | simulations |\n|---|---|---|---|---|---|---|---|")
+    for lookup in lookups:
+        runner = _runner(lookup)
+        target = plan.throughput_at_slo(runner.evaluator(), plan.design("baseline-h100"), (ex.POWER_BUDGET_MACHINES,),
+                                        _scenario("conversation"), _rates(ex.FULL))
+        power, cost = (ex.iso_throughput(runner, ex.FULL, "conversation", target, o) for o in ("power", "cost"))
+        bp, bc = power["baseline-h100"].get("power_kw"), cost["baseline-h100"].get("cost_per_hour")
+        for d in ex.DESIGNS:
+            p, c = power[d], cost[d]
+            kw = f"{p['power_kw']:.0f} ({p['power_kw'] / bp:.2f})" if p.get("feasible") and bp else "-"
+            usd = f"{c['cost_per_hour']:,.0f} ({c['cost_per_hour'] / bc:.2f})" if c.get("feasible") and bc else "-"
+            print(f"| {lookup} | {target or 0:.1f} | {d} | {_split(p)} | {kw} | {_split(c)} | {usd} "
+                  f"| {p.get('simulations', 0) + c.get('simulations', 0)} |", flush=True)
+
+
 def _worst(s: dict) -> str:
     checks = s["slo"]["checks"]
     return max(checks, key=lambda k: (checks[k]["slowdown"] or float("inf")) / checks[k]["limit"])
@@ -213,10 +283,10 @@ def _worst(s: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("requests", "steps", "fig20", "provision", "sweep"))
+    ap.add_argument("what", choices=("requests", "steps", "fig20", "provision", "sweep", "fig17", "fig18b", "fig19"))
     ap.add_argument("--token-full", type=float, default=0.0,
                     help="RoutingConfig.token_tbt_slo, seconds (0: a token machine is full only when its KV is)")
-    ap.add_argument("--lookup", default=",".join(LOOKUPS), help="fig20: the lookups to run")
+    ap.add_argument("--lookup", default=",".join(LOOKUPS), help="fig20, provision, fig17-19: the lookups to run")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO)
     if a.what == "requests":
@@ -227,6 +297,8 @@ def main() -> None:
         fig20(a.token_full, tuple(a.lookup.split(",")))
     elif a.what == "provision":
         provision(a.token_full, tuple(a.lookup.split(",")))
+    elif a.what in ("fig17", "fig18b", "fig19"):
+        {"fig17": fig17, "fig18b": fig18b, "fig19": fig19}[a.what](tuple(a.lookup.split(",")))
     else:
         sweep(a.token_full)
 
