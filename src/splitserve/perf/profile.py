@@ -116,6 +116,11 @@ class ProfilePerfModel(MixedBatching):
         self._g0 = self.ctx_a / norm
         self._gk = self.ctx_k / norm
 
+        self._tables(ctx_slopes)
+
+    def _tables(self, ctx_slopes: Sequence[tuple[float, float]]) -> None:
+        """The prompt and decode times per integer token count and batch size (and past the last
+        knot, its slope); with `ctx_slopes`, the slope per KV token per batch size."""
         # prompt: table per integer token count, then the last slope
         pxs, pys = self.prompt_xs, self.prompt_ys
         self._p_last_x = pxs[-1]

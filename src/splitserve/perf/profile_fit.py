@@ -143,38 +143,9 @@ def fit_profile(rows: Iterable[Mapping[str, Any]], attention: bool = False) -> d
     rows = list(rows)
     if not rows:
         raise UserError("profile has no rows")
-
-    # the batch sweep: the (prompt_size, token_size) most often run at batch > 1
-    multi = [(r["prompt_size"], r["token_size"]) for r in rows if r["batch_size"] > 1]
-    pool = multi or [(r["prompt_size"], r["token_size"]) for r in rows]
-    counts: dict[tuple[int, int], int] = defaultdict(int)
-    for k in pool:
-        counts[k] += 1
-    ref_p, ref_t = max(sorted(counts), key=lambda k: counts[k])
+    ref_p, ref_t = _sweep_shape(rows)
+    rows, dropped = _drop_broken_sweep(rows, ref_p, ref_t)
     sweep = [r for r in rows if r["prompt_size"] == ref_p and r["token_size"] == ref_t]
-
-    # drop broken batch-sweep groups: prompt time collapsing below half the previous batch's
-    by_batch: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
-    for r in sweep:
-        by_batch[r["batch_size"]].append(r)
-    dropped: list[str] = []
-    bad: set[int] = set()
-    prev = None
-    for b in sorted(by_batch):
-        med = statistics.median(r["prompt_time"] for r in by_batch[b])
-        if prev is not None and med < 0.5 * prev:
-            bad.add(b)
-            dropped.append(
-                f"batch_size={b} prompt_size={ref_p} token_size={ref_t}: prompt {med:.1f} ms "
-                f"after {prev:.1f} ms at the previous batch size"
-            )
-            continue
-        prev = med
-    rows = [
-        r for r in rows
-        if not (r["batch_size"] in bad and r["prompt_size"] == ref_p and r["token_size"] == ref_t)
-    ]
-    sweep = [r for r in sweep if r["batch_size"] not in bad]
 
     # prompt: median per batched-token count, then isotonic
     prompt_rows = sweep if attention else rows
@@ -182,11 +153,7 @@ def fit_profile(rows: Iterable[Mapping[str, Any]], attention: bool = False) -> d
         (r["batch_size"] * r["prompt_size"], r["prompt_time"] / 1e3) for r in prompt_rows
     )
     pys = isotonic_increasing(pmed, pn)
-    attn = 0.0
-    if attention:
-        per_row = [(r["prompt_time"] / 1e3 - interpolate(pxs, pys, r["prompt_size"])) / r["prompt_size"] ** 2
-                   for r in rows if r["batch_size"] == 1 and r["prompt_size"] >= 4 * ref_p]
-        attn = max(0.0, statistics.median(per_row)) if per_row else 0.0
+    attn = _attention(rows, pxs, pys, ref_p) if attention else 0.0
 
     # decode: median per batch size of the batch sweep, then isotonic (a measured machine: as
     # measured; its kernels need not be monotone in the batch)
@@ -200,20 +167,7 @@ def fit_profile(rows: Iterable[Mapping[str, Any]], attention: bool = False) -> d
     )
     ctx_points = list(zip(cxs, cmed))
     ctx_a, ctx_k = _line_fit(ctx_points) if ctx_points else (1.0, 0.0)
-
-    # attention: the decode step is additive in KV tokens read, with a slope per batch size: the
-    # batch-1 line's at batch 1, and at each larger batch the median over the rows of longer
-    # prompts than the sweep's of (time - D(b)) / (KV tokens past the sweep's)
-    ctx_slopes: list[tuple[float, float]] = []
-    if attention:
-        ref = ref_p + ref_t / 2.0
-        per_b: dict[int, list[float]] = defaultdict(list)
-        for r in rows:
-            b, x = r["batch_size"], r["prompt_size"] + r["token_size"] / 2.0
-            if b > 1 and x > ref:
-                per_b[b].append((r["token_time"] / 1e3 - interpolate(bxs, bys, b)) / (b * (x - ref)))
-        ctx_slopes = [(1.0, max(0.0, ctx_k))] + [(float(b), max(0.0, statistics.median(v)))
-                                                 for b, v in sorted(per_b.items())]
+    ctx_slopes = _ctx_slopes(rows, bxs, bys, ref_p + ref_t / 2.0, ctx_k) if attention else []
 
     return {
         "prompt_knots": list(zip(pxs, pys)),
@@ -228,3 +182,60 @@ def fit_profile(rows: Iterable[Mapping[str, Any]], attention: bool = False) -> d
         "attention": attn,
         "ctx_slopes": ctx_slopes,
     }
+
+
+def _sweep_shape(rows: list[Mapping[str, Any]]) -> tuple[int, int]:
+    """The batch sweep's (prompt_size, token_size): the shape most often run at batch > 1."""
+    multi = [(r["prompt_size"], r["token_size"]) for r in rows if r["batch_size"] > 1]
+    pool = multi or [(r["prompt_size"], r["token_size"]) for r in rows]
+    counts: dict[tuple[int, int], int] = defaultdict(int)
+    for k in pool:
+        counts[k] += 1
+    return max(sorted(counts), key=lambda k: counts[k])
+
+
+def _drop_broken_sweep(rows: list[Mapping[str, Any]], ref_p: int,
+                       ref_t: int) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """`rows` without the batch sweep's broken groups (prompt time collapsing below half the
+    previous batch size's), and a line on each group dropped."""
+    by_batch: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["prompt_size"] == ref_p and r["token_size"] == ref_t:
+            by_batch[r["batch_size"]].append(r)
+    dropped: list[str] = []
+    bad: set[int] = set()
+    prev = None
+    for b in sorted(by_batch):
+        med = statistics.median(r["prompt_time"] for r in by_batch[b])
+        if prev is not None and med < 0.5 * prev:
+            bad.add(b)
+            dropped.append(
+                f"batch_size={b} prompt_size={ref_p} token_size={ref_t}: prompt {med:.1f} ms "
+                f"after {prev:.1f} ms at the previous batch size"
+            )
+            continue
+        prev = med
+    kept = [r for r in rows
+            if not (r["batch_size"] in bad and r["prompt_size"] == ref_p and r["token_size"] == ref_t)]
+    return kept, dropped
+
+
+def _attention(rows: list[Mapping[str, Any]], pxs: list[float], pys: list[float], ref_p: int) -> float:
+    """Seconds per squared prompt token: the median over the batch-1 rows of at least 4x the
+    sweep's prompt size of (time - linear(p)) / p^2, at least 0."""
+    per_row = [(r["prompt_time"] / 1e3 - interpolate(pxs, pys, r["prompt_size"])) / r["prompt_size"] ** 2
+               for r in rows if r["batch_size"] == 1 and r["prompt_size"] >= 4 * ref_p]
+    return max(0.0, statistics.median(per_row)) if per_row else 0.0
+
+
+def _ctx_slopes(rows: list[Mapping[str, Any]], bxs: list[float], bys: list[float], ref: float,
+                ctx_k: float) -> list[tuple[float, float]]:
+    """A decode step additive in KV tokens read: its slope per batch size, the batch-1 line's at
+    batch 1 and at each larger batch the median over the rows of longer prompts than the sweep's
+    (mean context `ref`) of (time - D(b)) / (KV tokens past the sweep's)."""
+    per_b: dict[int, list[float]] = defaultdict(list)
+    for r in rows:
+        b, x = r["batch_size"], r["prompt_size"] + r["token_size"] / 2.0
+        if b > 1 and x > ref:
+            per_b[b].append((r["token_time"] / 1e3 - interpolate(bxs, bys, b)) / (b * (x - ref)))
+    return [(1.0, max(0.0, ctx_k))] + [(float(b), max(0.0, statistics.median(v))) for b, v in sorted(per_b.items())]

@@ -92,6 +92,26 @@ def _comm_per_layer(model: ModelSpec, gpus: int, ep: int, latency_s: float,
     return ar0 + 2.0 * a2a0, ar1 + 2.0 * a2a1
 
 
+def _check(model: ModelSpec, hw: HardwareSpec, tp: int, ep: int, c: RooflineCalibration) -> None:
+    """The parallelism and the calibration a roofline model takes (UserError names what is wrong)."""
+    if not 1 <= tp <= hw.gpus:
+        raise UserError(f"tensor parallel {tp} must be between 1 and {hw.gpus} on {hw.name}")
+    # ep < tp would split each expert over tp / ep GPUs, which needs an all-reduce inside
+    # each expert group on top of the all-to-alls: not modelled, so refused
+    if ep != 1 and not (model.is_moe and ep == tp and model.experts % ep == 0):
+        raise UserError(
+            f"expert parallel {ep} needs a mixture-of-experts model, must equal tensor "
+            f"parallel {tp} (experts spread over all the instance's GPUs) and divide "
+            f"{model.name}'s {model.experts} experts"
+        )
+    if not (0.0 < c.mfu_large <= c.mfu <= 1.0 and 0.0 < c.mbu <= 1.0
+            and c.mfu_knee_tokens > 0.0 and c.prompt_cap_slowdown > 0.0):
+        raise UserError(
+            f"roofline constants of {hw.name} are not calibrated (need "
+            f"0 < mfu_large <= mfu <= 1, 0 < mbu <= 1, mfu_knee_tokens > 0)"
+        )
+
+
 class RooflinePerfModel(MixedBatching):
     __slots__ = (
         "source", "model", "hw", "tp", "ep", "calibration",
@@ -107,25 +127,9 @@ class RooflinePerfModel(MixedBatching):
         calibration: RooflineCalibration | None = None,
         ep: int = 1,
     ) -> None:
-        if tp is None:
-            tp = hw.gpus
-        if not 1 <= tp <= hw.gpus:
-            raise UserError(f"tensor parallel {tp} must be between 1 and {hw.gpus} on {hw.name}")
-        # ep < tp would split each expert over tp / ep GPUs, which needs an all-reduce inside
-        # each expert group on top of the all-to-alls: not modelled, so refused
-        if ep != 1 and not (model.is_moe and ep == tp and model.experts % ep == 0):
-            raise UserError(
-                f"expert parallel {ep} needs a mixture-of-experts model, must equal tensor "
-                f"parallel {tp} (experts spread over all the instance's GPUs) and divide "
-                f"{model.name}'s {model.experts} experts"
-            )
+        tp = hw.gpus if tp is None else tp
         c = hw.roofline if calibration is None else calibration
-        if not (0.0 < c.mfu_large <= c.mfu <= 1.0 and 0.0 < c.mbu <= 1.0
-                and c.mfu_knee_tokens > 0.0 and c.prompt_cap_slowdown > 0.0):
-            raise UserError(
-                f"roofline constants of {hw.name} are not calibrated (need "
-                f"0 < mfu_large <= mfu <= 1, 0 < mbu <= 1, mfu_knee_tokens > 0)"
-            )
+        _check(model, hw, tp, ep, c)
         self.source = "roofline"
         self.model, self.hw, self.tp, self.ep, self.calibration = model, hw, tp, ep, c
         peak = tp * hw.bf16_tflops * 1e12               # FLOP/s

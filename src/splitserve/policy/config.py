@@ -223,52 +223,59 @@ def make_policy(values: dict[str, Any], system: str = "", defaults: dict[str, An
         (sections[section] if section else top)[field] = v
     cfg = PolicyConfig(batching=BatchingConfig(**sections["batching"]), routing=RoutingConfig(**sections["routing"]),
                        system=system, **top)
-    b, r = cfg.batching, cfg.routing
-    chunked = [name for name, s in SCHEDULERS.items() if s.chunked]
-    for ok, msg in ((b.scheduler in SCHEDULERS,
-                     f"--machine-scheduler must be one of {', '.join(SCHEDULERS)}, got {b.scheduler!r}"),
-                    (b.chunk_size == 0 or b.scheduler in SCHEDULERS and SCHEDULERS[b.scheduler].chunked,
-                     f"--chunk-size applies to --machine-scheduler {' or '.join(chunked)} only (got {b.scheduler})"),
-                    (b.max_len >= 0, f"--orca-max-len must be >= 0, got {b.max_len}"),
-                    (b.kv_allocation in ALLOCATIONS,
-                     f"--kv-allocation must be one of {', '.join(ALLOCATIONS)}, got {b.kv_allocation!r}"),
-                    (b.kv_allocation == RESERVE or b.scheduler not in SCHEDULERS or SCHEDULERS[b.scheduler].on_demand,
-                     f"--machine-scheduler {b.scheduler} reserves KV by its own rule: it takes --kv-allocation "
-                     f"reserve only"),
-                    (0 <= b.kv_watermark < 1, f"--kv-watermark must be in [0, 1), got {b.kv_watermark}"),
-                    (b.recompute in RECOMPUTES, f"--recompute must be one of {', '.join(RECOMPUTES)}, got {b.recompute!r}"),
-                    (b.max_len == 0 or b.scheduler == "orca",
-                     f"--orca-max-len applies to --machine-scheduler orca only (got {b.scheduler})"),
-                    (b.prompt_token_cap >= 1, f"--prompt-cap must be at least 1, got {b.prompt_token_cap}"),
-                    (b.chunk_size >= 0, f"--chunk-size must be 0 (off) or positive, got {b.chunk_size}"),
-                    (b.preemption_limit >= 0, f"--preemption-limit must be >= 0, got {b.preemption_limit}"),
-                    (r.prompt_queue_threshold >= 0,
-                     f"--prompt-queue-threshold must be >= 0, got {r.prompt_queue_threshold}"),
-                    (r.token_queue_threshold >= 0, f"--token-queue-threshold must be >= 0, got {r.token_queue_threshold}"),
-                    (r.overflow_rule in ("authors", "queued"),
-                     f"--overflow-rule must be authors or queued, got {r.overflow_rule!r}"),
-                    (r.borrow_rule in ("authors", "splitserve"),
-                     f"--borrow-rule must be authors or splitserve, got {r.borrow_rule!r}"),
-                    (r.decode_dispatch in ("jsq", "tetriinfer"),
-                     f"--decode-dispatch must be jsq or tetriinfer, got {r.decode_dispatch!r}"),
-                    (r.cluster_scheduler in ("auto", *CLUSTER_SCHEDULERS),
-                     f"--cluster-scheduler must be one of auto, {', '.join(CLUSTER_SCHEDULERS)}, "
-                     f"got {r.cluster_scheduler!r}"),
-                    (min(r.scale_window, r.aladdin_ttft_slo, r.aladdin_atgt_slo, r.token_tbt_slo) >= 0,
-                     "--scale-window, --aladdin-ttft-slo, --aladdin-atgt-slo and --token-tbt-slo must be >= 0"),
-                    (0 < r.aladdin_theta <= 1, f"--aladdin-theta must be in (0, 1], got {r.aladdin_theta}"),
-                    (r.predictor in _predictors(),
-                     f"--predictor must be one of {', '.join(_predictors())}, got {r.predictor!r}"),
-                    (r.flip_idle_s >= 0, f"--flip-idle-s must be >= 0, got {r.flip_idle_s}"),
-                    (r.prefix_slack >= -1, f"--prefix-slack must be -1 (off) or >= 0 tokens, got {r.prefix_slack}"),
-                    (not (r.kv_pull and r.mixed_pool),
-                     "--kv-pull needs --no-mixed-pool: a mixed machine that both holds prefilled KV and "
-                     "waits for memory could wait on another doing the same"),
-                    (cfg.layerwise_threshold >= 0,
-                     f"--layerwise-threshold must be >= 0, got {cfg.layerwise_threshold}")):
+    for ok, msg in (*batching_checks(cfg.batching), *routing_checks(cfg.routing), (
+            cfg.layerwise_threshold >= 0, f"--layerwise-threshold must be >= 0, got {cfg.layerwise_threshold}")):
         if not ok:
             raise UserError(msg)
     return cfg
+
+
+def batching_checks(b: BatchingConfig) -> tuple[tuple[bool, str], ...]:
+    """Each batching setting's check: (it holds, the message naming the option to fix)."""
+    chunked = [name for name, s in SCHEDULERS.items() if s.chunked]
+    return ((b.scheduler in SCHEDULERS,
+             f"--machine-scheduler must be one of {', '.join(SCHEDULERS)}, got {b.scheduler!r}"),
+            (b.chunk_size == 0 or b.scheduler in SCHEDULERS and SCHEDULERS[b.scheduler].chunked,
+             f"--chunk-size applies to --machine-scheduler {' or '.join(chunked)} only (got {b.scheduler})"),
+            (b.max_len >= 0, f"--orca-max-len must be >= 0, got {b.max_len}"),
+            (b.kv_allocation in ALLOCATIONS,
+             f"--kv-allocation must be one of {', '.join(ALLOCATIONS)}, got {b.kv_allocation!r}"),
+            (b.kv_allocation == RESERVE or b.scheduler not in SCHEDULERS or SCHEDULERS[b.scheduler].on_demand,
+             f"--machine-scheduler {b.scheduler} reserves KV by its own rule: it takes --kv-allocation "
+             f"reserve only"),
+            (0 <= b.kv_watermark < 1, f"--kv-watermark must be in [0, 1), got {b.kv_watermark}"),
+            (b.recompute in RECOMPUTES, f"--recompute must be one of {', '.join(RECOMPUTES)}, got {b.recompute!r}"),
+            (b.max_len == 0 or b.scheduler == "orca",
+             f"--orca-max-len applies to --machine-scheduler orca only (got {b.scheduler})"),
+            (b.prompt_token_cap >= 1, f"--prompt-cap must be at least 1, got {b.prompt_token_cap}"),
+            (b.chunk_size >= 0, f"--chunk-size must be 0 (off) or positive, got {b.chunk_size}"),
+            (b.preemption_limit >= 0, f"--preemption-limit must be >= 0, got {b.preemption_limit}"))
+
+
+def routing_checks(r: RoutingConfig) -> tuple[tuple[bool, str], ...]:
+    """Each routing setting's check: (it holds, the message naming the option to fix)."""
+    return ((r.prompt_queue_threshold >= 0,
+             f"--prompt-queue-threshold must be >= 0, got {r.prompt_queue_threshold}"),
+            (r.token_queue_threshold >= 0, f"--token-queue-threshold must be >= 0, got {r.token_queue_threshold}"),
+            (r.overflow_rule in ("authors", "queued"),
+             f"--overflow-rule must be authors or queued, got {r.overflow_rule!r}"),
+            (r.borrow_rule in ("authors", "splitserve"),
+             f"--borrow-rule must be authors or splitserve, got {r.borrow_rule!r}"),
+            (r.decode_dispatch in ("jsq", "tetriinfer"),
+             f"--decode-dispatch must be jsq or tetriinfer, got {r.decode_dispatch!r}"),
+            (r.cluster_scheduler in ("auto", *CLUSTER_SCHEDULERS),
+             f"--cluster-scheduler must be one of auto, {', '.join(CLUSTER_SCHEDULERS)}, "
+             f"got {r.cluster_scheduler!r}"),
+            (min(r.scale_window, r.aladdin_ttft_slo, r.aladdin_atgt_slo, r.token_tbt_slo) >= 0,
+             "--scale-window, --aladdin-ttft-slo, --aladdin-atgt-slo and --token-tbt-slo must be >= 0"),
+            (0 < r.aladdin_theta <= 1, f"--aladdin-theta must be in (0, 1], got {r.aladdin_theta}"),
+            (r.predictor in _predictors(),
+             f"--predictor must be one of {', '.join(_predictors())}, got {r.predictor!r}"),
+            (r.flip_idle_s >= 0, f"--flip-idle-s must be >= 0, got {r.flip_idle_s}"),
+            (r.prefix_slack >= -1, f"--prefix-slack must be -1 (off) or >= 0 tokens, got {r.prefix_slack}"),
+            (not (r.kv_pull and r.mixed_pool),
+             "--kv-pull needs --no-mixed-pool: a mixed machine that both holds prefilled KV and "
+             "waits for memory could wait on another doing the same"))
 
 
 def _applicable(base: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:

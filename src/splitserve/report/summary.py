@@ -24,25 +24,9 @@ def finite_or_none(x):
 def simulation_summary(result, workload, slo: SLO = SLO(), goodput=None) -> dict:
     """Summary of a `sim.simulator.SimResult` for the workload that drove it; `goodput` (a
     report.goodput.GoodputSLO): DistServe's SLO attainment too."""
-    from ..catalog import load_hardware
-
     mt = result.metrics
     span = mt.last_completion - min(mt.first_arrival, mt.last_completion) if mt.completed else 0.0
-    machines: dict[str, dict] = {}
-    cost = power = energy = 0.0
-    for st in mt.machines:
-        hw = result.hardware.get(st.hardware) or load_hardware(st.hardware)
-        key = f"{st.pool}:{st.hardware}"
-        g = machines.setdefault(key, {"pool": st.pool, "hardware": st.hardware, "count": 0,
-                                      "utilization": 0.0, "peak_kv_fraction": 0.0})
-        g["count"] += 1
-        g["utilization"] += st.busy_s / result.sim_end if result.sim_end > 0 else 0.0
-        g["peak_kv_fraction"] = max(g["peak_kv_fraction"], st.peak_kv_used / st.kv_capacity)
-        cost += hw.cost_per_hour
-        power += hw.power_kw
-        energy += st.energy_j
-    for g in machines.values():
-        g["utilization"] /= g["count"]
+    machines, cost, power, energy = machine_groups(result)
     hours = result.sim_end / 3600.0
     out = finite_or_none({
         "design": result.cluster.design.name,
@@ -63,7 +47,7 @@ def simulation_summary(result, workload, slo: SLO = SLO(), goodput=None) -> dict
         "slo": evaluate(slo, mt.slow_ttft, mt.slow_tbt, mt.slow_e2e),
         "cluster": {
             "design": result.cluster.design.name,
-            "machines": list(machines.values()),
+            "machines": machines,
             "machine_count": result.cluster.machines,
             "gpus": result.cluster.gpus,
             "cost_per_hour": cost,
@@ -97,6 +81,29 @@ def simulation_summary(result, workload, slo: SLO = SLO(), goodput=None) -> dict
     if result.scaling is not None:
         out["scaling"] = finite_or_none(scaling_summary(result, mt))
     return out
+
+
+def machine_groups(result) -> tuple[list[dict], float, float, float]:
+    """A SimResult's machines grouped by pool and hardware (count, mean utilization, peak KV
+    fraction), and the cluster's cost per hour, power in kW and energy in joules."""
+    from ..catalog import load_hardware
+
+    machines: dict[str, dict] = {}
+    cost = power = energy = 0.0
+    for st in result.metrics.machines:
+        hw = result.hardware.get(st.hardware) or load_hardware(st.hardware)
+        key = f"{st.pool}:{st.hardware}"
+        g = machines.setdefault(key, {"pool": st.pool, "hardware": st.hardware, "count": 0,
+                                      "utilization": 0.0, "peak_kv_fraction": 0.0})
+        g["count"] += 1
+        g["utilization"] += st.busy_s / result.sim_end if result.sim_end > 0 else 0.0
+        g["peak_kv_fraction"] = max(g["peak_kv_fraction"], st.peak_kv_used / st.kv_capacity)
+        cost += hw.cost_per_hour
+        power += hw.power_kw
+        energy += st.energy_j
+    for g in machines.values():
+        g["utilization"] /= g["count"]
+    return list(machines.values()), cost, power, energy
 
 
 def prefix_summary(queries: int, hits: int) -> dict:
