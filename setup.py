@@ -5,7 +5,8 @@ sources are installed beside it and run wherever the extension is not built: an 
 (`pip install -e .`, so an edited module is never shadowed by a stale compiled one), a machine
 without a C compiler or Python headers (the build says so and goes on), or
 SPLITSERVE_PURE_PYTHON=1. `splitserve --version` says which is installed. Both give the same
-results event for event (tests/sim/test_compiled.py).
+results event for event (tests/sim/test_compiled.py). With SPLITSERVE_REQUIRE_COMPILED=1 (CI:
+.ci/run) a hot path that does not compile fails the install instead.
 """
 
 from __future__ import annotations
@@ -24,8 +25,14 @@ HOT = ["src/splitserve/report/histogram.py", "src/splitserve/sim/metrics.py", "s
        "src/splitserve/sim/sharing.py", "src/splitserve/sim/reservation.py", "src/splitserve/sim/state.py"]
 
 
-def say(msg: str) -> None:
-    print(f"splitserve: {msg}", file=sys.stderr)
+REQUIRED = os.environ.get("SPLITSERVE_REQUIRE_COMPILED") == "1"
+
+
+def fall_back(msg: str) -> None:
+    """Say why the hot path stays pure Python; with SPLITSERVE_REQUIRE_COMPILED=1, fail instead."""
+    if REQUIRED:
+        raise SystemExit(f"splitserve: {msg}, and SPLITSERVE_REQUIRE_COMPILED=1")
+    print(f"splitserve: {msg}; installing pure Python", file=sys.stderr)
 
 
 class OptionalBuildExt(build_ext):
@@ -40,22 +47,24 @@ class OptionalBuildExt(build_ext):
                 built = self.get_ext_fullpath(ext.name)
                 if os.path.exists(built):
                     os.remove(built)
-            say(f"could not compile the simulator's hot path ({e}); installing pure Python")
+            fall_back(f"could not compile the simulator's hot path ({e})")
 
 
 def ext_modules() -> list:
     editable = any(cmd in sys.argv for cmd in ("editable_wheel", "develop"))
     if os.environ.get("SPLITSERVE_PURE_PYTHON") or editable:
+        if REQUIRED:
+            fall_back("SPLITSERVE_PURE_PYTHON or an editable install keeps the hot path pure Python")
         return []
     try:
         from mypyc.build import mypycify
     except ImportError:
-        say("mypyc is not installed; installing pure Python")
+        fall_back("mypyc is not installed")
         return []
-    try:
-        return mypycify(["--ignore-missing-imports", "--follow-imports=silent", *HOT], opt_level="3")
+    try:   # mypyc's own checks, not pyproject's [tool.mypy] (the type gate's strictness)
+        return mypycify(["--config-file", "", "--ignore-missing-imports", "--follow-imports=silent", *HOT], opt_level="3")
     except BaseException as e:  # mypyc exits on a type error
-        say(f"mypyc could not compile the hot path ({e!r}); installing pure Python")
+        fall_back(f"mypyc could not compile the hot path ({e!r})")
         return []
 
 

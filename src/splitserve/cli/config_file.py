@@ -48,28 +48,34 @@ def read_config(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"--config {p}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
     suffix = p.suffix.lower()
-    try:
-        if suffix == ".toml":
-            data = tomllib.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-            data = {} if data is None else data
-        elif suffix == ".json":
-            data = json.loads(text)
-            if isinstance(data, dict) and isinstance(data.get("config"), dict):
-                data = data["config"]
-        else:
-            raise UserError(f"--config {p}: give a .toml, .yaml, .yml or .json file")
-    except UserError:
-        raise
-    except Exception as e:   # each parser's own syntax error: tomllib, yaml.YAMLError, json
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"--config {p}: not valid {suffix[1:].upper()}: {first}") from None
+    data = parse(text, suffix, p)
     if not isinstance(data, dict):
         raise UserError(f"--config {p}: the file must hold a table of options, got {type(data).__name__}")
     return data
+
+
+def parse(text: str, suffix: str, p: Path) -> Any:
+    """The text parsed by its suffix's parser (a JSON run summary: its `config` object); a syntax
+    error, the parser's own exception, is a UserError with its first line."""
+    errors: tuple[type[Exception], ...]
+    if suffix == ".toml":
+        loads, errors = tomllib.loads, (tomllib.TOMLDecodeError,)
+    elif suffix in (".yaml", ".yml"):
+        import yaml
+
+        loads, errors = yaml.safe_load, (yaml.YAMLError, ValueError)
+    elif suffix == ".json":
+        loads, errors = json.loads, (ValueError, RecursionError)
+    else:
+        raise UserError(f"--config {p}: give a .toml, .yaml, .yml or .json file")
+    try:
+        data = loads(text)
+    except errors as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"--config {p}: not valid {suffix[1:].upper()}: {first}") from None
+    if suffix == ".json" and isinstance(data, dict) and isinstance(data.get("config"), dict):
+        return data["config"]
+    return {} if data is None and suffix != ".json" else data
 
 
 def _options(command: Any) -> list[Any]:
