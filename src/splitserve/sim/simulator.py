@@ -132,7 +132,7 @@ class Simulation:
         if self.trace is not None:
             self.trace.batch(mid, now, end - now, batch.prompt_tokens, batch.decodes, step.context(batch),
                              len(batch.preempted))
-        layerwise = _NONE
+        layerwise: list[Request] | tuple = _NONE
         if batch.prompts:
             self.metrics.prompts_started(batch, now)
             layerwise = self.handoff.streamed(mid, batch)
