@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 
 
@@ -27,7 +27,7 @@ def timed(eng: LLMEngine) -> float:
 
 def main() -> None:
     torch.set_num_threads(1)
-    eng = LLMEngine("tiny", tokenizer=None, num_blocks=4096, prefix_caching=False)
+    eng = LLMEngine("tiny", EngineConfig(tokenizer=None, num_blocks=4096, prefix_caching=False))
     rid = 0
     pre = []
     for n in (16, 32, 64, 128, 256, 480) * 4:

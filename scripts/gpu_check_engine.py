@@ -94,7 +94,7 @@ def _profile(eng, device, steps: int, label: str, trace: Path | None = None) -> 
 def kernels(a) -> None:
     import torch
 
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.engine.sampler import SamplingParams
 
     if a.threads:
@@ -102,9 +102,9 @@ def kernels(a) -> None:
     device = torch.device(a.device)
     cuda = device.type == "cuda"
     total = a.context + 4 * a.steps + 16
-    eng = LLMEngine(a.model, device=device, dtype=a.dtype, max_num_seqs=1, max_model_len=total,
-                    num_blocks=-(-total // 16) + 1, cuda_graphs=cuda,
-                    prefix_caching=False)  # each repeat computes the whole prompt
+    eng = LLMEngine(a.model, EngineConfig(device=device, dtype=a.dtype, max_num_seqs=1, max_model_len=total,
+                                          num_blocks=-(-total // 16) + 1, cuda_graphs=cuda,
+                                          prefix_caching=False))  # each repeat computes the whole prompt
     gen = torch.Generator().manual_seed(0)
     eng.add_request(torch.randint(3, eng.cfg.vocab_size, (a.context,), generator=gen).tolist(),
                     SamplingParams(max_tokens=total - a.context - 1, ignore_eos=True, temperature=0.0))

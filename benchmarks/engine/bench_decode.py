@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import (add_threads_arg, apply_threads, gpu_datasheet, machine_info,  # noqa: E402
                     measured_bandwidth, summary, sync, timed, write_result)
 
-from splitserve.engine.engine import LLMEngine  # noqa: E402
+from splitserve.engine.engine import EngineConfig, LLMEngine  # noqa: E402
 from splitserve.policy.machine import BatchingConfig  # noqa: E402
 from splitserve.engine.sampler import SamplingParams  # noqa: E402
 
@@ -51,10 +51,10 @@ def main(argv: list[str] | None = None) -> dict:
     batches = [int(b) for b in args.batch_sizes.split(",")]
     graphs = device.type == "cuda" and not args.no_cuda_graphs
     total = args.context + args.warmup + args.steps + 2
-    eng = LLMEngine(args.model, device=device, dtype=args.dtype, tp=args.tp, max_num_seqs=max(batches),
-                    max_model_len=total, num_blocks=max(batches) * -(-total // 16) + 1,
-                    batching=BatchingConfig(prompt_token_cap=max(2048, args.context)), cuda_graphs=graphs,
-                    prefix_caching=False)
+    eng = LLMEngine(args.model, EngineConfig(device=device, dtype=args.dtype, tp=args.tp, max_num_seqs=max(batches),
+                                             max_model_len=total, num_blocks=max(batches) * -(-total // 16) + 1,
+                                             batching=BatchingConfig(prompt_token_cap=max(2048, args.context)),
+                                             cuda_graphs=graphs, prefix_caching=False))
     if args.compile_layers:
         for layer in eng.model.layers:
             layer.compile()

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import (add_threads_arg, apply_threads, gpu_datasheet, machine_info,  # noqa: E402
                     measured_matmul_flops, summary, timed, write_result)
 
-from splitserve.engine.engine import LLMEngine  # noqa: E402
+from splitserve.engine.engine import EngineConfig, LLMEngine  # noqa: E402
 from splitserve.policy.machine import BatchingConfig  # noqa: E402
 from splitserve.engine.sampler import SamplingParams  # noqa: E402
 
@@ -50,9 +50,10 @@ def main(argv: list[str] | None = None) -> dict:
     apply_threads(args.threads)
 
     device = torch.device(args.device)
-    eng = LLMEngine(args.model, device=device, dtype=args.dtype, tp=args.tp, max_num_seqs=1,
-                    max_model_len=args.tokens + 8, batching=BatchingConfig(prompt_token_cap=args.tokens),
-                    prefix_caching=False)  # each repeat computes the whole prompt
+    eng = LLMEngine(args.model, EngineConfig(device=device, dtype=args.dtype, tp=args.tp, max_num_seqs=1,
+                                             max_model_len=args.tokens + 8,
+                                             batching=BatchingConfig(prompt_token_cap=args.tokens),
+                                             prefix_caching=False))  # each repeat computes the whole prompt
     cfg = eng.cfg
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(3, cfg.vocab_size, (args.tokens,), generator=gen).tolist()

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 from splitserve.policy.machine import BatchingConfig
 
@@ -25,7 +25,7 @@ def decode_step_s(eng: LLMEngine, prompts: list[list[int]], steps: int, logprobs
     """Seconds per decode step of `prompts` decoding together (their prefills not timed)."""
     for p in prompts:
         eng.add_request(p, SamplingParams(max_tokens=steps + 1, ignore_eos=True, logprobs=logprobs))
-    while any(s.num_computed < len(s.prompt_ids) for s in eng._seqs.values()):
+    while any(s.num_computed < len(s.prompt_ids) for s in eng.requests.by_id.values()):
         eng.step()
     eng.step()  # the step that makes every first token: not a pure decode step
     t0, n = time.perf_counter(), 0
@@ -49,8 +49,8 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, 1000, (a.context,), generator=g).tolist() for _ in range(a.batch)]
-    eng = LLMEngine(a.model, tokenizer=None, max_num_seqs=a.batch, prefix_caching=False,
-                    batching=BatchingConfig(prompt_token_cap=max(2048, a.context * a.batch)))
+    eng = LLMEngine(a.model, EngineConfig(tokenizer=None, max_num_seqs=a.batch, prefix_caching=False,
+                                          batching=BatchingConfig(prompt_token_cap=max(2048, a.context * a.batch))))
     decode_step_s(eng, prompts, 4, None)  # warm up
     off, on = [], []
     for r in range(a.repeats):  # alternated, each first in turn

@@ -13,10 +13,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 dev = "cuda" if torch.cuda.is_available() else "cpu"
-e = LLMEngine("small", device=dev, dtype="bfloat16" if dev == "cuda" else "float32", tokenizer=None, prefix_caching=False, num_blocks=2048)
+e = LLMEngine("small", EngineConfig(device=dev, dtype="bfloat16" if dev == "cuda" else "float32", tokenizer=None,
+                                    prefix_caching=False, num_blocks=2048))
 P = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
 def step(n, b=1):
     for i in range(b):

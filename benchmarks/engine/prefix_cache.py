@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 from splitserve.policy.machine import BatchingConfig
 
@@ -50,7 +50,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     g = torch.Generator().manual_seed(0)
     kw = dict(tokenizer=None, max_num_seqs=max(a.batch, 4), batching=BatchingConfig(prompt_token_cap=max(2048, a.prompt)))
-    on, off = LLMEngine(a.model, **kw), LLMEngine(a.model, prefix_caching=False, **kw)
+    on, off = LLMEngine(a.model, EngineConfig(**kw)), LLMEngine(a.model, EngineConfig(prefix_caching=False, **kw))
     bs = on.blocks.block_size
     shared = -(-int(a.prompt * a.cached) // bs) * bs  # at least that fraction, in whole blocks
     ttft(on, torch.randint(3, 1000, (a.prompt,), generator=g).tolist())  # warm both up

@@ -203,14 +203,15 @@ def load(args) -> dict:
 def steps(args) -> dict:
     import torch
 
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.engine.sampler import SamplingParams
     from splitserve.policy.machine import BatchingConfig
 
     torch.set_num_threads(1)
     out = {}
     for model, batch, ctx in (("tiny", 32, 200), ("small", 16, 200)):
-        engines = {a: LLMEngine(model, num_blocks=2048, batching=BatchingConfig(kv_allocation=a), prefix_caching=False)
+        engines = {a: LLMEngine(model, EngineConfig(num_blocks=2048, batching=BatchingConfig(kv_allocation=a),
+                                                    prefix_caching=False))
                    for a in ("reserve", "on-demand")}   # room for every sequence's whole length: the same batch
         rng = random.Random(3)
         prompts = [[rng.randrange(3, 250) for _ in range(ctx)] for _ in range(batch)]
@@ -238,7 +239,7 @@ def offline(args) -> dict:
 
     import torch
 
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.engine.sampler import SamplingParams
     from splitserve.policy.machine import BatchingConfig
 
@@ -248,8 +249,9 @@ def offline(args) -> dict:
     out = {"model": args.model, "device": args.device, "requests": args.requests,
            "mean_prompt": statistics.fmean(p for p, _ in sizes), "mean_output": statistics.fmean(o for _, o in sizes)}
     for alloc in ("reserve", "on-demand"):
-        eng = LLMEngine(args.model, device=args.device, dtype=args.dtype, num_blocks=args.num_blocks,
-                        max_num_seqs=args.requests, batching=BatchingConfig(kv_allocation=alloc), prefix_caching=False)
+        eng = LLMEngine(args.model, EngineConfig(device=args.device, dtype=args.dtype, num_blocks=args.num_blocks,
+                                                 max_num_seqs=args.requests,
+                                                 batching=BatchingConfig(kv_allocation=alloc), prefix_caching=False))
         ctx = eng.max_seq_len
         want = {}
         for i, (p, o) in enumerate(sizes):

@@ -128,16 +128,16 @@ def _decode(seq) -> bool:
 def engine_step(args) -> dict:
     import torch
 
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.engine.sampler import SamplingParams
 
     torch.set_num_threads(args.worker_threads)
     ctx = args.prompt_len + args.output_tokens // 2  # mean context of the served decodes
     total = ctx + args.steps + 8
     # configured as serve's workers are (the same CUDA graph buckets and KV cache size)
-    eng = LLMEngine(args.model, device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs,
-                    num_blocks=args.num_blocks, cuda_graphs=args.cuda_graphs,
-                    prefix_caching=False)  # steps measure whole prompts
+    eng = LLMEngine(args.model, EngineConfig(device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs,
+                                             num_blocks=args.num_blocks, cuda_graphs=args.cuda_graphs,
+                                             prefix_caching=False))  # steps measure whole prompts
     gen = torch.Generator().manual_seed(0)
     for _ in range(args.streams):
         eng.add_request(torch.randint(3, eng.cfg.vocab_size, (args.prompt_len,), generator=gen).tolist(),

@@ -5,7 +5,7 @@ bucket views are exercised without a GPU (test_engine_cuda.py does the real capt
 from __future__ import annotations
 
 from splitserve.engine.cuda_graph import DecodeGraphs
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 
 
@@ -25,7 +25,7 @@ class EagerGraphs(DecodeGraphs):
 
 
 def test_bucketing():
-    eng = LLMEngine("tiny", max_num_seqs=20)
+    eng = LLMEngine("tiny", EngineConfig(max_num_seqs=20))
     g = EagerGraphs(eng.model, eng.kv, max_batch=20, max_blocks=32)
     assert g.batch_sizes == [1, 2, 4, 8, 16, 20]
     assert g.bucket(3, 1) == (4, 8) and g.bucket(17, 9) == (20, 16) and g.bucket(1, 32) == (1, 32)
@@ -36,7 +36,7 @@ def test_padded_replays_equal_plain_decode():
     prompts = [[1] + [(11 * i + j) % 250 + 3 for j in range(n)] for i, n in enumerate([3, 30, 8, 60, 1, 17, 140])]
     params = SamplingParams(max_tokens=20, ignore_eos=True, return_logits=True)
     ref = LLMEngine("tiny").generate(prompts, params)
-    eng = LLMEngine("tiny", max_num_seqs=6, num_blocks=24, block_size=8)  # also preempts
+    eng = LLMEngine("tiny", EngineConfig(max_num_seqs=6, num_blocks=24, block_size=8))  # also preempts
     eng.graphs = EagerGraphs(eng.model, eng.kv, max_batch=6, max_blocks=eng.blocks.blocks_for(eng.max_seq_len))
     outs = eng.generate(prompts, params)
     assert len(eng.graphs.graphs) >= 3 and eng.scheduler.num_preemptions > 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 from splitserve.policy.machine import BatchingConfig
 
@@ -35,8 +35,8 @@ def alone():
 
 @pytest.mark.parametrize("num_blocks", [10, 11, 12, 14])
 def test_ecoserve_on_the_engine_pipelines_and_survives_mispredictions(alone, num_blocks):
-    eng = LLMEngine("tiny", num_blocks=num_blocks, block_size=16,
-                    batching=BatchingConfig(scheduler="ecoserve", prompt_token_cap=256))
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=num_blocks, block_size=16,
+                                         batching=BatchingConfig(scheduler="ecoserve", prompt_token_cap=256)))
     lent = []   # (guest, host) whenever a sequence's new block came out of another's pool
     real_append = eng.blocks.append
 
@@ -69,7 +69,7 @@ def test_ecoserve_on_the_engine_pipelines_and_survives_mispredictions(alone, num
         m = eng.scheduler.m
         assert (eng.blocks.num_blocks - eng.blocks.num_free) * 16 <= m.kv_used <= m.kv_capacity == num_blocks * 16
     assert done == {n: alone[i] for i, n in enumerate(NAMES)}
-    assert eng.blocks.num_free == num_blocks and not eng.blocks.pools
+    assert eng.blocks.num_free == num_blocks and not eng.blocks.pools.sizes()
     counts = eng.scheduler.m.counts
     assert counts["pipelined"] > 0 and lent            # guests wrote into their host's reserved blocks
     assert counts.get("reserve", 0) + counts.get("regrouped", 0) > 0   # under-predictions handled
@@ -77,7 +77,7 @@ def test_ecoserve_on_the_engine_pipelines_and_survives_mispredictions(alone, num
 
 
 def test_without_predictions_ecoserve_reserves_the_output_limit():
-    eng = LLMEngine("tiny", num_blocks=20, block_size=16, batching=BatchingConfig(scheduler="ecoserve"))
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=20, block_size=16, batching=BatchingConfig(scheduler="ecoserve")))
     ps = prompts([5, 30, 17])
     want = [LLMEngine("tiny").generate([p], SamplingParams(max_tokens=9, ignore_eos=True))[0].token_ids for p in ps]
     outs = eng.generate(ps, SamplingParams(max_tokens=9, ignore_eos=True))

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splitserve.policy.machine import BatchingConfig
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.kv_cache import KVExport
 from splitserve.engine.sampler import SamplingParams
 from splitserve.errors import UserError
@@ -53,17 +53,17 @@ def test_staggered_arrivals_equal_sequential(sequential):
 
 @pytest.mark.parametrize("chunk", [1, 7, 16, 50])
 def test_chunked_prefill_equals_whole(sequential, chunk):
-    eng = LLMEngine("tiny", batching=BatchingConfig(chunk_size=chunk or 0, prompt_token_cap=64))
+    eng = LLMEngine("tiny", EngineConfig(batching=BatchingConfig(chunk_size=chunk or 0, prompt_token_cap=64)))
     assert [o.token_ids for o in eng.generate(MIXED, GREEDY)] == sequential
 
 
 def test_small_token_budget_and_seq_limit_equal_sequential(sequential):
-    eng = LLMEngine("tiny", max_num_seqs=2, batching=BatchingConfig(prompt_token_cap=16))
+    eng = LLMEngine("tiny", EngineConfig(max_num_seqs=2, batching=BatchingConfig(prompt_token_cap=16)))
     assert [o.token_ids for o in eng.generate(MIXED, GREEDY)] == sequential
 
 
 def test_preemption_under_kv_pressure_equals_ample_kv(sequential):
-    eng = LLMEngine("tiny", num_blocks=12, block_size=16)  # 192 slots for ~440 tokens of work
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=12, block_size=16))  # 192 slots for ~440 tokens of work
     outs = eng.generate(MIXED, GREEDY)
     assert [o.token_ids for o in outs] == sequential
     assert eng.scheduler.num_preemptions > 0
@@ -73,7 +73,7 @@ def test_preemption_under_kv_pressure_equals_ample_kv(sequential):
 def test_logits_of_batched_and_chunked_runs_match_closely():
     params = SamplingParams(max_tokens=4, ignore_eos=True, return_logits=True)
     alone = LLMEngine("tiny").generate([MIXED[4]], params)[0]
-    mixed = LLMEngine("tiny", batching=BatchingConfig(chunk_size=5)).generate(MIXED, params)[4]
+    mixed = LLMEngine("tiny", EngineConfig(batching=BatchingConfig(chunk_size=5))).generate(MIXED, params)[4]
     torch.testing.assert_close(torch.stack(mixed.logits), torch.stack(alone.logits), rtol=0, atol=1e-5)
 
 
@@ -83,8 +83,8 @@ def test_logits_of_batched_and_chunked_runs_match_closely():
        num_blocks=st.integers(4, 16), block_size=st.sampled_from([4, 8]),
        chunk=st.sampled_from([None, 3, 8]))
 def test_random_workload_returns_every_block_and_never_shares(lens, max_tokens, num_blocks, block_size, chunk):
-    eng = LLMEngine("tiny", num_blocks=num_blocks, block_size=block_size,
-                    batching=BatchingConfig(chunk_size=chunk or 0, prompt_token_cap=32))
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=num_blocks, block_size=block_size,
+                                         batching=BatchingConfig(chunk_size=chunk or 0, prompt_token_cap=32)))
     cap = num_blocks * block_size
     todo = {}
     for p, m in zip(prompts([min(n, cap - 1) for n in lens], seed=len(lens)), max_tokens):
@@ -115,13 +115,13 @@ def test_random_workload_returns_every_block_and_never_shares(lens, max_tokens, 
 def test_prefill_on_a_then_decode_on_b_equals_a_alone(params):
     prompt = MIXED[5 - 1]
     alone = LLMEngine("tiny").generate([prompt], params)[0].token_ids
-    a, b = LLMEngine("tiny", seed=123), LLMEngine("tiny", seed=456)
+    a, b = LLMEngine("tiny", EngineConfig(seed=123)), LLMEngine("tiny", EngineConfig(seed=456))
     first = a.prefill_only(prompt, params)
     assert first.finish_reason == "prefill" and not first.finished
     assert first.kv.num_tokens == len(prompt)
     assert a.blocks.num_free == a.blocks.num_blocks  # A keeps nothing
     wire = KVExport.from_bytes(first.kv.metadata(), first.kv.to_bytes())  # what the transport does
-    rid = b.add_request_with_kv(prompt, first.token, wire, params)
+    rid = b.kv_host.add_request_with_kv(prompt, first.token, wire, params)
     tokens = None
     while b.has_unfinished():
         for out in b.step():
@@ -143,7 +143,7 @@ def test_split_continues_alongside_other_requests(sequential):
     step_b()
     for i in range(3, len(MIXED)):
         first = a.prefill_only(MIXED[i], GREEDY)
-        b_ids[b.add_request_with_kv(MIXED[i], first.token, first.kv, GREEDY)] = i
+        b_ids[b.kv_host.add_request_with_kv(MIXED[i], first.token, first.kv, GREEDY)] = i
         step_b()
     while b.has_unfinished():
         step_b()
@@ -152,13 +152,13 @@ def test_split_continues_alongside_other_requests(sequential):
 
 
 def test_export_import_round_trip_is_exact():
-    eng = LLMEngine("tiny", block_size=4)
-    other = LLMEngine("tiny", block_size=8)
+    eng = LLMEngine("tiny", EngineConfig(block_size=4))
+    other = LLMEngine("tiny", EngineConfig(block_size=8))
     eng.add_request(MIXED[3], SamplingParams(max_tokens=1))
     eng.step()  # the request finishes; re-add one that keeps its blocks
     rid = eng.add_request(MIXED[4], SamplingParams(max_tokens=50, ignore_eos=True))
     eng.step()
-    kv = eng.export_kv(rid)
+    kv = eng.kv_host.export_kv(rid)
     assert kv.data.shape == (2, 2, 64, 2, 16) and kv.data.is_contiguous()
     assert kv.layer(1).is_contiguous()
     meta, raw = kv.metadata(), kv.to_bytes()
@@ -175,23 +175,23 @@ def test_import_of_wrong_shape_or_length_is_refused():
     a = LLMEngine("tiny")
     first = a.prefill_only(MIXED[2], GREEDY)
     with pytest.raises(UserError, match="covers"):
-        a.add_request_with_kv(MIXED[2][:-1], first.token, first.kv, GREEDY)
+        a.kv_host.add_request_with_kv(MIXED[2][:-1], first.token, first.kv, GREEDY)
     bad = KVExport(first.kv.data[:1].contiguous())
     with pytest.raises(UserError, match="does not match"):
-        a.add_request_with_kv(MIXED[2], first.token, bad, GREEDY)
+        a.kv_host.add_request_with_kv(MIXED[2], first.token, bad, GREEDY)
     assert a.blocks.num_free == a.blocks.num_blocks and not a.has_unfinished()
 
 
 # ---- limits and stopping ----------------------------------------------------------------------
 
 def test_prompt_longer_than_context_is_a_clear_error():
-    eng = LLMEngine("tiny", max_model_len=64)
+    eng = LLMEngine("tiny", EngineConfig(max_model_len=64))
     with pytest.raises(UserError, match="prompt has 64 tokens but the model context is 64"):
         eng.add_request(list(range(3, 67)))
 
 
 def test_prompt_longer_than_kv_capacity_is_a_clear_error():
-    eng = LLMEngine("tiny", num_blocks=2, block_size=16)
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=2, block_size=16))
     with pytest.raises(UserError, match="KV cache holds only 32 tokens"):
         eng.add_request(list(range(3, 43)))
 
@@ -202,7 +202,7 @@ def test_bad_token_ids_are_refused():
 
 
 def test_generation_stops_at_context_end():
-    eng = LLMEngine("tiny", max_model_len=20)
+    eng = LLMEngine("tiny", EngineConfig(max_model_len=20))
     out = eng.generate([MIXED[2]], SamplingParams(max_tokens=100, ignore_eos=True))[0]
     assert len(out.token_ids) == 3 and out.finish_reason == "length"
 
@@ -240,7 +240,7 @@ def test_text_prompts_use_the_tokenizer():
 def test_logits_of_few_rows_equal_the_plain_product(rows):
     """compute_logits multiplies w @ h.T for up to FEW_ROWS rows on CPU (a faster kernel there);
     the logits are those of h @ w.T, to float32 rounding."""
-    eng = LLMEngine("tiny", device="cpu", tokenizer=None)
+    eng = LLMEngine("tiny", EngineConfig(device="cpu", tokenizer=None))
     h = torch.randn(rows, eng.cfg.hidden_size, generator=torch.Generator().manual_seed(rows))
     got = eng.model.compute_logits(h)
     assert got.shape == (rows, eng.cfg.vocab_size) and got.is_contiguous()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
@@ -17,8 +17,8 @@ GREEDY = SamplingParams(max_tokens=24, ignore_eos=True, return_logits=True)
 
 
 def test_cuda_graph_decode_equals_eager():
-    eager = LLMEngine("tiny", device="cuda", dtype="float32").generate(PROMPTS, GREEDY)
-    graphed_engine = LLMEngine("tiny", device="cuda", dtype="float32", cuda_graphs=True, max_num_seqs=16)
+    eager = LLMEngine("tiny", EngineConfig(device="cuda", dtype="float32")).generate(PROMPTS, GREEDY)
+    graphed_engine = LLMEngine("tiny", EngineConfig(device="cuda", dtype="float32", cuda_graphs=True, max_num_seqs=16))
     graphed = graphed_engine.generate(PROMPTS, GREEDY)
     assert graphed_engine.graphs.graphs, "no decode step ran through a CUDA graph"
     for e, g in zip(eager, graphed):
@@ -29,9 +29,10 @@ def test_cuda_graph_decode_equals_eager():
 def test_cuda_graphs_survive_preemption_and_odd_batch_sizes():
     # the reference is eager on CUDA: a preset's random weights are drawn on its device, and CUDA's
     # generator gives other numbers than the CPU's (first run on an H100: CPU-drawn tokens differed)
-    ref = [o.token_ids for o in LLMEngine("tiny", device="cuda", dtype="float32").generate(PROMPTS, GREEDY)]
-    eng = LLMEngine("tiny", device="cuda", dtype="float32", cuda_graphs=True, num_blocks=14,
-                    block_size=8, max_num_seqs=5)
+    eager = LLMEngine("tiny", EngineConfig(device="cuda", dtype="float32"))
+    ref = [o.token_ids for o in eager.generate(PROMPTS, GREEDY)]
+    eng = LLMEngine("tiny", EngineConfig(device="cuda", dtype="float32", cuda_graphs=True, num_blocks=14,
+                                         block_size=8, max_num_seqs=5))
     assert [o.token_ids for o in eng.generate(PROMPTS, GREEDY)] == ref
     assert eng.blocks.num_free == 14
 
@@ -39,7 +40,7 @@ def test_cuda_graphs_survive_preemption_and_odd_batch_sizes():
 def test_cuda_fp32_matches_transformers(checkpoints):
     path, hf = checkpoints["llama"]
     prompt = PROMPTS[5]
-    out = LLMEngine(path, device="cuda", dtype="float32").generate([prompt], GREEDY)[0]
+    out = LLMEngine(path, EngineConfig(device="cuda", dtype="float32")).generate([prompt], GREEDY)[0]
     with torch.no_grad():
         ref = hf(torch.tensor([prompt + out.token_ids[:-1]])).logits[0, len(prompt) - 1:]
     assert (torch.stack(out.logits) - ref).abs().max().item() < 1e-3
@@ -49,18 +50,19 @@ def test_cuda_bf16_is_close_to_cpu_fp32(checkpoints):
     path, _ = checkpoints["qwen2"]
     params = SamplingParams(max_tokens=1, return_logits=True)
     cpu = LLMEngine(path).generate([PROMPTS[5]], params)[0].logits[0]
-    gpu = LLMEngine(path, device="cuda", dtype="bfloat16").generate([PROMPTS[5]], params)[0].logits[0]
+    gpu = LLMEngine(path, EngineConfig(device="cuda", dtype="bfloat16")).generate([PROMPTS[5]], params)[0].logits[0]
     assert (cpu - gpu).abs().max().item() < 0.25 * cpu.abs().max().item()
 
 
 def test_split_from_gpu_prompt_worker_to_gpu_token_worker():
-    a = LLMEngine("tiny", device="cuda", dtype="bfloat16")
-    b = LLMEngine("tiny", device="cuda", dtype="bfloat16", cuda_graphs=True)
+    a = LLMEngine("tiny", EngineConfig(device="cuda", dtype="bfloat16"))
+    b = LLMEngine("tiny", EngineConfig(device="cuda", dtype="bfloat16", cuda_graphs=True))
     params = SamplingParams(max_tokens=16, ignore_eos=True)
-    alone = LLMEngine("tiny", device="cuda", dtype="bfloat16", cuda_graphs=True).generate([PROMPTS[3]], params)[0]
+    graphed = LLMEngine("tiny", EngineConfig(device="cuda", dtype="bfloat16", cuda_graphs=True))
+    alone = graphed.generate([PROMPTS[3]], params)[0]
     first = a.prefill_only(PROMPTS[3], params)
     assert first.kv.data.device.type == "cuda" and first.kv.data.dtype == torch.bfloat16
-    b.add_request_with_kv(PROMPTS[3], first.token, first.kv, params)
+    b.kv_host.add_request_with_kv(PROMPTS[3], first.token, first.kv, params)
     tokens = None
     while b.has_unfinished():
         for out in b.step():
@@ -73,7 +75,7 @@ def test_prompt_attention_stays_off_cudnn():
     # H200 (benchmarks/engine/README.md); the engine keeps SDPA to the other backends
     from torch.profiler import ProfilerActivity, profile
 
-    eng = LLMEngine("tiny", device="cuda", dtype="bfloat16")
+    eng = LLMEngine("tiny", EngineConfig(device="cuda", dtype="bfloat16"))
     eng.generate([PROMPTS[3]], SamplingParams(max_tokens=2, ignore_eos=True))
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         eng.generate([PROMPTS[5], PROMPTS[7]], SamplingParams(max_tokens=2, ignore_eos=True))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from splitserve.policy.machine import BatchingConfig
-from splitserve.engine.engine import LLMEngine, StepFailed
+from splitserve.engine.engine import EngineConfig, LLMEngine, StepFailed
 from splitserve.engine.sampler import SamplingParams
 
 PARAMS = SamplingParams(max_tokens=6, ignore_eos=True)
@@ -68,7 +68,7 @@ def break_on(eng, monkeypatch, where, rid, num_output):
 
 @pytest.mark.parametrize("where", ["model", "sampler", "append"])
 def test_a_failing_step_aborts_only_its_batch(monkeypatch, where):
-    eng = LLMEngine("tiny", max_num_seqs=2, num_blocks=16, block_size=4)
+    eng = LLMEngine("tiny", EngineConfig(max_num_seqs=2, num_blocks=16, block_size=4))
     for rid, p in zip("abw", P):
         eng.add_request(p, PARAMS, rid)  # w waits: max_num_seqs
     break_on(eng, monkeypatch, where, "b", 2)
@@ -134,7 +134,7 @@ def spy_on_steps(eng, monkeypatch):
 
 
 def test_an_isolated_request_never_shares_a_step(monkeypatch):
-    eng = LLMEngine("tiny", block_size=4)
+    eng = LLMEngine("tiny", EngineConfig(block_size=4))
     steps = spy_on_steps(eng, monkeypatch)
     short = SamplingParams(max_tokens=2, ignore_eos=True)
     long = SamplingParams(max_tokens=4, ignore_eos=True)
@@ -169,7 +169,8 @@ def test_isolation_under_kv_pressure_gives_the_same_tokens(monkeypatch, chunk):
     """With preemptions and chunked prefill, isolated requests still run alone and every request
     gets the tokens it gets alone."""
     ps = prompts([5, 17, 33, 3, 40, 9], seed=1)
-    eng = LLMEngine("tiny", num_blocks=10, block_size=8, batching=BatchingConfig(chunk_size=chunk or 0, prompt_token_cap=32))
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=10, block_size=8,
+                                         batching=BatchingConfig(chunk_size=chunk or 0, prompt_token_cap=32)))
     steps = spy_on_steps(eng, monkeypatch)
     isolated = {"1", "4"}
     params = SamplingParams(max_tokens=12, ignore_eos=True)
@@ -196,12 +197,12 @@ def test_isolated_requests_from_a_prompt_worker(monkeypatch, handoff):
     b.step()
     first = a.prefill_only(P[1], PARAMS, "s")
     if handoff == "import":
-        b.add_request_with_kv(P[1], first.token, first.kv, PARAMS, "s", isolated=True)
+        b.kv_host.add_request_with_kv(P[1], first.token, first.kv, PARAMS, "s", isolated=True)
     else:
-        b.reserve_kv(P[1], PARAMS, "s", isolated=True)
+        b.kv_host.reserve_kv(P[1], PARAMS, "s", isolated=True)
         for layer in range(first.kv.num_layers):
-            b.write_kv_layer("s", layer, first.kv.layer(layer))
-        b.start_reserved("s", first.token)
+            b.kv_host.write_kv_layer("s", layer, first.kv.layer(layer))
+        b.kv_host.start_reserved("s", first.token)
     break_on(b, monkeypatch, "model", "s", 3)
     steps = spy_on_steps(b, monkeypatch)
     final, failed = {}, []

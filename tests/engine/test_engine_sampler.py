@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import Sampler, SamplingParams, filter_logits
 from splitserve.errors import UserError
 
@@ -69,7 +69,7 @@ def test_top_k_and_top_p_filter():
 
 def test_engine_sampling_is_reproducible_with_a_seed():
     p = SamplingParams(max_tokens=20, temperature=1.0, top_p=0.95, seed=5, ignore_eos=True)
-    runs = [LLMEngine("tiny", seed=s).generate([[1, 50, 60]], p)[0].token_ids for s in (0, 1)]
+    runs = [LLMEngine("tiny", EngineConfig(seed=s)).generate([[1, 50, 60]], p)[0].token_ids for s in (0, 1)]
     assert runs[0] == runs[1]
     other = LLMEngine("tiny").generate([[1, 50, 60]], SamplingParams(
         max_tokens=20, temperature=1.0, top_p=0.95, seed=6, ignore_eos=True))[0].token_ids
@@ -78,7 +78,7 @@ def test_engine_sampling_is_reproducible_with_a_seed():
 
 def test_unseeded_sampling_follows_the_engine_seed():
     p = SamplingParams(max_tokens=20, temperature=1.0, ignore_eos=True)
-    a, b, c = (LLMEngine("tiny", seed=s).generate([[1, 50, 60]], p)[0].token_ids for s in (3, 3, 4))
+    a, b, c = (LLMEngine("tiny", EngineConfig(seed=s)).generate([[1, 50, 60]], p)[0].token_ids for s in (3, 3, 4))
     assert a == b and a != c
 
 
@@ -269,20 +269,20 @@ def test_penalties_and_bias_are_the_same_across_the_split(sampling, handoff):
     alone = LLMEngine("tiny").generate([HELLO], params)[0].token_ids
     plain = LLMEngine("tiny").generate([HELLO], SamplingParams(max_tokens=16, ignore_eos=True))[0].token_ids
     assert alone != plain  # the parameters matter here
-    a, b = LLMEngine("tiny", seed=1), LLMEngine("tiny", seed=2)
+    a, b = LLMEngine("tiny", EngineConfig(seed=1)), LLMEngine("tiny", EngineConfig(seed=2))
     b.add_request([1, 60, 70], SamplingParams(max_tokens=30, ignore_eos=True))  # B is busy with another request
     b.step()
     a.add_request([1, 80, 90, 100], SamplingParams(max_tokens=3, presence_penalty=1.0))  # and so is A
     prompt = a.encode(HELLO)
     first = a.prefill_only(prompt, params)
     if handoff == "import":
-        rid = b.add_request_with_kv(prompt, first.token, first.kv, params)
+        rid = b.kv_host.add_request_with_kv(prompt, first.token, first.kv, params)
     else:
         rid = "r"
-        b.reserve_kv(prompt, params, rid)
+        b.kv_host.reserve_kv(prompt, params, rid)
         for layer in range(first.kv.num_layers):
-            b.write_kv_layer(rid, layer, first.kv.layer(layer))
-        b.start_reserved(rid, first.token)
+            b.kv_host.write_kv_layer(rid, layer, first.kv.layer(layer))
+        b.kv_host.start_reserved(rid, first.token)
     tokens = None
     while b.has_unfinished():
         for out in b.step():

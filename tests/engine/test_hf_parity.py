@@ -9,7 +9,7 @@ import torch
 from hf_checkpoints import make_checkpoint
 
 from splitserve.engine.config import ModelConfig, rope_inv_freq
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 
 PROMPT = [1] + [(7 * i + 3) % 250 + 3 for i in range(24)]
@@ -23,7 +23,7 @@ def hf_logits(hf, ids: list[int]) -> torch.Tensor:
 
 
 def engine_run(path, steps=DECODE_STEPS, **kw):
-    eng = LLMEngine(path, device="cpu", dtype="float32", **kw)
+    eng = LLMEngine(path, EngineConfig(device="cpu", dtype="float32", **kw))
     params = SamplingParams(max_tokens=steps + 1, ignore_eos=True, return_logits=True)
     return eng.generate([PROMPT], params)[0]
 

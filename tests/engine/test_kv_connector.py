@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from splitserve.engine.engine import LLMEngine, StepFailed
+from splitserve.engine.engine import EngineConfig, LLMEngine, StepFailed
 from splitserve.engine.kv_connector import KVFinished, PromptChunk
 from splitserve.engine.kv_memory import InMemoryConnector, InMemoryWhere
 from splitserve.engine.sampler import SamplingParams
@@ -29,8 +29,8 @@ def alone(prompt, params):
 
 def pair(threshold=LAYERWISE, chunk_size=0, timeout_s=None, a_cls=InMemoryConnector):
     a_conn, b_conn = a_cls(threshold=threshold), InMemoryConnector(timeout_s=timeout_s)
-    a = LLMEngine("tiny", seed=11, connector=a_conn, batching=BatchingConfig(chunk_size=chunk_size))
-    b = LLMEngine("tiny", seed=22)
+    a = LLMEngine("tiny", EngineConfig(seed=11, batching=BatchingConfig(chunk_size=chunk_size)), connector=a_conn)
+    b = LLMEngine("tiny", EngineConfig(seed=22))
     b.connector = b_conn  # attached after construction works too
     return a, a_conn, b, b_conn
 
@@ -47,9 +47,9 @@ def drain(eng) -> dict[str, list[int]]:
 
 def all_free(*engines) -> bool:
     for e in engines:
-        e.sync_kv()
+        e.kv_host.sync_kv()
         e.blocks.check()
-    return all(e.blocks.num_free == e.blocks.num_blocks and e.num_reserved == 0 for e in engines)
+    return all(e.blocks.num_free == e.blocks.num_blocks and e.kv_host.num_reserved == 0 for e in engines)
 
 
 # ---- a request handed over, token for token -----------------------------------------------------
@@ -63,13 +63,13 @@ def test_a_prefills_b_decodes_as_one_engine(params, threshold, mode, chunk_size)
     b.step()
     a.add_request([1, 80, 90, 100], SamplingParams(max_tokens=5), "a-other")
     where = b_conn.reserve("r", PROMPT, params)
-    assert b.num_reserved == 1 and not b_conn.get_finished()
+    assert b.kv_host.num_reserved == 1 and not b_conn.get_finished()
     a_conn.send_to("r", where)
     first = a.prefill_only(PROMPT, params, request_id="r")
     assert first.finish_reason == "prefill"
     assert (first.kv is None) == (mode == "layerwise")  # streamed: no whole-cache copy made
     assert b_conn.modes == {"r": mode} and b_conn.incoming == {}  # complete: waiting for B to start it
-    assert b.num_reserved == 1 and b_conn.events == []
+    assert b.kv_host.num_reserved == 1 and b_conn.events == []
     final = drain(b)
     assert [first.token] + final["r"][1:] == want and final["r"] == want
     assert b_conn.events == [("kv_in", "r", mode)] and b_conn.stray == 0
@@ -109,7 +109,7 @@ def test_a_request_dropped_before_its_kv_went_frees_the_reservation():
     a_conn.send_to("r", b_conn.reserve("r", PROMPT, GREEDY))
     a.add_request(PROMPT, GREEDY, "r", prefill_only=True)
     a.step()                               # its first chunk ran
-    assert b.num_reserved == 1
+    assert b.kv_host.num_reserved == 1
     a.abort("r")                           # the router dropped it: nothing more goes to B
     assert not a_conn.plans and not a.has_unfinished()
     assert not b.has_unfinished() and all_free(a, b)
@@ -154,7 +154,7 @@ def test_a_released_reservation_takes_no_kv():
 def test_a_reservation_that_never_completes_times_out():
     a, a_conn, b, b_conn = pair(timeout_s=0.05)
     b_conn.reserve("r", PROMPT, GREEDY)
-    assert not b.has_unfinished() and b.num_reserved == 1
+    assert not b.has_unfinished() and b.kv_host.num_reserved == 1
     time.sleep(0.06)
     assert not b.has_unfinished()  # the engine asked, the connector let the blocks go
     assert b_conn.events == [("kv_fail", "r", "timed out after 0.05 s")] and all_free(b)
@@ -172,36 +172,36 @@ def test_a_request_that_cannot_start_is_reported_and_freed():
 
 
 def test_a_reservation_that_does_not_fit_is_refused():
-    b = LLMEngine("tiny", num_blocks=4, connector=(conn := InMemoryConnector()))
+    b = LLMEngine("tiny", EngineConfig(num_blocks=4), connector=(conn := InMemoryConnector()))
     conn.reserve("r", PROMPT, GREEDY)  # 53 + 11 tokens: the whole cache
     with pytest.raises(UserError, match="no room"):
         conn.reserve("s", PROMPT[:5], GREEDY)
-    assert list(conn.incoming) == ["r"] and b.num_reserved == 1
+    assert list(conn.incoming) == ["r"] and b.kv_host.num_reserved == 1
     assert conn.release("r") and all_free(b)
     conn.reserve("s", PROMPT[:5], GREEDY)  # the blocks let go are free for the next one at once
 
 
 # ---- the host side of the contract ---------------------------------------------------------------
 def test_host_methods_check_what_they_are_given():
-    b = LLMEngine("tiny", block_size=4)
-    layout = b.kv_layout
+    b = LLMEngine("tiny", EngineConfig(block_size=4))
+    layout = b.kv_host.kv_layout
     assert (layout.num_layers, layout.num_kv_heads, layout.head_dim, layout.block_size) == (2, 2, 16, 4)
     assert layout.bytes_per_token == 2 * 2 * 2 * 16 * 4 and layout.layer_shape(3) == (2, 3, 2, 16)
-    assert b.kv_slot_ids([5, 2], 6).tolist() == [20, 21, 22, 23, 8, 9]
+    assert b.kv_host.kv_slot_ids([5, 2], 6).tolist() == [20, 21, 22, 23, 8, 9]
     with pytest.raises(ValueError, match="do not hold"):
-        b.kv_slot_ids([5], 6)
+        b.kv_host.kv_slot_ids([5], 6)
     ok = torch.zeros(2, 6, 2, 16)
     with pytest.raises(UserError, match="no KV reservation"):
-        b.write_kv_layer("nobody", 0, ok)
-    blocks = b.reserve_kv(list(range(1, 7)), GREEDY, "r")
+        b.kv_host.write_kv_layer("nobody", 0, ok)
+    blocks = b.kv_host.reserve_kv(list(range(1, 7)), GREEDY, "r")
     assert len(blocks) == 2  # 6 prompt tokens and the first token, in blocks of 4
     for layer, data in ((2, ok), (0, torch.zeros(2, 9, 2, 16)), (0, torch.zeros(2, 6, 3, 16)), (0, ok[0])):
         with pytest.raises(UserError, match="does not fit"):
-            b.write_kv_layer("r", layer, data)
-    b.write_kv_layer("r", 1, ok + 1)
-    slots = b.kv_slot_ids(blocks, 6)
+            b.kv_host.write_kv_layer("r", layer, data)
+    b.kv_host.write_kv_layer("r", 1, ok + 1)
+    slots = b.kv_host.kv_slot_ids(blocks, 6)
     assert torch.equal(b.kv.data[1].view(2, -1, 2, 16)[:, slots], ok + 1)
-    assert b.release_kv("r") and all_free(b)
+    assert b.kv_host.release_kv("r") and all_free(b)
 
 
 # ---- the order of the calls -----------------------------------------------------------------------
@@ -319,7 +319,7 @@ def test_prompt_chunks_name_what_finishes():
             seen.append(prompts)
             return ()
 
-    a = LLMEngine("tiny", connector=Spy(), batching=BatchingConfig(chunk_size=20))
+    a = LLMEngine("tiny", EngineConfig(batching=BatchingConfig(chunk_size=20)), connector=Spy())
     a.add_request(PROMPT, GREEDY, "p", prefill_only=True)
     drain(a)
     assert seen == [[PromptChunk("p", 20, 53, False)], [PromptChunk("p", 20, 53, False)],

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import pytest
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.kv_cache import KVExport
 from splitserve.engine.sampler import SamplingParams
 from splitserve.engine.scheduler import NoRoom
@@ -25,7 +25,7 @@ def test_the_hand_computed_schedule_runs_on_real_blocks():
     """Three 6-token prompts, 10 tokens each, 6 blocks of 4 (tests/policy/test_kv_allocation.py
     computes it by hand): all prefill at once; at token 4 C goes so that A and B grow, at token 8 B
     goes for A; B recomputes when A is done. Every token is the one a run alone makes."""
-    eng = LLMEngine("tiny", num_blocks=6, block_size=4, batching=ON_DEMAND, prefix_caching=False)
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=6, block_size=4, batching=ON_DEMAND, prefix_caching=False))
     steps = record(eng)
     prompts = {name: ids(6, i) for i, name in enumerate("ABC")}
     for name, p in prompts.items():
@@ -47,8 +47,9 @@ def test_a_chat_request_without_max_tokens_holds_its_prompt_not_the_context():
     the splitwise rules each new prompt would preempt it in turn)."""
     running = {}
     for alloc in ("reserve", "on-demand"):
-        eng = LLMEngine("tiny", num_blocks=32, block_size=16,
-                        batching=BatchingConfig(kv_allocation=alloc, preemption_limit=0), prefix_caching=False)
+        eng = LLMEngine("tiny", EngineConfig(num_blocks=32, block_size=16,
+                                             batching=BatchingConfig(kv_allocation=alloc, preemption_limit=0),
+                                             prefix_caching=False))
         for i in range(8):
             eng.add_request(ids(50, i), SamplingParams(max_tokens=512 - 50, ignore_eos=True), str(i))
         eng.step()                                             # the prefills
@@ -60,12 +61,12 @@ def test_a_chat_request_without_max_tokens_holds_its_prompt_not_the_context():
 def test_a_reservation_that_does_not_fit_now_says_so():
     """A token engine's reservation beyond its free blocks raises NoRoom (the router lets the
     request wait); one that fits takes the prompt's and the first token's blocks only."""
-    eng = LLMEngine("tiny", num_blocks=4, block_size=16, batching=ON_DEMAND)
-    eng.reserve_kv(ids(30, 1), SamplingParams(max_tokens=200, ignore_eos=True), "a")
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=4, block_size=16, batching=ON_DEMAND))
+    eng.kv_host.reserve_kv(ids(30, 1), SamplingParams(max_tokens=200, ignore_eos=True), "a")
     assert eng.scheduler.m.kv_used == 32                      # kv_round(30 + 1), not 230
-    eng.reserve_kv(ids(20, 2), SamplingParams(max_tokens=200, ignore_eos=True), "b")
+    eng.kv_host.reserve_kv(ids(20, 2), SamplingParams(max_tokens=200, ignore_eos=True), "b")
     try:
-        eng.reserve_kv(ids(20, 3), SamplingParams(max_tokens=5, ignore_eos=True), "c")
+        eng.kv_host.reserve_kv(ids(20, 3), SamplingParams(max_tokens=5, ignore_eos=True), "c")
     except NoRoom as e:
         assert "no room" in str(e)
     else:
@@ -92,7 +93,7 @@ def pressure(draw):
 @given(pressure())
 def test_under_pressure_tokens_are_unchanged_and_every_block_comes_back(w):
     bs, num_blocks, reqs, cfg, caching = w
-    eng = LLMEngine("tiny", num_blocks=num_blocks, block_size=bs, batching=cfg, prefix_caching=caching)
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=num_blocks, block_size=bs, batching=cfg, prefix_caching=caching))
     m = eng.scheduler.m
     want, done, todo = {}, {}, list(enumerate(reqs))
     while todo or eng.has_unfinished():
@@ -130,11 +131,11 @@ def test_a_decode_resumed_through_the_prompt_pool_makes_the_tokens_it_would_have
     prompt = ids(20, 4)
     alone_tokens = LLMEngine("tiny").generate([prompt], params)[0].token_ids
     g = 6
-    a, b = LLMEngine("tiny", seed=11), LLMEngine("tiny", seed=22)
+    a, b = LLMEngine("tiny", EngineConfig(seed=11)), LLMEngine("tiny", EngineConfig(seed=22))
     first = a.prefill_only(prompt + alone_tokens[:g], params, resumed=g)
     assert first.token == alone_tokens[g] and first.kv.num_tokens == len(prompt) + g
     wire = KVExport.from_bytes(first.kv.metadata(), first.kv.to_bytes())
-    rid = b.add_request_with_kv(prompt + alone_tokens[:g], first.token, wire, params, resumed=g)
+    rid = b.kv_host.add_request_with_kv(prompt + alone_tokens[:g], first.token, wire, params, resumed=g)
     out = None
     while b.has_unfinished():
         for o in b.step():

@@ -9,7 +9,7 @@ import pytest
 import torch
 from engine_runs import run_to_end
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 from splitserve.errors import UserError
 from splitserve.policy.machine import BatchingConfig
@@ -22,7 +22,7 @@ TOL = 1e-4
 
 def test_logprobs_equal_transformers_log_softmax(checkpoints):
     path, hf = checkpoints["llama"]
-    eng = LLMEngine(path, device="cpu", dtype="float32")
+    eng = LLMEngine(path, EngineConfig(device="cpu", dtype="float32"))
     out = run_to_end(eng, [PROMPT], SamplingParams(max_tokens=8, ignore_eos=True, logprobs=5, prompt_logprobs=3))[0]
     with torch.no_grad():
         ref = torch.log_softmax(hf(torch.tensor([PROMPT + out.token_ids[:-1]])).logits[0].float(), -1)
@@ -44,8 +44,8 @@ def test_the_same_whole_chunked_preempted_or_beside_a_cached_prefix():
     prompts = [[1] + torch.randint(3, 259, (n,), generator=g).tolist() for n in (40, 70, 25)]
     params = SamplingParams(max_tokens=12, ignore_eos=True, logprobs=2, prompt_logprobs=2)
     whole = run_to_end(LLMEngine("tiny"), prompts, params)
-    chunked = LLMEngine("tiny", batching=BatchingConfig(chunk_size=16, prompt_token_cap=64))
-    tight = LLMEngine("tiny", num_blocks=9, block_size=16)
+    chunked = LLMEngine("tiny", EngineConfig(batching=BatchingConfig(chunk_size=16, prompt_token_cap=64)))
+    tight = LLMEngine("tiny", EngineConfig(num_blocks=9, block_size=16))
     for eng in (chunked, tight):
         got = run_to_end(eng, prompts, params)
         for a, b in zip(whole, got):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 from splitserve.policy.machine import BatchingConfig
 from splitserve.policy.schedulers import SCHEDULERS
@@ -31,8 +31,8 @@ def sequential():
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
 def test_every_scheduler_runs_on_the_engine(sequential, name):
     for num_blocks in (None, 12):   # ample KV, then 192 slots for ~440 tokens of work
-        eng = LLMEngine("tiny", num_blocks=num_blocks, block_size=16, max_num_seqs=4,
-                        batching=BatchingConfig(scheduler=name, prompt_token_cap=64))
+        eng = LLMEngine("tiny", EngineConfig(num_blocks=num_blocks, block_size=16, max_num_seqs=4,
+                                             batching=BatchingConfig(scheduler=name, prompt_token_cap=64)))
         assert [o.token_ids for o in eng.generate(MIXED, GREEDY)] == sequential
         assert eng.blocks.num_free == eng.blocks.num_blocks
         if num_blocks and name in ("splitwise", "vllm", "sarathi"):

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splitserve.engine.block_manager import BlockManager
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.policy.prefix_cache import ROOT, block_hash, extend_hashes
 from splitserve.engine.sampler import SamplingParams
 from splitserve.policy.machine import BatchingConfig
@@ -37,11 +37,11 @@ def test_sharing_reference_counts_and_eviction_order_by_hand():
     h1, h2 = 11, 22
     bm.allocate("a", 8)                        # blocks 0, 1
     assert bm.block_table("a") == [0, 1]
-    bm.register(0, h1)
-    bm.register(1, h2)
-    bm.register(1, 99)                         # a block has one name
+    bm.cache.register(0, h1)
+    bm.cache.register(1, h2)
+    bm.cache.register(1, 99)                         # a block has one name
     bm.free("a")                               # freed last to first: 1 then 0
-    assert bm.num_free == 6 and bm.num_cached == 2 and bm.cached_prefix([h1, h2, 33]) == [0, 1]
+    assert bm.num_free == 6 and bm.cache.num_cached == 2 and bm.cache.lookup([h1, h2, 33]) == [0, 1]
     bm.attach("b", [0, 1])
     assert [bm.ref_count(b) for b in (0, 1)] == [1, 1] and bm.num_free == 4 and bm.num_tokens("b") == 8
     bm.attach("b2", [0])                       # a second sharer of block 0
@@ -49,14 +49,14 @@ def test_sharing_reference_counts_and_eviction_order_by_hand():
     bm.append("b", 10)                         # grows past the shared blocks into a new one
     assert bm.block_table("b") == [0, 1, 2]
     bm.allocate("c", 12)                       # the uncached free blocks first: 3, 4, 5
-    assert bm.block_table("c") == [3, 4, 5] and bm.evictions == 0
+    assert bm.block_table("c") == [3, 4, 5] and bm.cache.evictions == 0
     bm.free("b")                               # 2 (uncached) back; 1 cached, free; 0 still held by b2
     assert bm.ref_count(0) == 1 and bm.num_free == 2
     bm.free("b2")
-    assert bm.num_free == 3 and bm.cached_prefix([h1, h2]) == [0, 1]
+    assert bm.num_free == 3 and bm.cache.lookup([h1, h2]) == [0, 1]
     bm.allocate("d", 8)                        # uncached 2, then the least recently freed cached: 1
-    assert bm.block_table("d") == [2, 1] and bm.evictions == 1
-    assert bm.cached_prefix([h1, h2]) == [0]   # its prefix stays, its tail went
+    assert bm.block_table("d") == [2, 1] and bm.cache.evictions == 1
+    assert bm.cache.lookup([h1, h2]) == [0]   # its prefix stays, its tail went
     bm.check()
     for s in ("c", "d"):
         bm.free(s)
@@ -69,8 +69,8 @@ def test_sharing_reference_counts_and_eviction_order_by_hand():
 def test_nothing_is_cached_when_caching_is_off():
     bm = BlockManager(4, 4)
     bm.allocate("a", 4)
-    bm.register(0, 11)
-    assert bm.num_cached == 0 and bm.cached_prefix([11]) == []
+    bm.cache.register(0, 11)
+    assert bm.cache.num_cached == 0 and bm.cache.lookup([11]) == []
 
 
 
@@ -80,8 +80,9 @@ def test_a_shared_prefix_is_computed_once():
     system = [1] + torch.randint(3, 259, (40,), generator=g).tolist()          # 41 tokens: 10 full blocks of 4
     asks = [system + torch.randint(3, 259, (7,), generator=g).tolist() for _ in range(3)]
     params = SamplingParams(max_tokens=6, ignore_eos=True)
-    off = [o.token_ids for o in run_to_end(LLMEngine("tiny", block_size=4, prefix_caching=False), asks, params)]
-    eng = LLMEngine("tiny", block_size=4)
+    uncached = LLMEngine("tiny", EngineConfig(block_size=4, prefix_caching=False))
+    off = [o.token_ids for o in run_to_end(uncached, asks, params)]
+    eng = LLMEngine("tiny", EngineConfig(block_size=4))
     first = run_to_end(eng, asks[:1], params)[0]
     assert first.num_cached_tokens == 0 and eng.scheduler.prefix_hits == 0
     shapes = []
@@ -124,8 +125,8 @@ def test_random_streams_with_shared_prefixes_equal_caching_off(prefixes, reqs, n
         work.append((p, SamplingParams(max_tokens=max_tokens, ignore_eos=True), wait))
     outs = {}
     for caching in (False, True):
-        eng = LLMEngine("tiny", num_blocks=num_blocks, block_size=block_size, prefix_caching=caching,
-                        batching=BatchingConfig(chunk_size=chunk, prompt_token_cap=32))
+        eng = LLMEngine("tiny", EngineConfig(num_blocks=num_blocks, block_size=block_size, prefix_caching=caching,
+                                             batching=BatchingConfig(chunk_size=chunk, prompt_token_cap=32)))
         done, order = {}, []
         pending = list(work)
         while pending or eng.has_unfinished():
@@ -146,7 +147,7 @@ def test_random_streams_with_shared_prefixes_equal_caching_off(prefixes, reqs, n
                     for b in eng.blocks.block_table(seq.request_id):
                         holders.setdefault(b, set()).add(seq.request_id)
                 for b, who in holders.items():  # shared only if cached (full, written, named)
-                    assert len(who) == 1 or b in eng.blocks._hash_of, (b, who)
+                    assert len(who) == 1 or eng.blocks.cache.is_cached(b), (b, who)
                 eng.blocks.check()
         assert eng.blocks.num_free == num_blocks  # every block back (cached ones count as free)
         outs[caching] = [done[r].token_ids for r in order]
@@ -174,26 +175,27 @@ def _one_by_one(eng, prompts, params):
     return [done[i] for i in ids]
 
 
-@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("tp", [1, pytest.param(2, marks=pytest.mark.live)])  # tp 2 starts a rank process
 def test_tensor_parallel_and_ecoserve_engines_share_prefixes_losslessly(tp):
     """Rank 0 decides which blocks a prompt shares; every rank's cache holds its heads of them."""
     prompts = _shared_prefix_prompts(5, 40, 9)
     params = SamplingParams(max_tokens=8, ignore_eos=True)
-    want = [o.token_ids for o in _one_by_one(LLMEngine("tiny", block_size=8, prefix_caching=False), prompts, params)]
+    uncached = LLMEngine("tiny", EngineConfig(block_size=8, prefix_caching=False))
+    want = [o.token_ids for o in _one_by_one(uncached, prompts, params)]
     for batching in (BatchingConfig(), BatchingConfig(scheduler="ecoserve", prompt_token_cap=256)):
-        eng = LLMEngine("tiny", block_size=8, num_blocks=64, tp=tp, batching=batching)
+        eng = LLMEngine("tiny", EngineConfig(block_size=8, num_blocks=64, tp=tp, batching=batching))
         try:
             outs = _one_by_one(eng, prompts, params)
             assert [o.token_ids for o in outs] == want, (tp, batching.scheduler)
             assert [o.num_cached_tokens for o in outs] == [0, 40, 40, 40, 40]
-            assert eng.blocks.num_free == 64 and not eng.blocks.pools
+            assert eng.blocks.num_free == 64 and not eng.blocks.pools.sizes()
             eng.blocks.check()
         finally:
             eng.close()
 
 
 def test_an_aborted_sharer_gives_back_only_its_own_blocks():
-    eng = LLMEngine("tiny", block_size=4, num_blocks=32)
+    eng = LLMEngine("tiny", EngineConfig(block_size=4, num_blocks=32))
     a, b = _shared_prefix_prompts(2, 24, 6)
     params = SamplingParams(max_tokens=20, ignore_eos=True)
     ra = eng.add_request(a, params)
@@ -219,9 +221,9 @@ def test_a_prompt_with_a_cached_prefix_hands_its_whole_kv_over(threshold):
 
     prompts = _shared_prefix_prompts(3, 48, 11)
     params = SamplingParams(max_tokens=8, ignore_eos=True)
-    want = [o.token_ids for o in _one_by_one(LLMEngine("tiny", prefix_caching=False), prompts, params)]
+    want = [o.token_ids for o in _one_by_one(LLMEngine("tiny", EngineConfig(prefix_caching=False)), prompts, params)]
     a_conn, b_conn = InMemoryConnector(threshold=threshold), InMemoryConnector()
-    a, b = LLMEngine("tiny", connector=a_conn), LLMEngine("tiny", connector=b_conn, prefix_caching=False)
+    a, b = LLMEngine("tiny", connector=a_conn), LLMEngine("tiny", EngineConfig(prefix_caching=False), connector=b_conn)
     got, cached = [], []
     for i, p in enumerate(prompts):
         rid = f"r{i}"
@@ -248,7 +250,7 @@ def test_the_token_side_takes_a_conversations_earlier_turn_from_its_own_cache(th
     turn1 = [1] + torch.randint(3, 259, (39,), generator=g).tolist()
     ask = torch.randint(3, 259, (12,), generator=g).tolist()
     params = SamplingParams(max_tokens=10, ignore_eos=True)
-    alone = LLMEngine("tiny", prefix_caching=False)
+    alone = LLMEngine("tiny", EngineConfig(prefix_caching=False))
     answer1 = alone.generate([turn1], [params])[0].token_ids
     turn2 = turn1 + answer1 + ask
     want2 = alone.generate([turn2], [params])[0].token_ids
@@ -257,7 +259,7 @@ def test_the_token_side_takes_a_conversations_earlier_turn_from_its_own_cache(th
     got, skipped = [], []
     for rid, p in (("t1", turn1), ("t2", turn2)):
         a_conn.send_to(rid, b_conn.reserve(rid, p, params))
-        skipped.append(b.kv_cached(rid))
+        skipped.append(b.kv_host.kv_cached(rid))
         a.add_request(p, params, rid, prefill_only=True)
         while a.has_unfinished():
             a.step()

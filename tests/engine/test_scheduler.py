@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 from splitserve.policy.machine import BatchingConfig
 
@@ -40,7 +40,7 @@ def ids(n: int, seed: int) -> list[int]:
 def reference_engine() -> LLMEngine:
     """One engine for every `alone` run: without a prefix cache each prompt is computed from
     scratch, as on a new engine (building one per call was a third of the view test's time)."""
-    return LLMEngine("tiny", prefix_caching=False)
+    return LLMEngine("tiny", EngineConfig(prefix_caching=False))
 
 
 def alone(prompt: list[int], max_tokens: int) -> list[int]:
@@ -60,7 +60,7 @@ def run(eng: LLMEngine, until_steps: int | None = None) -> dict[str, list[int]]:
 
 # ---- hand-computed schedules on a 8-block cache (16 tokens a block) --------------------------------
 def test_prompt_preempts_the_youngest_decode_which_is_recomputed_next():
-    eng = LLMEngine("tiny", num_blocks=8, block_size=16, batching=BatchingConfig(preemption_limit=1))
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=8, block_size=16, batching=BatchingConfig(preemption_limit=1)))
     steps = record(eng)
     pa, pb, pc = ids(20, 1), ids(20, 2), ids(10, 3)
     eng.add_request(pa, SamplingParams(max_tokens=40, ignore_eos=True), "A")   # reserves 60 -> 4 blocks
@@ -80,7 +80,7 @@ def test_prompt_preempts_the_youngest_decode_which_is_recomputed_next():
 
 
 def test_no_decode_is_preempted_past_the_limit_so_the_prompt_waits():
-    eng = LLMEngine("tiny", num_blocks=8, block_size=16, batching=BatchingConfig(preemption_limit=0))
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=8, block_size=16, batching=BatchingConfig(preemption_limit=0)))
     steps = record(eng)
     eng.add_request(ids(20, 1), SamplingParams(max_tokens=40, ignore_eos=True), "A")
     eng.add_request(ids(20, 2), SamplingParams(max_tokens=30, ignore_eos=True), "B")  # 50 -> 4 blocks
@@ -95,7 +95,7 @@ def test_no_decode_is_preempted_past_the_limit_so_the_prompt_waits():
 
 
 def test_prompt_cap_counts_prompt_tokens_only_and_a_long_prompt_runs_alone():
-    eng = LLMEngine("tiny", batching=BatchingConfig(prompt_token_cap=64))
+    eng = LLMEngine("tiny", EngineConfig(batching=BatchingConfig(prompt_token_cap=64)))
     steps = record(eng)
     eng.add_request(ids(5, 9), SamplingParams(max_tokens=20, ignore_eos=True), "D")
     run(eng, until_steps=1)                                                # D decodes from now on
@@ -110,7 +110,7 @@ def test_prompt_cap_counts_prompt_tokens_only_and_a_long_prompt_runs_alone():
 
 def test_under_kv_pressure_tokens_are_unchanged_and_the_limit_holds():
     cfg = BatchingConfig(preemption_limit=2)
-    eng = LLMEngine("tiny", num_blocks=12, block_size=16, batching=cfg)
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=12, block_size=16, batching=cfg))
     steps = record(eng)
     prompts = [ids(n, i) for i, n in enumerate([1, 5, 17, 33, 64, 3, 120])]
     params = SamplingParams(max_tokens=12, ignore_eos=True)
@@ -149,7 +149,7 @@ def workloads(draw):
 @given(workloads())
 def test_the_view_covers_every_block_and_tokens_are_unchanged(w):
     bs, num_blocks, reqs, cfg = w
-    eng = LLMEngine("tiny", num_blocks=num_blocks, block_size=bs, batching=cfg)
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=num_blocks, block_size=bs, batching=cfg))
     m = eng.scheduler.m
     want, done, todo = {}, {}, list(enumerate(reqs))
     while todo or eng.has_unfinished():

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.kv_memory import InMemoryConnector
 from splitserve.engine.parallel import GroupFailed
 from splitserve.engine.presets import get_preset
@@ -44,9 +44,9 @@ def hf_llama(tmp_path_factory):
 def test_greedy_tokens_at_tp_2_and_4_equal_tp_1(model, hf_llama):
     name = str(hf_llama) if model == "hf-llama" else model
     ps = prompts(20, 250)
-    want = [o.token_ids for o in LLMEngine(name, num_blocks=256).generate(ps, GREEDY)]
+    want = [o.token_ids for o in LLMEngine(name, EngineConfig(num_blocks=256)).generate(ps, GREEDY)]
     for tp in (2, 4):
-        eng = LLMEngine(name, num_blocks=256, tp=tp)
+        eng = LLMEngine(name, EngineConfig(num_blocks=256, tp=tp))
         try:
             got = [o.token_ids for o in eng.generate(ps, GREEDY)]
         finally:
@@ -55,13 +55,14 @@ def test_greedy_tokens_at_tp_2_and_4_equal_tp_1(model, hf_llama):
 
 
 def test_a_rank_loads_only_its_part_of_the_checkpoint(hf_llama):
-    eng = LLMEngine(str(hf_llama), tp=2, num_blocks=16)
+    eng = LLMEngine(str(hf_llama), EngineConfig(tp=2, num_blocks=16))
     try:
         attn = eng.model.layers[0].self_attn
         # 4 query heads and 2 KV heads of 16: rank 0 holds 2 and 1, and half the 160 MLP columns
         assert (attn.nh, attn.kvh) == (2, 1) and attn.qkv_proj.weight.shape == (4 * 16, 64)
         assert attn.o_proj.weight.shape == (64, 32) and eng.model.layers[0].mlp.down_proj.weight.shape == (64, 80)
-        assert eng.kv.data.shape[-2] == 1 and eng.kv_layout.num_kv_heads == 2  # its cache: 1 head; the contract: 2
+        # its cache: 1 head; the contract: 2
+        assert eng.kv.data.shape[-2] == 1 and eng.kv_host.kv_layout.num_kv_heads == 2
     finally:
         eng.close()
 
@@ -71,7 +72,7 @@ def two_layer_tp1():
     """The prompts of test_kv_moves_between_groups_of_any_sizes and one tp-1 engine's greedy tokens
     for them: the same for its 8 cases, computed once."""
     ps = prompts(6, 250, seed=1)
-    return ps, [o.token_ids for o in LLMEngine("small-2l", num_blocks=128).generate(ps, GREEDY)]
+    return ps, [o.token_ids for o in LLMEngine("small-2l", EngineConfig(num_blocks=128)).generate(ps, GREEDY)]
 
 
 @pytest.mark.parametrize("a_tp,b_tp", [(1, 2), (2, 1), (2, 2), (4, 2)])
@@ -82,8 +83,8 @@ def test_kv_moves_between_groups_of_any_sizes(a_tp, b_tp, threshold, two_layer_t
     what one engine at tp 1 makes."""
     ps, want = two_layer_tp1
     a_conn, b_conn = InMemoryConnector(threshold=threshold), InMemoryConnector()
-    a = LLMEngine("small-2l", num_blocks=128, tp=a_tp, connector=a_conn)
-    b = LLMEngine("small-2l", num_blocks=128, tp=b_tp, connector=b_conn)
+    a = LLMEngine("small-2l", EngineConfig(num_blocks=128, tp=a_tp), connector=a_conn)
+    b = LLMEngine("small-2l", EngineConfig(num_blocks=128, tp=b_tp), connector=b_conn)
     try:
         firsts = {}
         for i, p in enumerate(ps):  # the first three in one step, the rest one by one
@@ -108,7 +109,7 @@ def test_kv_moves_between_groups_of_any_sizes(a_tp, b_tp, threshold, two_layer_t
 
 
 def test_a_dead_rank_takes_the_group_down():
-    eng = LLMEngine("tiny", tp=2, num_blocks=32)
+    eng = LLMEngine("tiny", EngineConfig(tp=2, num_blocks=32))
     try:
         eng.generate([[5, 6, 7]], GREEDY)
         follower = eng.ranks.procs[0]
@@ -122,15 +123,16 @@ def test_a_dead_rank_takes_the_group_down():
 
 
 def test_close_stops_the_followers():
-    eng = LLMEngine("tiny", tp=4, num_blocks=32)
+    eng = LLMEngine("tiny", EngineConfig(tp=4, num_blocks=32))
     procs = list(eng.ranks.procs)
     eng.close()
     assert [p.poll() for p in procs] == [0, 0, 0]
 
 
 def test_followers_exit_when_rank_0_is_killed():
-    code = ("from splitserve.engine.engine import LLMEngine; import sys, time; "
-            "e = LLMEngine('tiny', tp=2, num_blocks=32); print(e.ranks.procs[0].pid, flush=True); time.sleep(60)")
+    code = ("from splitserve.engine.engine import EngineConfig, LLMEngine; import sys, time; "
+            "e = LLMEngine('tiny', EngineConfig(tp=2, num_blocks=32)); "
+            "print(e.ranks.procs[0].pid, flush=True); time.sleep(60)")
     rank0 = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         follower = int(rank0.stdout.readline())
@@ -170,8 +172,8 @@ def test_a_step_larger_than_the_shared_all_reduce_slot():
     prompt = (prompt * (2100 // len(prompt) + 1))[:2100]
     assert 2100 * 512 * 4 > SLOT_BYTES
     params = SamplingParams(max_tokens=4, ignore_eos=True)
-    want = LLMEngine("small-2l", num_blocks=256).generate([prompt], params)[0].token_ids
-    eng = LLMEngine("small-2l", num_blocks=256, tp=2)
+    want = LLMEngine("small-2l", EngineConfig(num_blocks=256)).generate([prompt], params)[0].token_ids
+    eng = LLMEngine("small-2l", EngineConfig(num_blocks=256, tp=2))
     try:
         assert eng.generate([prompt], params)[0].token_ids == want
     finally:

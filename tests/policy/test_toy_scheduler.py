@@ -19,7 +19,7 @@ import pytest
 
 from splitserve.catalog import load_model
 from splitserve.cluster.designs import make_cluster
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 from splitserve.errors import UserError
 from splitserve.policy.config import make_policy
@@ -72,7 +72,7 @@ def test_a_toy_scheduler_runs_in_the_simulator(registered):
 def test_a_toy_scheduler_runs_in_the_engine(registered):
     # prompts of 40, 30, 20 and 10 tokens, a 16-token cap: one prompt a step, shortest first
     prompts = [[1] + [5 + i] * (n - 1) for i, n in enumerate((40, 30, 20, 10))]
-    eng = LLMEngine("tiny", batching=BatchingConfig(scheduler="shortest", prompt_token_cap=16))
+    eng = LLMEngine("tiny", EngineConfig(batching=BatchingConfig(scheduler="shortest", prompt_token_cap=16)))
     chunks = []
     real = eng.step
 

@@ -116,14 +116,14 @@ def test_transfer_timeout_frees_blocks_on_both_sides(reference_engine):
     holds nothing once its prefill is done, even when its peer never answers."""
     import zmq
 
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.engine.sampler import SamplingParams
     from splitserve.serve.kv import KVReceiver, KVSender, TcpTransport
     from splitserve.serve.protocol import Codec
 
     params = SamplingParams(max_tokens=4, ignore_eos=True)
     prompt = list(range(20, 60))
-    tok = LLMEngine("tiny", num_blocks=64, tokenizer=None)
+    tok = LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None))
     free0 = tok.blocks.num_free
     events = []
     tok.connector = rx = KVReceiver(timeout_s=0.2, notify=events.append)
@@ -134,7 +134,7 @@ def test_transfer_timeout_frees_blocks_on_both_sides(reference_engine):
     ctx = zmq.Context()
     codec = Codec(b"0123456789abcdef0123456789abcdef", "w")  # both ends in one process
     tx = TcpTransport(ctx, codec)
-    pr = LLMEngine("tiny", num_blocks=64, tokenizer=None)
+    pr = LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None))
     pfree0 = pr.blocks.num_free
     pr.connector = sender = KVSender(tx)
     sender.plan("r1", 99, "w", "tcp://127.0.0.1:1", threshold=0)
@@ -145,7 +145,7 @@ def test_transfer_timeout_frees_blocks_on_both_sides(reference_engine):
 
     # the token side got layer 0 only, then nothing: the reservation expires and is freed
     assert first.kv is None                       # streamed layer by layer: no whole-cache copy
-    kv = LLMEngine("tiny", num_blocks=64, tokenizer=None).prefill_only(prompt, params).kv
+    kv = LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None)).prefill_only(prompt, params).kv
     layer0 = kv.layer(0).contiguous().numpy()
     rx.handle({"t": "kvl", "rid": "r1", "layer": 0, "sent": time.time()}, [memoryview(layer0).cast("B")])
     assert rx.inbound["r1"].got == {0} and events == []
@@ -155,7 +155,7 @@ def test_transfer_timeout_frees_blocks_on_both_sides(reference_engine):
     (ev,) = events
     assert ev.T == "kv_fail" and "timed out" in ev.reason
     assert not tok.has_unfinished()  # the engine hears of it before it steps
-    assert tok.blocks.num_free == free0 and tok.num_reserved == 0
+    assert tok.blocks.num_free == free0 and tok.kv_host.num_reserved == 0
     tok.blocks.check()
     # a late message for the expired transfer is ignored
     rx.handle({"t": "kvd", "rid": "r1", "first": first.token, "end": 0, "sent": 0, "mode": "layerwise"}, [])
@@ -168,7 +168,7 @@ def test_complete_transfer_in_process_matches_engine(reference_engine):
     """Both transfer modes through the real sender/receiver code in one process."""
     import zmq
 
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.engine.sampler import SamplingParams
     from splitserve.serve.kv import KVReceiver, KVSender, TcpTransport
     from splitserve.serve.protocol import Codec
@@ -180,7 +180,8 @@ def test_complete_transfer_in_process_matches_engine(reference_engine):
     codec = Codec(b"0123456789abcdef0123456789abcdef", "w")  # both ends in one process
     for thr, mode in ((0, "layerwise"), (10_000, "serialized")):
         a, b = TcpTransport(ctx, codec), TcpTransport(ctx, codec)
-        pr, tok = LLMEngine("tiny", num_blocks=64, tokenizer=None), LLMEngine("tiny", num_blocks=64, tokenizer=None)
+        pr, tok = (LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None)),
+                   LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None)))
         events = []
         tok.connector = rx = KVReceiver(timeout_s=5, notify=events.append)
         rx.expect("r", prompt, params)

@@ -116,9 +116,9 @@ def test_lm_eval_loglikelihoods_equal_transformers(server_factory, tmp_path):
     assert checked == sum(len(d["choices"]) for d in docs) and greedy_seen >= 1
     assert out["results"]["splitserve_mc"]["acc,none"] is not None
 
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.engine.sampler import SamplingParams
-    eng = LLMEngine(str(ckpt), device="cpu", dtype="float32")
+    eng = LLMEngine(str(ckpt), EngineConfig(device="cpu", dtype="float32"))
     gen = out["samples"]["splitserve_gen"]
     assert len(gen) == len(docs)
     for s in gen:

@@ -195,7 +195,7 @@ def zmq_pair():
 
 @pytest.mark.parametrize("threshold,mode", [(0, "layerwise"), (10_000, "serialized")])
 def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, reference_engine):
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.engine.sampler import SamplingParams
     from splitserve.serve.kv import KVReceiver, KVSender, LocalTransport
     from splitserve.serve.shm import SharedKVRegion
@@ -205,10 +205,10 @@ def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, 
     prompt = list(range(30, 83))
     want = reference(reference_engine, [prompt], [7], ignore_eos=True)[0]
     ra, rb = SharedKVRegion(), SharedKVRegion()
-    a_eng = LLMEngine("tiny", num_blocks=64, tokenizer=None, kv_alloc=ra)   # prompt side
-    b_eng = LLMEngine("tiny", num_blocks=64, tokenizer=None, kv_alloc=rb)   # token side
-    a = LocalTransport(ctx, codec, region=ra, slot_ids=a_eng.kv_slot_ids)
-    b = LocalTransport(ctx, codec, region=rb, slot_ids=b_eng.kv_slot_ids)
+    a_eng = LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None), kv_alloc=ra)   # prompt side
+    b_eng = LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None), kv_alloc=rb)   # token side
+    a = LocalTransport(ctx, codec, region=ra, slot_ids=a_eng.kv_host.kv_slot_ids)
+    b = LocalTransport(ctx, codec, region=rb, slot_ids=b_eng.kv_host.kv_slot_ids)
     try:
         assert os.path.exists(f"{SHM}/{rb.handle.name}") and b.region["name"] == rb.handle.name
         free0 = b_eng.blocks.num_free
@@ -225,7 +225,7 @@ def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, 
         slots = b_eng.kv.slots(blocks, 0, len(prompt))
         flat = b_eng.kv.data.view(2, 2, -1, 2, 16)
         assert (first.kv is None) == (mode == "layerwise")  # streamed: no whole-cache copy made
-        whole = LLMEngine("tiny", num_blocks=64, tokenizer=None).prefill_only(prompt, params).kv
+        whole = LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None)).prefill_only(prompt, params).kv
         assert torch.equal(flat[:, :, slots], whole.data)
         frames = 0
         deadline = time.monotonic() + 5
@@ -244,7 +244,7 @@ def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, 
             for o in b_eng.step():
                 out += o.new_token_ids
         assert out == want
-        assert b_eng.blocks.num_free == free0 and b_eng.num_reserved == 0
+        assert b_eng.blocks.num_free == free0 and b_eng.kv_host.num_reserved == 0
         a.drop_peer(1)  # peer_down: the mapping goes
         assert 1 not in a.mapped
     finally:
@@ -256,11 +256,11 @@ def test_two_engines_hand_over_through_shared_memory(threshold, mode, zmq_pair, 
 
 
 def test_one_sided_receiver_holds_blocks_until_the_writer_is_done():
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.engine.sampler import SamplingParams
     from splitserve.serve.kv import KVReceiver
 
-    eng = LLMEngine("tiny", num_blocks=64, tokenizer=None)
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None))
     free0 = eng.blocks.num_free
     params = SamplingParams(max_tokens=4)
     prompt = list(range(5, 40))  # 3 blocks with the first generated token
@@ -268,7 +268,7 @@ def test_one_sided_receiver_holds_blocks_until_the_writer_is_done():
     eng.connector = rx = KVReceiver(timeout_s=0.05, one_sided=True, hold_s=0.3, notify=events.append)
 
     def synced():  # the engine frees what the receiver lets go when it next looks (before a step)
-        eng.sync_kv()
+        eng.kv_host.sync_kv()
         return eng
 
     # timeout: reported at once, but the blocks stay while writer 3 may still write
@@ -278,13 +278,13 @@ def test_one_sided_receiver_holds_blocks_until_the_writer_is_done():
     assert rx.expire() == 1
     (ev,) = events
     assert ev.T == "kv_fail" and "timed out" in ev.reason
-    assert synced().blocks.num_free == free0 - 3 and eng.num_reserved == 1
+    assert synced().blocks.num_free == free0 - 3 and eng.kv_host.num_reserved == 1
     rx.release("a", prefill_sent=True)          # the router's abort: the writer got the prefill
-    assert synced().num_reserved == 1
+    assert synced().kv_host.num_reserved == 1
     rx.handle({"t": "kvl", "rid": "a", "layer": 1, "sent": 0, "inplace": 100}, [])  # late: ignored
-    assert synced().num_reserved == 1 and rx.stray == 1
+    assert synced().kv_host.num_reserved == 1 and rx.stray == 1
     rx.handle({"t": "kvx", "rid": "a"}, [])    # the writer dropped its plan: free
-    assert synced().blocks.num_free == free0 and eng.num_reserved == 0
+    assert synced().blocks.num_free == free0 and eng.kv_host.num_reserved == 0
 
     # abort before the prefill was sent: nobody can write, free at once
     rx.expect("b", prompt, params, writer=3)
@@ -296,14 +296,14 @@ def test_one_sided_receiver_holds_blocks_until_the_writer_is_done():
     rx.expect("d", prompt, params, writer=4)
     rx.expect("e", prompt, params, writer=3)
     rx.release("c")
-    assert synced().num_reserved == 3
+    assert synced().kv_host.num_reserved == 3
     rx.peer_down(3)
-    assert synced().num_reserved == 1 and eng.blocks.num_free == free0 - 3
+    assert synced().kv_host.num_reserved == 1 and eng.blocks.num_free == free0 - 3
     # a writer that never answers: freed after hold_s, and counted
     rx.release("d")
-    assert rx.expire() == 0 and synced().num_reserved == 1
+    assert rx.expire() == 0 and synced().kv_host.num_reserved == 1
     time.sleep(0.35)
-    assert rx.expire() == 0 and synced().num_reserved == 0 and rx.forced == 1
+    assert rx.expire() == 0 and synced().kv_host.num_reserved == 0 and rx.forced == 1
     assert eng.blocks.num_free == free0
     eng.blocks.check()
 
@@ -335,9 +335,9 @@ def test_one_sided_receiver_holds_blocks_until_the_writer_is_done():
     time.sleep(0.03)
     tcp.handle({"t": "kvs", "rid": "g"}, [])     # the next chunk: 0.06 s in, never 0.05 s idle
     time.sleep(0.03)
-    assert tcp.expire() == 0 and synced().num_reserved == 1
+    assert tcp.expire() == 0 and synced().kv_host.num_reserved == 1
     time.sleep(0.03)
-    assert tcp.expire() == 1 and synced().blocks.num_free == free0 and eng.num_reserved == 0
+    assert tcp.expire() == 1 and synced().blocks.num_free == free0 and eng.kv_host.num_reserved == 0
     tcp.expect("h", prompt, params, writer=3)    # a prompt worker that never begins
     time.sleep(0.31)
     assert tcp.expire() == 1 and synced().blocks.num_free == free0
@@ -345,7 +345,7 @@ def test_one_sided_receiver_holds_blocks_until_the_writer_is_done():
 
 
 def test_local_transport_refuses_what_it_cannot_write(zmq_pair):
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.serve.kv import LocalTransport, Target, TransportError, TransportUnavailable
     from splitserve.serve.shm import SharedKVRegion
 
@@ -353,11 +353,11 @@ def test_local_transport_refuses_what_it_cannot_write(zmq_pair):
     with pytest.raises(TransportUnavailable, match="--transport tcp"):
         LocalTransport(ctx, codec, region=None)
     ra, rb = SharedKVRegion(), SharedKVRegion()
-    eng = LLMEngine("tiny", num_blocks=8, tokenizer=None, kv_alloc=ra)  # its cache: (2, 2, 9, 16, 2, 16)
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=8, tokenizer=None), kv_alloc=ra)  # its cache: (2, 2, 9, 16, 2, 16)
     rb((2, 2, 9, 16, 2, 16), torch.float32, torch.device("cpu"))
     with pytest.raises(TransportUnavailable, match="kv_slot_ids"):
         LocalTransport(ctx, codec, region=ra)
-    a = LocalTransport(ctx, codec, region=ra, slot_ids=eng.kv_slot_ids)  # slot ids: the engine's
+    a = LocalTransport(ctx, codec, region=ra, slot_ids=eng.kv_host.kv_slot_ids)  # slot ids: the engine's
     addr = "tcp://127.0.0.1:1"
 
     def to(peer, region, blocks=None):
@@ -525,13 +525,14 @@ def test_cuda_region_is_written_by_another_process():
 @pytest.mark.parametrize("graphs", [[], ["--cuda-graphs"]], ids=["eager", "cuda-graphs"])
 def test_cuda_local_transport_is_lossless(server_factory, graphs):
     """Tokens equal an eager engine's, with the token worker eager or replaying CUDA graphs."""
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
 
     srv = server_factory("--prompt-workers", "1", "--token-workers", "1", "--transport", "local",
                          "--device", "cuda", "--dtype", "float32", "--layerwise-threshold", "0", *graphs,
                          timeout=180)
     prompts, max_tokens = workload(12, seed=5)
-    want = reference(LLMEngine("tiny", device="cuda", dtype="float32"), prompts, max_tokens, ignore_eos=True)
+    want = reference(LLMEngine("tiny", EngineConfig(device="cuda", dtype="float32")), prompts, max_tokens,
+                     ignore_eos=True)
     got = asyncio.run(serve_all(srv.url, prompts, max_tokens))
     assert got == want
     assert srv.metric("splitserve_kv_transfer_failures_total") == 0
@@ -542,7 +543,7 @@ def test_a_serialized_write_after_a_layerwise_one_reuses_the_mapping(zmq_pair, r
     """The peer's region is mapped during the first (layer-wise) write, inside the engine step's
     torch.inference_mode; a later serialized write happens outside it and must still land (it
     used to fail: "Inplace update to inference tensor outside InferenceMode")."""
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.engine.sampler import SamplingParams
     from splitserve.serve.kv import KVReceiver, KVSender, LocalTransport
     from splitserve.serve.shm import SharedKVRegion
@@ -551,10 +552,10 @@ def test_a_serialized_write_after_a_layerwise_one_reuses_the_mapping(zmq_pair, r
     params = SamplingParams(max_tokens=5, ignore_eos=True)
     prompts = {"long": list(range(30, 90)), "short": list(range(40, 50))}
     ra, rb = SharedKVRegion(), SharedKVRegion()
-    a_eng = LLMEngine("tiny", num_blocks=64, tokenizer=None, kv_alloc=ra)
-    b_eng = LLMEngine("tiny", num_blocks=64, tokenizer=None, kv_alloc=rb)
-    a = LocalTransport(ctx, codec, region=ra, slot_ids=a_eng.kv_slot_ids)
-    b = LocalTransport(ctx, codec, region=rb, slot_ids=b_eng.kv_slot_ids)
+    a_eng = LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None), kv_alloc=ra)
+    b_eng = LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None), kv_alloc=rb)
+    a = LocalTransport(ctx, codec, region=ra, slot_ids=a_eng.kv_host.kv_slot_ids)
+    b = LocalTransport(ctx, codec, region=rb, slot_ids=b_eng.kv_host.kv_slot_ids)
     try:
         b_eng.connector = rx = KVReceiver(timeout_s=5, one_sided=True)
         results = []
@@ -567,7 +568,7 @@ def test_a_serialized_write_after_a_layerwise_one_reuses_the_mapping(zmq_pair, r
             (done,) = results[-1:]
             assert done["rid"] == rid and done["ok"], done
             assert done["mode"] == ("layerwise" if rid == "long" else "serialized")
-            whole = LLMEngine("tiny", num_blocks=64, tokenizer=None).prefill_only(prompt, params).kv
+            whole = LLMEngine("tiny", EngineConfig(num_blocks=64, tokenizer=None)).prefill_only(prompt, params).kv
             slots = b_eng.kv.slots(blocks, 0, len(prompt))
             assert torch.equal(b_eng.kv.data.view(2, 2, -1, 2, 16)[:, :, slots], whole.data)
     finally:

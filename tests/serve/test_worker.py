@@ -13,7 +13,7 @@ import time
 import pytest
 import zmq
 
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.policy.config import BatchingConfig, PolicyConfig
 from splitserve.serve.messages import (TO_ROUTER, Expect, Gen, Heartbeat, Hello, Out, Reserved, Step, StepChunk, Stop,
                                        WireParams, decode, encode)
@@ -91,7 +91,8 @@ def test_a_worker_generates_what_its_engine_generates(worker):
     router.send_header(encode(Gen(rid="a", prompt_ids=prompt, params=GREEDY, kind="full")))
     outs = router.recv(lambda ms: finished(ms[-1]))
     tokens = [t for m in outs if isinstance(m, Out) for i in m.items if i.rid == "a" for t in i.tokens]
-    alone = LLMEngine("tiny", num_blocks=32, tokenizer=None).generate([prompt], sampling_params(GREEDY))[0]
+    engine = LLMEngine("tiny", EngineConfig(num_blocks=32, tokenizer=None))
+    alone = engine.generate([prompt], sampling_params(GREEDY))[0]
     assert tokens == alone.token_ids and len(tokens) == 6
     assert outs[-1].items[-1].reason == "length"
 

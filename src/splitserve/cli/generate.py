@@ -49,12 +49,12 @@ def run_generate(req: GenerateRequest) -> int:
         raise UserError("the engine needs torch, safetensors and tokenizers: in the splitserve checkout run "
                         "pip install torch==2.13.0 '.[engine]' (CPU PyTorch; with a GPU, install your "
                         "CUDA build of torch first and leave out the pin)")
-    from ..engine.engine import LLMEngine
+    from ..engine.engine import EngineConfig, LLMEngine
     from ..engine.sampler import SamplingParams
     from ..engine.tokenizer import parse_token_ids
 
     params = SamplingParams(max_tokens=req.max_tokens, temperature=req.temperature, seed=req.seed)
-    engine = LLMEngine(req.model, device=req.device, dtype=req.dtype, seed=req.seed, max_num_seqs=1)
+    engine = LLMEngine(req.model, EngineConfig(device=req.device, dtype=req.dtype, seed=req.seed, max_num_seqs=1))
     ids = parse_token_ids(req.prompt_ids) if req.prompt_ids is not None else engine.encode(req.prompt)
     out = engine.generate([ids], params)[0]
     if req.json_out:

@@ -2,17 +2,20 @@
 paged KV cache, continuous batching and the prompt/token KV handoff. Needs the `engine` extra
 (torch, safetensors, tokenizers); importing this package alone does not import torch.
 
-    from splitserve.engine.engine import LLMEngine
+    from splitserve.engine.engine import EngineConfig, LLMEngine
     from splitserve.engine.sampler import SamplingParams
 """
 
-__all__ = ["LLMEngine", "SamplingParams", "KVExport", "ModelConfig", "RequestOutput", "PrefillResult"]
+__all__ = ["LLMEngine", "EngineConfig", "SamplingParams", "KVExport", "ModelConfig", "RequestOutput", "PrefillResult"]
 
 
 def __getattr__(name: str):
     if name in ("LLMEngine", "RequestOutput", "PrefillResult"):
         from . import engine
         return getattr(engine, name)
+    if name == "EngineConfig":
+        from .engine_config import EngineConfig
+        return EngineConfig
     if name == "SamplingParams":
         from .sampler import SamplingParams
         return SamplingParams

@@ -1,69 +1,45 @@
 """Paged KV-cache bookkeeping: which fixed-size blocks each sequence owns. Pure Python, no torch.
 
-A block holds `block_size` consecutive token positions of one sequence. Blocks come from a free
-list and carry a reference count: `fork` lets a second sequence share a parent's blocks, and a
-shared, partly filled last block is copied before either sequence writes into it (copy on
+A block holds `block_size` consecutive token positions of one sequence. Blocks come from the
+free blocks (`cache`, block_cache.py: with prefix caching, some of them still named by the tokens
+they hold) and carry a reference count: `fork` lets a second sequence share a parent's blocks,
+and a shared, partly filled last block is copied before either sequence writes into it (copy on
 write; `append` returns the (src, dst) pairs the cache must copy). Full blocks are never written
-again, so sharing them is safe.
-
-Prefix caching (`caching=True`): a full block whose K/V is written can be `register`ed under
-the chained hash of its tokens (policy/prefix_cache.py), and a new sequence `attach`es the blocks of its
-longest cached prefix instead of computing them. A cached block whose last reference goes stays
-cached, on an LRU list of its own, until a block is needed and no uncached one is free: free
-blocks are taken uncached first, then cached, least recently freed first (a sequence frees its
-blocks last to first, so a prefix outlives its tails). Either kind counts as free.
-
-Pools: blocks reserved but not yet written. `set_pool(key, n)` holds `n` blocks aside under `key`
-(out of the free list, in no table), and `append(..., pool=key)` takes a sequence's new blocks
-from that pool only. EcoServe's KV pipelining (policy/schedulers/ecoserve/) so runs for real: a
-host's reservation is its pool, and the guests it hosts write into blocks from it.
+again, so sharing them is safe: `attach` starts a sequence on the cached blocks of its prefix.
+Blocks reserved but not yet written wait in `pools` (block_pools.py), and a sequence's new
+blocks can come from one of them.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Hashable, Iterable
+from collections.abc import Hashable
 
+from .block_cache import BlockCache, NoFreeBlocks
+from .block_pools import BlockPools
 
-class NoFreeBlocks(RuntimeError):
-    """Not enough free blocks for an allocation; nothing was changed."""
+__all__ = ["BlockManager", "NoFreeBlocks"]
 
 
 class BlockManager:
+    """Block tables and lengths by sequence, and each block's reference count, over the free
+    blocks and prefix cache (`cache`) and the reserved pools (`pools`)."""
+
     def __init__(self, num_blocks: int, block_size: int, caching: bool = False) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.caching = caching
-        self._free: deque[int] = deque(range(num_blocks))  # free and uncached
-        self._lru: dict[int, None] = {}                    # free and cached, least recently freed first
-        self._cached: dict[int, int] = {}                  # block hash -> block
-        self._hash_of: dict[int, int] = {}                 # block -> its hash (cached blocks)
+        self.cache = BlockCache(num_blocks, caching)
+        self.pools = BlockPools(self.cache)
         self._refs = [0] * num_blocks
         self._tables: dict[Hashable, list[int]] = {}
         self._lengths: dict[Hashable, int] = {}  # token positions each sequence has room for
-        self._pools: dict[Hashable, list[int]] = {}  # reserved, unwritten blocks by holder
-        self.evictions = 0  # cached blocks taken for other contents
 
     # ---- queries -----------------------------------------------------------------------
     @property
     def num_free(self) -> int:
-        return len(self._free) + len(self._lru)
-
-    @property
-    def num_cached(self) -> int:
-        return len(self._cached)
-
-    def cached_prefix(self, hashes: Iterable[int]) -> list[int]:
-        """The cached blocks of the longest prefix whose block hashes are `hashes` (in order)."""
-        out = []
-        for h in hashes:
-            b = self._cached.get(h)
-            if b is None:
-                break
-            out.append(b)
-        return out
+        return self.cache.num_free
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -93,51 +69,17 @@ class BlockManager:
             need += 1  # the shared partial last block is copied before it is written
         return need
 
-    def blocks_released_by(self, seq_id: Hashable) -> int:
-        """Blocks that `free(seq_id)` would return to the free list."""
-        return sum(1 for b in self._tables.get(seq_id, ()) if self._refs[b] == 1)
-
     # ---- changes -----------------------------------------------------------------------
-    def pool_size(self, key: Hashable) -> int:
-        return len(self._pools.get(key, ()))
-
-    @property
-    def pools(self) -> dict[Hashable, int]:
-        return {k: len(v) for k, v in self._pools.items()}
-
-    def _pop_free(self) -> int:
-        """A free block for new contents: an uncached one, else the least recently freed cached
-        one (evicted: its hash goes)."""
-        if self._free:
-            return self._free.popleft()
-        b = next(iter(self._lru))
-        del self._lru[b]
-        del self._cached[self._hash_of.pop(b)]
-        self.evictions += 1
-        return b
-
     def _take(self, n: int, pool: Hashable | None = None) -> list[int]:
         if pool is not None:
-            src = self._pools.get(pool, [])
-            if n > len(src):
-                raise NoFreeBlocks(f"need {n} blocks, {len(src)} reserved in pool {pool!r}")
-            out = [src.pop() for _ in range(n)]
-            for b in out:
-                self._refs[b] = 1
-            return out
-        if n > self.num_free:
-            raise NoFreeBlocks(f"need {n} blocks, {self.num_free} free")
-        out = [self._pop_free() for _ in range(n)]
+            out = self.pools.take(pool, n)
+        else:
+            if n > self.num_free:
+                raise NoFreeBlocks(f"need {n} blocks, {self.num_free} free")
+            out = [self.cache.pop() for _ in range(n)]
         for b in out:
             self._refs[b] = 1
         return out
-
-    def _release(self, b: int) -> None:
-        """`b` lost its last reference: free, and still cached if it was."""
-        if b in self._hash_of:
-            self._lru[b] = None
-        else:
-            self._free.append(b)
 
     def allocate(self, seq_id: Hashable, num_tokens: int, pool: Hashable | None = None) -> list[int]:
         """A new sequence with room for `num_tokens` positions (its blocks from the free list, or
@@ -161,7 +103,7 @@ class BlockManager:
         if num_tokens <= have:
             return []
         need = self.blocks_needed(seq_id, num_tokens)
-        avail = self.num_free if pool is None else self.pool_size(pool)
+        avail = self.num_free if pool is None else self.pools.size(pool)
         if need > avail:
             raise NoFreeBlocks(f"need {need} blocks, {avail} " + ("free" if pool is None else f"in pool {pool!r}"))
         table = self._tables[seq_id]
@@ -193,49 +135,19 @@ class BlockManager:
         for b in reversed(self._tables.pop(seq_id, ())):
             self._refs[b] -= 1
             if self._refs[b] == 0:
-                self._release(b)
+                self.cache.release(b)
         self._lengths.pop(seq_id, None)
 
-    # ---- prefix caching ----------------------------------------------------------------------
     def attach(self, seq_id: Hashable, blocks: list[int]) -> None:
-        """A new sequence whose first blocks are the cached `blocks` (cached_prefix): shared, not
+        """A new sequence whose first blocks are the cached `blocks` (cache.lookup): shared, not
         written; its length is theirs."""
         if seq_id in self._tables:
             raise ValueError(f"sequence {seq_id!r} already has blocks")
         for b in blocks:
-            if b not in self._hash_of:
-                raise ValueError(f"block {b} is not cached")
-            if self._refs[b] == 0:
-                del self._lru[b]
+            self.cache.reuse(b, free=self._refs[b] == 0)
             self._refs[b] += 1
         self._tables[seq_id] = list(blocks)
         self._lengths[seq_id] = len(blocks) * self.block_size
-
-    def register(self, block: int, h: int) -> None:
-        """Full block `block`, written, holds the tokens whose chained hash is `h`: later
-        sequences may share it. A hash already cached keeps its block (this one stays uncached)."""
-        if self.caching and h not in self._cached and block not in self._hash_of and self._refs[block] > 0:
-            self._cached[h] = block
-            self._hash_of[block] = h
-
-    def set_pool(self, key: Hashable, n: int) -> None:
-        """Hold exactly `n` blocks aside under `key` (from or back to the free list; 0 drops it)."""
-        pool = self._pools.setdefault(key, [])
-        if n > len(pool):
-            if n - len(pool) > self.num_free:
-                raise NoFreeBlocks(f"pool {key!r} needs {n - len(pool)} blocks, {self.num_free} free")
-            pool.extend(self._pop_free() for _ in range(n - len(pool)))
-        while len(pool) > n:
-            self._free.append(pool.pop())
-        if not pool:
-            del self._pools[key]
-
-    def rename(self, old: Hashable, new: Hashable) -> None:
-        """Hand `old`'s blocks to `new` unchanged (a reservation becoming a sequence)."""
-        if new in self._tables:
-            raise ValueError(f"sequence {new!r} already has blocks")
-        self._tables[new] = self._tables.pop(old)
-        self._lengths[new] = self._lengths.pop(old)
 
     # ---- invariants (tests) -------------------------------------------------------------
     def check(self) -> None:
@@ -245,11 +157,8 @@ class BlockManager:
             for b in table:
                 refs[b] += 1
         assert refs == self._refs, "reference counts disagree with block tables"
-        free = set(self._free) | set(self._lru)
-        assert len(free) == len(self._free) + len(self._lru), "a block is on the free lists twice"
-        assert all(b in self._hash_of for b in self._lru), "an uncached block on the cached free list"
-        assert {b: h for h, b in self._cached.items()} == self._hash_of, "the cache's two maps disagree"
-        pooled = [b for p in self._pools.values() for b in p]
+        free = self.cache.check()
+        pooled = self.pools.blocks()
         assert len(set(pooled)) == len(pooled) and not free & set(pooled), "a pooled block twice"
         for b in range(self.num_blocks):
             assert (b in free or b in pooled) == (refs[b] == 0), f"block {b}: free={b in free} refs={refs[b]}"

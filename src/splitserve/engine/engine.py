@@ -1,6 +1,6 @@
 """LLMEngine: requests in, tokens out, one batched model step at a time.
 
-    engine = LLMEngine("tiny")                       # or a checkpoint directory, or a ModelConfig
+    engine = LLMEngine("tiny")   # or a checkpoint directory, a ModelConfig; options: EngineConfig(...)
     rid = engine.add_request([1, 72, 105], SamplingParams(max_tokens=8))
     while engine.has_unfinished():
         for out in engine.step(): ...
@@ -8,7 +8,7 @@
 The prompt/token split (Splitwise) is two calls on two engines:
 
     first = engine_a.prefill_only(prompt_ids, params)          # PrefillResult: token + KVExport
-    rid = engine_b.add_request_with_kv(prompt_ids, first.token, first.kv, params)
+    rid = engine_b.kv_host.add_request_with_kv(prompt_ids, first.token, first.kv, params)
 
 and engine B continues exactly where engine A would have (same greedy tokens; same sampled
 tokens for seeded requests; penalties see the same prompt and output tokens). A request resumed
@@ -23,38 +23,39 @@ starts the other ranks, sends each step to them, and samples from its own logits
 connector sees is whole. A step that fails there, or a rank that died, raises GroupFailed: the
 group cannot go on (`close()` stops it).
 
-KV transfer to and from other processes goes through `connector` (kv_connector.py: the
-KVConnector contract; None, the default: no transfer). The engine calls it from its step (a step
-with prompts starts, each layer's K/V of the prompts it streams, the step's end), when a
-prefill-only request completes or a request is dropped, and before each step to learn which
-reservations are complete or may be freed; the connector reserves and writes through the
-engine's `reserve_kv`, `write_kv_layer` and `kv_slot_ids` (KVHost), and sees nothing else.
+KV transfer goes through `connector` (kv_connector.py; None: no transfer), called from the step
+(through `stream`, kv_stream.py), when a prefill-only request completes or a request is dropped,
+and before each step; it reserves and writes through `kv_host` (kv_host.py) and sees nothing else.
+The engine's parts each own their state: `requests` (live_requests.py), `blocks`
+(block_manager.py), `scheduler`, `kv_host`, `stream`; its options are one `EngineConfig`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import logging
 import weakref
 from pathlib import Path
 
 import torch
 
 from ..errors import UserError
-from ..policy.machine import BatchingConfig
 from .block_manager import BlockManager
 from .build import build_weights, default_num_blocks, default_tokenizer, resolve_model
 from .config import ModelConfig
-from .conveniences import Conveniences
+from .contract import StepFailed
+from .conveniences import generate, prefill_only
 from .device import keep_freed_memory, resolve_device, resolve_dtype
+from .engine_config import EngineConfig
 from .kv_cache import KVAllocator, KVCache, KVExport
 from .kv_connector import KVConnector
-from .kv_host import KVHostMixin
+from .kv_host import EngineKVHost
+from .kv_stream import PromptKVStream
+from .live_requests import LiveRequests
 from .logprobs import handed, prompt_positions, records, score_prompts
 from .model_runner import execute, prepare
-from .outputs import RequestOutput, StepFailed
+from .outputs import PrefillResult, RequestOutput
 from .parallel import GroupFailed, KVShards, RankSpec, start_group
-from .request_checks import check_request
 from .sampler import Sampler, SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence, Status
@@ -63,109 +64,86 @@ from .stopping import finish_text, stop_reason
 from .structured import Grammars, consume
 from .tokenizer import Tokenizer
 
+__all__ = ["EngineConfig", "LLMEngine", "PrefillResult", "RequestOutput", "StepFailed"]
 
-class LLMEngine(KVHostMixin, Conveniences):
-    def __init__(self, model: str | Path | ModelConfig, *, device: str | torch.device = "cpu",
-                 dtype: str | torch.dtype = "auto", seed: int = 0, weight_seed: int = 0, block_size: int = 16,
-                 num_blocks: int | None = None, kv_cache_bytes: int | None = None,
-                 max_model_len: int | None = None, max_num_seqs: int = 256, batching: BatchingConfig = BatchingConfig(),
-                 cuda_graphs: bool = False, tokenizer: Tokenizer | None | str = "auto",
-                 kv_alloc: KVAllocator | None = None, connector: KVConnector | None = None, tp: int = 1,
-                 prefix_caching: bool = True) -> None:
+logger = logging.getLogger(__name__)
+
+
+class LLMEngine:
+    def __init__(self, model: str | Path | ModelConfig, config: EngineConfig | None = None, *,
+                 kv_alloc: KVAllocator | None = None, connector: KVConnector | None = None) -> None:
         """model: a Hugging Face checkpoint directory, a preset name (random weights from
-        `weight_seed`; see presets.py) or a ModelConfig. device: cpu, cuda[:N] or auto. dtype:
-        float32, bfloat16, float16 or auto (float32 on CPU; the checkpoint's dtype, else
-        bfloat16, on CUDA). seed: the sampler's generator (requests without their own seed).
-        KV cache: `num_blocks` blocks of `block_size` tokens, or as many as `kv_cache_bytes`
-        hold (default: 1 GiB on CPU, 90% of free memory less 4 GiB on CUDA), never more than
-        `max_num_seqs` full-length sequences need. max_model_len: context limit (default: the
-        model's). Batching: the machine-level policy (scheduler.py) under `batching` (prompt token
-        cap, chunked prefill, preemption limit, KV allocation), with at most `max_num_seqs`
-        sequences holding KV (its `max_seqs`, if that is 0). cuda_graphs: replay decode steps from
-        CUDA graphs (CUDA only). tokenizer: a Tokenizer, None, or "auto" (the checkpoint's
-        tokenizer.json; the byte-level one for `tiny`). kv_alloc: where the KV cache tensor is
-        allocated (default torch.zeros; serve/shm.py puts it in memory a peer can map).
-        connector: KV transfer (kv_connector.py), also settable later (`engine.connector = c`).
-        tp: tensor parallel size (rank r on cuda:(N + r) for device cuda:N; all on the CPU else).
-        prefix_caching: a prompt shares the cached K/V of its longest prefix computed before, in
-        whole blocks, and computes only the rest (policy/prefix_cache.py)."""
-        self.device = resolve_device(device)
-        if cuda_graphs and self.device.type != "cuda":
+        `config.weight_seed`; see presets.py) or a ModelConfig. config: its options (default: EngineConfig()).
+        kv_alloc: where the KV cache tensor is allocated (default torch.zeros; serve/shm.py puts it
+        in memory a peer can map). connector: KV transfer (kv_connector.py), also settable later
+        (`engine.connector = c`)."""
+        c = self.config = config or EngineConfig()
+        self.device = resolve_device(c.device)
+        if c.cuda_graphs and self.device.type != "cuda":
             raise UserError("cuda_graphs needs a CUDA device")
         if self.device.type == "cpu":
             keep_freed_memory()
         cfg, path = resolve_model(model)
-        self.cfg, shard = cfg, Shard.of(cfg, 0, tp)
-        self.dtype = resolve_dtype(dtype, self.device, cfg)
-        self.max_model_len = min(max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
-        self.model = build_weights(cfg, path, self.device, self.dtype, self.max_model_len, shard, weight_seed)
-        if tokenizer == "auto":
-            tokenizer = default_tokenizer(model, path, cfg)
-        self.tokenizer: Tokenizer | None = tokenizer  # type: ignore[assignment]
+        self.cfg, shard = cfg, Shard.of(cfg, 0, c.tp)
+        self.dtype = resolve_dtype(c.dtype, self.device, cfg)
+        self.max_model_len = min(c.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+        self.model = build_weights(cfg, path, self.device, self.dtype, self.max_model_len, shard, c.weight_seed)
+        self.tokenizer: Tokenizer | None = (default_tokenizer(model, path, cfg) if c.tokenizer == "auto"
+                                            else c.tokenizer)  # type: ignore[assignment]
         self.eos_ids = set(cfg.eos_token_ids)
         self.grammars = Grammars(lambda: self.tokenizer or default_tokenizer(model, path, cfg), cfg.vocab_size,
                                  cfg.eos_token_ids)
-
-        num_blocks = num_blocks or default_num_blocks(cfg, self.dtype, self.device, self.max_model_len, block_size,
-                                                      max_num_seqs, kv_cache_bytes, shard.kv_heads)
-        self.kv = KVCache(cfg.num_layers, num_blocks, block_size, shard.kv_heads, cfg.head_dim,
+        num_blocks = c.num_blocks or default_num_blocks(cfg, self.dtype, self.device, self.max_model_len,
+                                                        c.block_size, c.max_num_seqs, c.kv_cache_bytes, shard.kv_heads)
+        self.kv = KVCache(cfg.num_layers, num_blocks, c.block_size, shard.kv_heads, cfg.head_dim,
                           self.dtype, self.device, alloc=kv_alloc)
         self.ranks = self.group = None
-        if tp > 1:
-            self.ranks = start_group(RankSpec(model, self.device.type, self.device.index or 0, self.dtype, weight_seed,
-                                              self.max_model_len, num_blocks, block_size, torch.get_num_threads(),
-                                              cuda_graphs, max_num_seqs), tp)
+        if c.tp > 1:
+            self.ranks = start_group(RankSpec(model, self.device.type, self.device.index or 0, self.dtype,
+                                              c.weight_seed, self.max_model_len, num_blocks, c.block_size,
+                                              torch.get_num_threads(), c.cuda_graphs, c.max_num_seqs), c.tp)
             self.group = self.ranks.group
             self.model.set_reduce(self.group.all_reduce)
             weakref.finalize(self, self.ranks.close)  # also at exit: followers stop quietly
         self.shards = KVShards(self.kv, self.group, shard, cfg.num_kv_heads)
         self.model.bind_kv_cache(self.kv.layers())
-        self.blocks = BlockManager(num_blocks, block_size, caching=prefix_caching)
-        self.max_seq_len = min(self.max_model_len, num_blocks * block_size)
-        if not batching.max_seqs:
-            batching = dataclasses.replace(batching, max_seqs=max_num_seqs)
+        self.blocks = BlockManager(num_blocks, c.block_size, caching=c.prefix_caching)
+        self.max_seq_len = min(self.max_model_len, num_blocks * c.block_size)
+        batching = c.batching if c.batching.max_seqs else dataclasses.replace(c.batching, max_seqs=c.max_num_seqs)
         self.scheduler = Scheduler(self.blocks, batching)
-        self.sampler = Sampler(self.device, seed)
+        self.sampler = Sampler(self.device, c.seed)
         self.graphs = None
-        if cuda_graphs:
+        if c.cuda_graphs:
             from .cuda_graph import DecodeGraphs
-            self.graphs = DecodeGraphs(self.model, self.kv, max_num_seqs, self.blocks.blocks_for(self.max_seq_len))
-        self._seqs: dict[str, Sequence] = {}
-        self._ids, self._arrivals = itertools.count(), itertools.count()   # request ids; admission order
-        self._stashed: list[RequestOutput] = []
+            self.graphs = DecodeGraphs(self.model, self.kv, c.max_num_seqs, self.blocks.blocks_for(self.max_seq_len))
+        self.requests = LiveRequests(cfg, self.max_model_len, self.max_seq_len, num_blocks * c.block_size,
+                                     self.tokenizer, self.grammars)
+        self.kv_host = EngineKVHost(cfg, self.kv, self.shards, self.blocks, self.scheduler, self.requests,
+                                    self.device, self.tokenizer)
+        self.stream = PromptKVStream(self.shards, self.blocks, self.kv_host.kv_slot_ids)
+        self.stashed: list[RequestOutput] = []  # outputs that go out with the next step
         self.current_batch: list[tuple[Sequence, int]] = []  # the step being run
         self.last_shape: list[tuple[int, int]] = []  # the last step run: (KV tokens before, tokens) per sequence
-        self._reserved: set[str] = set()  # requests whose blocks await a KV transfer
         self.on_schedule = None  # called with each step's StepReport before the step runs (a serving worker)
-        self._connector: KVConnector | None = None
-        self._kv_hooked = False
-        self._kv_saves: dict[str, torch.Tensor] = {}  # streamed prompts of the running step -> slot ids
-        self._exports: dict[str, KVExport] = {}  # prompts of the running step whose KV goes whole
         self.connector = connector
+
+    @property
+    def connector(self) -> KVConnector | None:
+        return self.kv_host.connector
+
+    @connector.setter
+    def connector(self, connector: KVConnector | None) -> None:
+        """Attach a KV connector (None: detach): it is bound to this engine's `kv_host`, and the
+        engine's own layers get a forward hook that hands it each layer's K/V of streamed prompts."""
+        if connector is not None:
+            self.stream.hook(self.model.layers)
+        self.kv_host.connector = connector
+        if connector is not None:
+            connector.bind(self.kv_host)
 
     # ---- requests ----------------------------------------------------------------------
     def encode(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise UserError("this model has no tokenizer (no tokenizer.json); pass token ids")
-            return self.tokenizer.encode(prompt)
-        return list(prompt)
-
-    def _new_sequence(self, prompt_ids: list[int] | str, params: SamplingParams | None,
-                      request_id: str | None, isolated: bool, resumed: int = 0) -> Sequence:
-        ids = self.encode(prompt_ids)   # the last `resumed` are outputs it made before (its grammar past them)
-        params = params or SamplingParams()
-        check_request(ids, params, self.cfg.vocab_size, self.max_model_len,
-                      self.blocks.num_blocks * self.blocks.block_size, self.tokenizer is not None)
-        rid = request_id if request_id is not None else str(next(self._ids))
-        if rid in self._seqs:
-            raise UserError(f"request id {rid!r} is already in use")
-        cut = len(ids) - resumed
-        seq = Sequence(rid, ids[:cut], params, next(self._arrivals), self.max_seq_len, ids[cut:], isolated=isolated,
-                       resumed=resumed,
-                       matcher=self.grammars.matcher(params.grammar, ids[cut:]) if params.grammar else None)
-        self._seqs[rid] = seq
-        return seq
+        return self.requests.encode(prompt)
 
     def add_request(self, prompt_ids: list[int] | str, params: SamplingParams | None = None,
                     request_id: str | None = None, prefill_only: bool = False, isolated: bool = False,
@@ -175,7 +153,7 @@ class LLMEngine(KVHostMixin, Conveniences):
         request runs in steps of its own (if it breaks a step, it breaks only its own). predicted:
         its predicted output tokens, for a scheduler that reserves KV by them (ecoserve; 0: none).
         resumed: the last `resumed` ids are outputs it made before a preemption elsewhere."""
-        seq = self._new_sequence(prompt_ids, params, request_id, isolated, resumed)
+        seq = self.requests.new(prompt_ids, params, request_id, isolated, resumed)
         seq.prefill_only = prefill_only
         self.scheduler.add(seq, predicted)
         return seq.request_id
@@ -183,37 +161,57 @@ class LLMEngine(KVHostMixin, Conveniences):
     def abort(self, request_id: str) -> None:
         """Drop a request, and tell the connector (a no-op for one awaiting its KV: the connector
         decides when its blocks go, since a one-sided writer may still be writing into them)."""
-        if request_id in self._reserved:
+        if request_id in self.kv_host.reserved:
             return
-        seq = self._seqs.pop(request_id, None)
+        seq = self.requests.by_id.pop(request_id, None)
         if seq is not None and seq.status is not Status.FINISHED:
             self.scheduler.finish(seq)
-            if self._connector is not None:
-                self._connector.request_dropped(request_id)
+            if self.connector is not None:
+                self.connector.request_dropped(request_id)
 
     def has_unfinished(self) -> bool:
-        self.sync_kv()
+        self.kv_host.sync_kv()
         return self.scheduler.has_work()
+
+    @property
+    def num_preemptions(self) -> int:
+        """Decodes this engine preempted since it started."""
+        return self.scheduler.num_preemptions
+
+    def check_alive(self) -> None:
+        """GroupFailed if a rank of its tensor-parallel group died (nothing to check at tp 1)."""
+        if self.ranks is not None:
+            self.ranks.check()
+
+    def generate(self, prompts: list[list[int]] | list[str],
+                 params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+        """Run the prompts to completion together; final outputs in prompt order (conveniences.py)."""
+        return generate(self, prompts, params)
+
+    def prefill_only(self, prompt_ids: list[int] | str, params: SamplingParams | None = None,
+                     request_id: str | None = None, resumed: int = 0) -> PrefillResult:
+        """Prefill one prompt now: its first token and the prompt's KV (conveniences.py)."""
+        return prefill_only(self, prompt_ids, params, request_id, resumed)
 
     # ---- one step ----------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
         """Run one batch; outputs for every request that got a token (or finished). StepFailed
         if the batch failed: its requests are aborted, outputs of others wait for the next step."""
-        self.sync_kv()
+        self.kv_host.sync_kv()
         self.last_shape = []
         batch, copies = self.scheduler.schedule()
         for rid in self.scheduler.report.left:   # preempted, to recompute elsewhere (--recompute prompt-pool)
-            del self._seqs[rid]
+            del self.requests.by_id[rid]
         if self.on_schedule is not None and (batch or self.scheduler.report.told()):
             self.on_schedule(self.scheduler.report)
         new: list[RequestOutput] = []
         if batch:
-            started = False  # the connector was told of the step's prompts: it hears of its end
+            told = False  # the connector was told of the step's prompts: it hears of its end
             try:
-                started = self._kv_start(batch)
+                told = self.stream.start_step(batch, self.connector)
                 new = self._step(batch, copies)
-            except Exception as e:
+            except Exception as e:  # whatever the step raised becomes StepFailed (or GroupFailed)
                 if self.group is not None:  # the ranks may be in different places now
                     raise GroupFailed(f"a tensor-parallel step failed: {e!r}") from e
                 self.scheduler.batch = None
@@ -221,10 +219,8 @@ class LLMEngine(KVHostMixin, Conveniences):
                     self.abort(seq.request_id)  # the connector hears of each (request_dropped)
                 raise StepFailed([seq.request_id for seq, _ in batch], e) from e
             finally:
-                self._kv_saves, self._exports = {}, {}
-                if started:
-                    self._connector.end_step()
-        outputs, self._stashed = self._stashed + new, []
+                self.stream.end_step(told)
+        outputs, self.stashed = self.stashed + new, []
         return outputs
 
     def _step(self, batch: list[tuple[Sequence, int]], copies: list[tuple[int, int]]) -> list[RequestOutput]:
@@ -240,12 +236,12 @@ class LLMEngine(KVHostMixin, Conveniences):
         try:
             if self.group is not None:
                 self.ranks.check()
-                inp.saves = [s.tolist() for s in self._kv_saves.values()]
+                inp.saves = [s.tolist() for s in self.stream.saves.values()]
                 inp.exports = [slots for _, slots in exports]
                 self.group.send(("step", inp))
             logits = execute(self.model, self.kv, self.graphs, self.device, inp)
             for rid, slots in exports:  # every rank gathers its heads of each, in this order
-                self._exports[rid] = KVExport(self.shards.gather(None, self.shards.slot_tensor(slots)))
+                self.stream.exports[rid] = KVExport(self.shards.gather(None, self.shards.slot_tensor(slots)))
         finally:
             self.current_batch = []
         for seq, n in batch:
@@ -275,18 +271,18 @@ class LLMEngine(KVHostMixin, Conveniences):
         reason = stop_reason(seq, tok, self.eos_ids, self.tokenizer)
         kv = None
         if seq.prefill_only:
-            kv = self._exports.pop(seq.request_id, None)
+            kv = self.stream.exports.pop(seq.request_id, None)
             reason = reason or "prefill"
         if reason is not None:
             seq.finish_reason = reason
             seq.text = finish_text(seq, self.tokenizer)
             self.scheduler.finish(seq)
-            del self._seqs[seq.request_id]
-            if seq.prefill_only and self._connector is not None:
+            del self.requests.by_id[seq.request_id]
+            if seq.prefill_only and self.connector is not None:
                 if reason == "prefill":  # its KV goes on to where it decodes
-                    self._connector.request_finished(seq.request_id, tok, kv, handed(seq))
+                    self.connector.request_finished(seq.request_id, tok, kv, handed(seq))
                 else:                    # it ended at its first token: nothing to hand over
-                    self._connector.request_dropped(seq.request_id)
+                    self.connector.request_dropped(seq.request_id)
         return RequestOutput(seq.request_id, seq.prompt_ids, list(seq.output_ids), [tok],
                              reason is not None, reason, seq.text, kv,
                              list(seq.logits) if seq.params.return_logits else None, seq.num_cached,

@@ -1,13 +1,12 @@
-"""The engine's side of a KV hand-over between processes (Splitwise's prompt -> token transfer),
-as a part of LLMEngine: it is the KVHost a KV connector works through (kv_connector.py), and it
-hooks the engine's own layers so that a connector gets each layer's K/V of the prompts it streams.
+"""The token side of a KV hand-over between processes (Splitwise's prompt -> token transfer): the
+KVHost a KV connector works through (kv_connector.py), a part of LLMEngine (`engine.kv_host`).
 
-Token side: `reserve_kv` holds what the request's decode will hold here (the policy's reservation,
+`reserve_kv` holds what the request's decode will hold here (the policy's reservation,
 engine/scheduler.py) and allocates its prompt positions, `write_kv_layer` fills them, and
 `start_reserved` starts the decode from the first token made elsewhere; `release_kv` drops a
-reservation. `add_request_with_kv` does all of it at once with a whole exported KV. Prompt side:
-the step tells the connector its prompt chunks (`_kv_start`), a hook hands it each layer, and a
-finished prefill-only request its KV (engine.py `_append_token`).
+reservation. `add_request_with_kv` does all of it at once with a whole exported KV. `sync_kv`
+applies the connector's news before each step. K/V comes and goes with every KV head (`shards`:
+the group's heads at tensor parallel > 1).
 """
 
 from __future__ import annotations
@@ -15,33 +14,30 @@ from __future__ import annotations
 import torch
 
 from ..errors import UserError
-from .kv_cache import KVExport
-from .kv_connector import KVConnector, KVLayout, PromptChunk
+from .block_manager import BlockManager
+from .config import ModelConfig
+from .kv_cache import KVCache, KVExport
+from .kv_connector import KVConnector, KVLayout
+from .live_requests import LiveRequests
+from .parallel import KVShards
 from .sampler import SamplingParams
-from .sequence import Sequence
+from .scheduler import Scheduler
 from .stopping import stop_reason
+from .tokenizer import Tokenizer
 
 
-class KVHostMixin:
-    """LLMEngine's KV-transfer methods (the engine provides cfg, kv, shards, blocks, model,
-    scheduler, _seqs, _reserved, _connector, _kv_hooked, _kv_saves and _new_sequence). K/V comes
-    and goes with every KV head (`shards`: the group's heads at tensor parallel > 1)."""
+class EngineKVHost:
+    """An engine's KV reservations for requests prefilled elsewhere (`reserved`: their ids), over
+    the engine's cache, blocks, scheduler and live requests. `connector`: the engine's (set by
+    `LLMEngine.connector`)."""
 
-    @property
-    def connector(self) -> KVConnector | None:
-        return self._connector
-
-    @connector.setter
-    def connector(self, connector: KVConnector | None) -> None:
-        """Attach a KV connector (None: detach): it is bound to this engine (its KVHost), and the
-        engine's own layers get a forward hook that hands it each layer's K/V of streamed prompts."""
-        if connector is not None and not self._kv_hooked:
-            for i, layer in enumerate(self.model.layers):
-                layer.register_forward_hook(self._kv_layer_hook(i))
-            self._kv_hooked = True
-        self._connector = connector
-        if connector is not None:
-            connector.bind(self)
+    def __init__(self, cfg: ModelConfig, kv: KVCache, shards: KVShards, blocks: BlockManager, scheduler: Scheduler,
+                 requests: LiveRequests, device: torch.device, tokenizer: Tokenizer | None) -> None:
+        self.cfg, self.kv, self.shards, self.blocks, self.scheduler = cfg, kv, shards, blocks, scheduler
+        self.requests, self.device, self.tokenizer = requests, device, tokenizer
+        self.eos_ids = set(cfg.eos_token_ids)
+        self.connector: KVConnector | None = None
+        self.reserved: set[str] = set()  # requests whose blocks await a KV transfer
 
     @property
     def kv_layout(self) -> KVLayout:
@@ -57,8 +53,8 @@ class KVHostMixin:
 
     def sync_kv(self) -> None:
         """Apply the connector's news (`get_finished`): start the complete reservations, free the
-        ones it lets go. `step()`, `has_unfinished()` and `reserve_kv()` call it first."""
-        c = self._connector
+        ones it lets go. The engine's `step()`, `has_unfinished()` and `reserve_kv()` call it first."""
+        c = self.connector
         if c is None:
             return
         news = c.get_finished()
@@ -75,39 +71,12 @@ class KVHostMixin:
             else:
                 c.load_started(rid, None)
 
-    def _kv_start(self, batch: list[tuple[Sequence, int]]) -> bool:
-        """A step starts: tell the connector its prompt chunks, note the prompts it streams.
-        Whether it was told (the step then ends with `end_step`)."""
-        c = self._connector
-        if c is None:
-            return False
-        chunks = [PromptChunk(seq.request_id, n, seq.prefix_len, seq.num_computed + n >= seq.prefix_len)
-                  for seq, n in batch if seq.num_computed < seq.prefix_len]
-        if not chunks:
-            return False
-        streamed = c.start_step(chunks)
-        if streamed:
-            for seq, n in batch:
-                p = seq.prefix_len
-                if seq.request_id in streamed and seq.num_computed + n >= p:
-                    seq.export_kv = False  # streamed layer by layer: no whole-cache copy at the step's end
-                    self._kv_saves[seq.request_id] = self.kv_slot_ids(self.blocks.block_table(seq.request_id), p)
-        return True
-
-    def _kv_layer_hook(self, i: int):
-        def hook(module, args, output):
-            saves = self._kv_saves
-            if saves:  # whole heads: every rank of a tensor-parallel group gathers its own to rank 0
-                self._connector.save_layer(i, {rid: self.shards.gather(i, slots) for rid, slots in saves.items()})
-        return hook
-
-    # ---- the token side ----------------------------------------------------------------------
     def add_request_with_kv(self, prompt_ids: list[int], first_token: int, kv: KVExport,
                             params: SamplingParams | None = None, request_id: str | None = None,
                             isolated: bool = False, resumed: int = 0) -> str:
         """Continue a request prefilled elsewhere: reserve its KV (UserError if it does not fit),
         import the prompt's KV, then decode from `first_token` on. isolated, resumed: as in
-        `add_request`."""
+        `LLMEngine.add_request`."""
         if kv.num_tokens != len(prompt_ids):
             raise UserError(f"KV covers {kv.num_tokens} tokens but the prompt has {len(prompt_ids)}")
         expect = (self.cfg.num_layers, 2, self.cfg.num_kv_heads, self.cfg.head_dim)
@@ -119,7 +88,7 @@ class KVHostMixin:
         self.start_reserved(rid, first_token)
         return rid
 
-    # ---- KV received layer by layer (the token side of a streamed transfer) -----------------
+    # ---- KV received layer by layer (a streamed transfer) -----------------------------------
     def reserve_kv(self, prompt_ids: list[int], params: SamplingParams | None, request_id: str,
                    isolated: bool = False, resumed: int = 0) -> list[int]:
         """Before an incoming request's KV arrives: reserve what its decode will hold here (the
@@ -131,50 +100,51 @@ class KVHostMixin:
         rid = self._reserve(prompt_ids, params, request_id, isolated, resumed)
         return self.blocks.block_table(rid)
 
-    def _reserve(self, prompt_ids, params, request_id, isolated, resumed: int = 0) -> str:
-        seq = self._new_sequence(prompt_ids, params, request_id, isolated, resumed)
+    def _reserve(self, prompt_ids: list[int], params: SamplingParams | None, request_id: str | None,
+                 isolated: bool, resumed: int = 0) -> str:
+        seq = self.requests.new(prompt_ids, params, request_id, isolated, resumed)
         try:
             self.scheduler.reserve(seq)
         except UserError:
-            del self._seqs[seq.request_id]
+            del self.requests.by_id[seq.request_id]
             raise
         if self.blocks.caching:  # its longest cached prefix, below the last prompt token, is not sent
             self.scheduler.attach_cached(seq, seq.prefix_len)
         self.blocks.append(seq.request_id, seq.prefix_len + 1)  # within the reservation
-        self._reserved.add(seq.request_id)
+        self.reserved.add(seq.request_id)
         return seq.request_id
 
     def kv_cached(self, request_id: str) -> int:
         """A reservation's leading prompt tokens already in this engine's prefix cache (not sent)."""
-        seq = self._seqs.get(request_id)
-        return seq.num_computed if seq is not None and request_id in self._reserved else 0
+        seq = self.requests.by_id.get(request_id)
+        return seq.num_computed if seq is not None and request_id in self.reserved else 0
 
     def write_kv_layer(self, request_id: str, layer: int, data: torch.Tensor, start: int = 0) -> None:
         """Write layer `layer`'s K/V (2, tokens, kv_heads, head_dim) of positions start.. into a
         reservation. UserError for no reservation, or a layer or shape that does not fit it."""
-        if request_id not in self._reserved:
+        if request_id not in self.reserved:
             raise UserError(f"request {request_id!r} has no KV reservation")
         expect = (2, self.cfg.num_kv_heads, self.cfg.head_dim)
         n = data.shape[1] if data.dim() == 4 else -1
         if (not 0 <= layer < self.cfg.num_layers or data.dim() != 4 or (data.shape[0], *data.shape[2:]) != expect
-                or start < 0 or start + n > self._seqs[request_id].prefix_len + 1):
+                or start < 0 or start + n > self.requests.by_id[request_id].prefix_len + 1):
             raise UserError(f"KV of layer {layer}, shape {tuple(data.shape)} from position {start} does not fit "
                             f"request {request_id!r}")
         self.shards.write(layer, self.kv.slots(self.blocks.block_table(request_id), start, start + n), data)
 
     def release_kv(self, request_id: str) -> bool:
         """Drop a reservation whose transfer failed; True if there was one."""
-        if request_id not in self._reserved:
+        if request_id not in self.reserved:
             return False
-        self._reserved.discard(request_id)
-        self.scheduler.finish(self._seqs.pop(request_id))
+        self.reserved.discard(request_id)
+        self.scheduler.finish(self.requests.by_id.pop(request_id))
         return True
 
     def start_reserved(self, request_id: str, first_token: int) -> str:
         """Every layer of a reservation has been written: decode from `first_token` on."""
-        if request_id not in self._reserved:
+        if request_id not in self.reserved:
             raise UserError(f"request {request_id!r} has no KV reservation")
-        seq = self._seqs[request_id]
+        seq = self.requests.by_id[request_id]
         if not 0 <= first_token < self.cfg.vocab_size:
             self.release_kv(request_id)
             raise UserError(f"first token {first_token} is outside the vocabulary")
@@ -184,18 +154,18 @@ class KVHostMixin:
         if stop_reason(seq, first_token, self.eos_ids, self.tokenizer) is not None:
             self.release_kv(request_id)
             raise UserError("the request already finished at its first token; nothing to decode")
-        self._reserved.discard(request_id)
+        self.reserved.discard(request_id)
         seq.num_computed = seq.prefix_len
         self.scheduler.arrived(seq)
         return request_id
 
     @property
     def num_reserved(self) -> int:
-        return len(self._reserved)
+        return len(self.reserved)
 
     def export_kv(self, request_id: str) -> KVExport:
         """The K/V of every position of a live request that has been computed so far."""
-        seq = self._seqs.get(request_id)
+        seq = self.requests.by_id.get(request_id)
         if seq is None or not self.blocks.has(request_id):
             raise UserError(f"request {request_id!r} holds no KV in this engine")
         return KVExport(self.shards.read(None, self.kv.slots(self.blocks.block_table(request_id), 0, seq.num_computed)))

@@ -1,5 +1,5 @@
-"""What the engine hands back: a step's output per request, a prefill's result, and the error of a
-step that failed."""
+"""What the engine hands back: a step's output per request and a prefill's result (a step that
+failed: contract.py StepFailed)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,6 @@ from dataclasses import dataclass
 import torch
 
 from .kv_cache import KVExport
-
-
-class StepFailed(Exception):
-    """A step raised after its batch was scheduled: its requests were aborted (blocks freed), every
-    other request is untouched."""
-
-    def __init__(self, request_ids: list[str], cause: BaseException) -> None:
-        super().__init__(f"step failed, requests {', '.join(request_ids)} aborted: "
-                         f"{type(cause).__name__}: {cause}")
-        self.request_ids = request_ids
-        self.cause = cause
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""What a request may ask of an engine: checked when it is added (LLMEngine.add_request and
-add_request_with_kv), a UserError naming what is wrong otherwise."""
+"""What a request may ask of an engine: checked when it is added (live_requests.py LiveRequests.new,
+for every request an engine takes), a UserError naming what is wrong otherwise."""
 
 from __future__ import annotations
 

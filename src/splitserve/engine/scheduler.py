@@ -178,15 +178,15 @@ class Scheduler:
             pool_of[seq.request_id] = key
             have = len(blocks.block_table(seq.request_id)) if blocks.has(seq.request_id) else 0
             want[key] = want.get(key, 0) + r.kv_held // bs - have
-        pools = blocks.pools
+        pools = blocks.pools.sizes()
         for key, n in pools.items():   # shrink first: the free list then has room to grow others
             if want.get(key, 0) < n:
-                blocks.set_pool(key, max(want.get(key, 0), 0))
+                blocks.pools.set(key, max(want.get(key, 0), 0))
         for key, n in want.items():
             if n < 0:
                 raise AssertionError(f"family of {key!r} wrote {-n} blocks more than it holds")
-            if n > blocks.pool_size(key):
-                blocks.set_pool(key, n)
+            if n > blocks.pools.size(key):
+                blocks.pools.set(key, n)
         return pool_of
 
     def attach_cached(self, seq: Sequence, n: int) -> int:
@@ -195,7 +195,7 @@ class Scheduler:
         logits make the first output); the tokens it saves."""
         bs = self.blocks.block_size
         hashes = extend_hashes(seq.block_hashes, seq.token_slice(0, n), bs)  # a restart's chunk has its outputs too
-        hits = self.blocks.cached_prefix(hashes)
+        hits = self.blocks.cache.lookup(hashes)
         hits = hits[:attachable(len(hits), n, bs)]
         self.prefix_queries += len(seq.prompt_ids)
         saved = len(hits) * bs
@@ -217,7 +217,7 @@ class Scheduler:
             hashes = extend_hashes(seq.block_hashes, seq.token_slice(0, full * bs), bs)
             table = blocks.block_table(seq.request_id)
             for i in range(seq.registered, full):
-                blocks.register(table[i], hashes[i])
+                blocks.cache.register(table[i], hashes[i])
             seq.registered = full
 
     def step_done(self) -> None:
@@ -237,5 +237,5 @@ class Scheduler:
             self.seqs.pop(r.id, None)
         self.blocks.free(seq.request_id)
         if self.sched.pools_kv:
-            self.blocks.set_pool(seq.request_id, 0)   # its guests' go on in the next host's pool
+            self.blocks.pools.set(seq.request_id, 0)   # its guests' go on in the next host's pool
         seq.status = Status.FINISHED

@@ -25,12 +25,13 @@ def build_engine(args, kv_alloc=None):
         os.sched_setaffinity(0, args.cpus)
     import torch
 
-    from ..engine.engine import LLMEngine
+    from ..engine.engine import EngineConfig, LLMEngine
     torch.set_num_threads(max(1, args.threads))
-    engine = LLMEngine(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
-                       num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-                       batching=args.policy.batching, tokenizer=None, kv_alloc=kv_alloc,
-                       cuda_graphs=args.cuda_graphs, tp=args.tp, prefix_caching=args.prefix_caching)
+    engine = LLMEngine(args.model, EngineConfig(device=args.device, dtype=args.dtype, seed=args.seed,
+                                                num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
+                                                batching=args.policy.batching, tokenizer=None,
+                                                cuda_graphs=args.cuda_graphs, tp=args.tp,
+                                                prefix_caching=args.prefix_caching), kv_alloc=kv_alloc)
     if args.debug_fail_token is not None:
         fail_on_token(engine, args.debug_fail_token)
     return engine

@@ -20,10 +20,10 @@ import time
 # decodes them for 64 tokens, again and again
 HOG = """
 import sys, time, torch
-from splitserve.engine.engine import LLMEngine
+from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 torch.set_num_threads(int(sys.argv[4]))
-e = LLMEngine(sys.argv[1], device=sys.argv[2], dtype=sys.argv[3], tokenizer=None, prefix_caching=False)
+e = LLMEngine(sys.argv[1], EngineConfig(device=sys.argv[2], dtype=sys.argv[3], tokenizer=None, prefix_caching=False))
 mode, size = sys.argv[5], int(sys.argv[6])
 print("ready", flush=True)
 i = live = 0

@@ -189,7 +189,7 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
             f.flush()
             if progress is not None:
                 progress(i + 1, len(todo), f"{p} tokens x {b}")
-    layout = engine.kv_layout
+    layout = engine.kv_host.kv_layout
     facts = {
         "name": hardware,
         "model": s.model,
