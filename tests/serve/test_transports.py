@@ -428,8 +428,8 @@ def test_segments_are_unlinked_on_close_sigterm_sigkill_and_sweep(tmp_path):
     p.stdout.close()
 
     # SIGTERM: the worker's handler unlinks it itself, then terminates as before
-    code = code.replace("print(", "from splitserve.serve.worker import _unlink_on_sigterm\n"
-                                  "_unlink_on_sigterm(r); print(")
+    code = code.replace("print(", "from splitserve.serve.worker import unlink_on_sigterm\n"
+                                  "unlink_on_sigterm(r); print(")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     name = p.stdout.readline().strip()
     assert os.path.exists(f"{SHM}/{name}")

@@ -3,9 +3,10 @@
 `splitserve serve --worker-mode echo` runs workers on this instead of `LLMEngine`, so that a load
 test measures the front end, the router and the worker channel alone (benchmarks/serve/
 router_overhead.py). Token i of a request is `(last prompt id + 1 + i) % vocab`; all of them come
-out in the step after the request arrives. It has the slice of LLMEngine's interface the worker
-uses, with a KV cache of zero layers (a split request's "transfer" is just the closing message),
-and reports its steps as the engine does (a prompt's one chunk when it starts, a decode that joins).
+out in the step after the request arrives. It implements the Engine protocol the worker uses
+(engine/contract.py) and is its own KV host, with a KV cache of zero layers (a split request's
+"transfer" is just the closing message), and reports its steps as the engine does (a prompt's
+one chunk when it starts, a decode that joins).
 Like the engine, it calls its KV connector (engine/kv_connector.py): a prefill handed over or
 dropped, the reservations complete or let go; it streams nothing (no layers).
 """
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine.kv_connector import KVLayout
+from ..errors import UserError
 from ..policy.machine import BatchReport
 
 
@@ -29,6 +31,7 @@ class EchoOutput:
     kv: object = None
     logprobs: None = None         # never computed here (serve refuses logprobs with --worker-mode echo)
     prompt_logprobs: None = None
+    prompt_token_ids: list[int] = field(default_factory=list)  # not kept
 
 
 @dataclass
@@ -57,6 +60,9 @@ class EchoEngine:
     on_schedule: object = None                    # called with each step's BatchReport
     connector: object = None                      # a KVConnector, bound by the worker
     kv_layout: KVLayout = KVLayout(0, 0, 0, None, 16)
+    device: None = None                           # it holds no KV
+    last_shape: list = field(default_factory=list)  # never a shape: no step log
+    num_preemptions: int = 0
     _queue: dict = field(default_factory=dict)   # rid -> (first token, count, prefill_only, done)
     _new: dict = field(default_factory=dict)     # rid -> prompt tokens (first step not run yet), or 0: joins
     _reserved: dict = field(default_factory=dict)
@@ -65,6 +71,16 @@ class EchoEngine:
         self._queue[request_id] = ((ids[-1] + 1) % self.cfg.vocab_size, params.max_tokens, prefill_only, 0)
         self._new[request_id] = len(ids)
         return request_id
+
+    @property
+    def kv_host(self):
+        return self
+
+    def check_alive(self):
+        pass  # one process: nothing else to die
+
+    def kv_slot_ids(self, block_ids, num_tokens):
+        raise UserError("the echo engine holds no KV cache")
 
     def reserve_kv(self, prompt_ids, params, rid, isolated=False, resumed=0):
         self.sync_kv()

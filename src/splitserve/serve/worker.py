@@ -26,6 +26,7 @@ sockets are encrypted with CURVE, keys derived from the cluster secret (curve.py
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -33,13 +34,15 @@ import time
 
 import zmq
 
+from ..engine.contract import Engine, StepFailed
 from ..errors import UserError
 from ..heap import freeze_heap
 from ..logs import configure as configure_logging
 from .curve import CurveKeys, encryption_on
 from .kv import BothSides, KVReceiver, KVSender, make_transport
 from .messages import (Abort, Cancel, Err, Expect, Gen, Heartbeat, Hello, KvFail, KvIn, Message, Out, OutItem,
-                       PeerDown, Ping, Reserved, Step, StepChunk, StepFailed, Stop)
+                       PeerDown, Ping, Reserved, Step, StepChunk, Stop)
+from .messages import StepFailed as StepFailedMsg
 from .protocol import Codec, boot_id, control_message_limit, secret_from_env, worker_identity
 from .worker_args import parse_args
 from .worker_engine import build_engine, item_logprobs, sampling_params
@@ -47,20 +50,21 @@ from .worker_link import RouterLink
 
 HEARTBEAT_S, MAX_STEP_FAILURES = 0.2, 3
 IDLE_WAIT_MS = 50  # an idle worker wakes at once for a message; this only paces heartbeats and deadlines
+logger = logging.getLogger(__name__)
 
 
 class Worker:
-    def __init__(self, args, engine, codec: Codec, region=None, curve: CurveKeys | None = None) -> None:
+    def __init__(self, args, engine: Engine, codec: Codec, region=None, curve: CurveKeys | None = None) -> None:
         self.args, self.engine, self.codec = args, engine, codec
         self.ctx = zmq.Context.instance()
         control = codec.max_head = control_message_limit(engine.max_model_len, args.max_num_seqs)
         self.link = RouterLink(self.ctx, codec, args.router, control, args.id, curve)
         self.send = self.link.send  # sign into the outbox; self.link.post() sends it
         # KV messages: a whole request's KV in one frame at most
-        kv_limit = control + engine.max_model_len * engine.kv_layout.bytes_per_token
+        kv_limit = control + engine.max_model_len * engine.kv_host.kv_layout.bytes_per_token
         self.transport = make_transport(args.transport, self.ctx, codec, args.host, region, max_message=kv_limit,
-                                        slot_ids=getattr(engine, "kv_slot_ids", None), curve=curve,
-                                        device=getattr(engine, "device", None),  # nccl: its pairs' device
+                                        slot_ids=engine.kv_host.kv_slot_ids, curve=curve,
+                                        device=engine.device,  # nccl: its pairs' device
                                         timeout_s=max(30.0, 6 * args.transfer_timeout_s))
         self.sender = KVSender(self.transport, args.debug_layer_delay_s)
         self.receiver = KVReceiver(args.transfer_timeout_s, one_sided=self.transport.one_sided,
@@ -87,13 +91,12 @@ class Worker:
 
     def heartbeat(self) -> None:
         e = self.engine
-        if getattr(e, "ranks", None) is not None:
-            e.ranks.check()  # a dead tensor-parallel rank ends this worker, busy or idle: it is replaced
+        e.check_alive()  # a dead tensor-parallel rank ends this worker, busy or idle: it is replaced
         self.send(Heartbeat(worker_id=self.args.id, free=e.blocks.num_free, blocks=e.blocks.num_blocks,
-                            reserved=e.num_reserved, running=len(self.kinds),
+                            reserved=e.kv_host.num_reserved, running=len(self.kinds),
                             rejected=self.codec.rejected + self.link.malformed + sum(self.receiver.malformed.values()),
                             stray=self.receiver.stray,
-                            preempted=getattr(getattr(e, "scheduler", None), "num_preemptions", 0)))
+                            preempted=e.num_preemptions))
 
     # ---- messages from the router ----------------------------------------------------------
     def on_ctl(self, msg: Message) -> None:
@@ -154,19 +157,17 @@ class Worker:
         start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
         try:
             outs = self.engine.step()
-        except Exception as e:
-            if not hasattr(e, "request_ids"):  # engine.StepFailed (not imported: echo workers have no torch)
-                raise
+        except StepFailed as e:
             for rid in e.request_ids:
                 self.drop(rid)
-            self.send(StepFailed(rids=list(e.request_ids), error=repr(e.cause)[:500]))
-            print(f"worker {self.args.id}: engine step failed: {e.cause!r}", file=sys.stderr, flush=True)
+            self.send(StepFailedMsg(rids=list(e.request_ids), error=repr(e.cause)[:500]))
+            logger.error("worker %d: engine step failed: %r", self.args.id, e.cause)
             self.step_failures += 1
             if self.step_failures >= MAX_STEP_FAILURES:
                 raise RuntimeError(f"{self.step_failures} engine steps in a row failed; exiting") from e.cause
             return
         self.step_failures = 0
-        shape = getattr(self.engine, "last_shape", None)
+        shape = self.engine.last_shape
         if self.step_log is not None and shape:
             line = {"t": start, "s": time.perf_counter() - t0, "cpu": time.process_time() - c0, "seqs": shape}
             sent = [len(o.prompt_token_ids) for o in outs if o.finish_reason == "prefill"]
@@ -237,8 +238,8 @@ class Worker:
                 self.link.post()  # else the next step's report, in a moment, takes it along
                 # after one long step the router's pings are queued, not missing: read them first
                 if now - self.link.last_heard > self.args.orphan_timeout_s and not self.link.sock.poll(0):
-                    print(f"worker {self.args.id}: no word from the router for "
-                          f"{self.args.orphan_timeout_s:g} s; exiting", file=sys.stderr)
+                    logger.warning("worker %d: no word from the router for %g s; exiting", self.args.id,
+                                   self.args.orphan_timeout_s)
                     break
         self.link.post()
         self.transport.close()
@@ -253,7 +254,7 @@ def step_message(rep, at: float | None = None) -> Step:
                 grown=list(rep.grown) or None)
 
 
-def _unlink_on_sigterm(region) -> None:
+def unlink_on_sigterm(region) -> None:
     """SIGTERM unlinks the shared KV segment, then does what it did before (terminate, or the
     host's handler)."""
     try:
@@ -278,13 +279,13 @@ def main(argv=None) -> int:
     if args.transport == "local" and args.worker_mode == "engine":
         from .shm import SharedKVRegion
         region = SharedKVRegion()  # the KV cache, in memory same-host peers can map
-        _unlink_on_sigterm(region)
+        unlink_on_sigterm(region)
     try:
         try:
             curve = CurveKeys.from_secret(secret) if encryption_on(args.kv_encryption, args.host) else None
             worker = Worker(args, build_engine(args, kv_alloc=region), codec, region, curve)
         except UserError as e:
-            print(f"worker {args.id}: error: {e}", file=sys.stderr)
+            logger.error("worker %d: error: %s", args.id, e)
             return 2
         freeze_heap()  # startup's objects out of the collector's full passes
         if prefix := os.environ.get("SPLITSERVE_WORKER_PROFILE"):  # cProfile of the loop to PREFIX.<id>.prof
