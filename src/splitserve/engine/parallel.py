@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import logging
 import os
 import pickle
 import signal
@@ -36,6 +37,8 @@ import torch.distributed as dist
 
 from .cpu_allreduce import ShmAllReduce
 from .sharding import Shard
+
+logger = logging.getLogger(__name__)
 
 CTL_TIMEOUT = datetime.timedelta(days=365)  # followers wait for rank 0's next command this long
 DEV_TIMEOUT = datetime.timedelta(seconds=600)  # one collective, at most
@@ -90,13 +93,13 @@ class Group:
             opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
             opts._timeout = DEV_TIMEOUT
             self.dev = dist.ProcessGroupGloo(dist.PrefixStore("dev", store), rank, size, opts)
-            self._shm_reduce = ShmAllReduce(self.dev, rank, size)
+            self.shm_reduce = ShmAllReduce(self.dev, rank, size)
 
     def close(self) -> None:
         """Drop the process groups while their store lives: left to the interpreter's exit, they
         went in any order, and a follower stopped right after its start aborted in gloo's
         teardown (std::terminate, status -6)."""
-        self.ctl = self.dev = self._shm_reduce = None
+        self.ctl = self.dev = self.shm_reduce = None
 
     # ---- rank 0's commands ------------------------------------------------------------------
     def send(self, cmd: tuple) -> None:
@@ -114,7 +117,7 @@ class Group:
     # ---- collectives on the devices ---------------------------------------------------------
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         if self.device.type == "cpu":
-            return self._shm_reduce(x)  # ranks of one host: shared memory, not loopback TCP
+            return self.shm_reduce(x)  # ranks of one host: shared memory, not loopback TCP
         self.dev.allreduce([x]).wait()
         return x
 
@@ -148,8 +151,8 @@ class Ranks:
         if all(p.poll() is None for p in self.procs):
             try:
                 self.group.send(("stop",))
-            except Exception:
-                pass
+            except Exception as e:  # a follower gone meanwhile: the wait below ends the rest
+                logger.debug("stop not sent to the tensor-parallel group: %r", e)
         for p in self.procs:
             try:
                 p.wait(timeout=10)
@@ -173,7 +176,7 @@ def start_group(spec: RankSpec, size: int) -> Ranks:
         raise
     group.store = store  # the followers' rendezvous: kept alive with the group
     if spec.device_type == "cpu":
-        group._shm_reduce.alive = lambda: all(p.poll() is None for p in procs)
+        group.shm_reduce.alive = lambda: all(p.poll() is None for p in procs)
     return Ranks(group, procs)
 
 

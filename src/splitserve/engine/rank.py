@@ -8,6 +8,7 @@ part of every all-reduce, its heads of the KV that rank 0 streams or exports), w
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -20,6 +21,8 @@ from .kv_cache import KVCache
 from .model_runner import StepInputs, execute
 from .parallel import Group, KVShards, RankSpec, die_with_parent, rank_device
 from .sharding import Shard
+
+logger = logging.getLogger(__name__)
 
 
 class Follower:
@@ -86,13 +89,13 @@ def main(argv: list[str]) -> int:
         group = Group(store, rank, size, torch.device(argv[3]))
         if group.device.type == "cpu":
             parent = os.getppid()
-            group._shm_reduce.alive = lambda: os.getppid() == parent
+            group.shm_reduce.alive = lambda: os.getppid() == parent
         _, spec = group.receive()
         torch.set_num_threads(spec.threads)
         Follower(group, spec).run()
         group.close()
     except Exception as e:  # rank 0 is gone (its channel closed) or a collective failed
-        print(f"tensor-parallel rank {rank}: {e!r}"[:500], file=sys.stderr)
+        logger.error("tensor-parallel rank %d: %s", rank, repr(e)[:500])
         return 1
     return 0
 
