@@ -1,30 +1,15 @@
-"""Issue 27's bounds on the twin, one owner for the CI test and benchmarks/twin/bounds.py: every
-P50 of TTFT, TBT and E2E within 15% of the live run and every P90 within 25%, on the coding and
-the conversation workload, Splitwise 1P+1T and the unsplit baseline with 4 mixed workers, every
-worker pinned (the baseline's two to a core: more busy workers than the 2 cores of CI, so that the
-cores' time-sharing is a large term), at
-35% (Splitwise, 20 s) and 30% (baseline, 30 s) of the capacity the profile predicts (LOAD, DURATION),
-prompts <= 256 and outputs <= 8 tokens, seed 1; a fifth run, coding on Splitwise with prompts
-<= 16 tokens, where the serving path (a few ms a request) is a large part of TTFT, so that its
-control can break a bound; and 3-turn conversations whose prompts carry their history, with
-prefix caches, on both designs (MULTITURN).
+"""The twin's accuracy bounds, one owner for the CI test and benchmarks/twin/bounds.py.
 
-A run is recorded (record_run: the live run's summary, spec and the speed before it, beside its
-workers' step logs) and judged (judge_run: from those files alone), so that CI judges committed
-records (benchmarks/twin/recorded/) the same on any host.
-
-Each run is simulated at three speeds of the host against its profile (MachineProfile.drift): the
-profile's own; the speed measured just before the run on the run's own request sizes (twin/
-calibrate.py: a prediction, but the 2-core VM's speed moves 5-40% within an hour; the record also
-keeps the same measured after the run, AROUND: their geometric mean); and the speed of
-the run's own lone steps (steps.run_speed: the steps no other worker computed beside, after each
-worker's warm-up: two numbers, prompt and decode), each simulated step's work drawn from how those
-lone steps spread about that speed (steps.lone_spread, MachineProfile.spread). The bounds are held
-at the last: it gives the model the host's speed and noise during the run and leaves it every term
-the bounds test, the co-run slowdown and the cores' time-sharing, the queues, the reservation, the
-KV transfer and the serving path. Each such term taken out at that same speed, without the spread's
-draws (`MachineProfile.without`), is a negative control: it counts where it puts out a cell that the
-same model, with the term, kept in.
+Every P50 of TTFT, TBT and E2E within 15% of the live run and every P90 within 25% (BOUNDS), on
+the runs of RUNS: coding and conversation on Splitwise 1P+1T and on a 4-worker unsplit baseline
+pinned two to a core, at LOAD of the profile's capacity, plus short prompts (where the serving
+path is a large part of TTFT) and 3-turn conversations with prefix caches (MULTITURN).
+`record_run` keeps a live run's summary, spec, speeds and step logs; `judge_run` judges them from
+those files alone, so CI judges committed records (benchmarks/twin/recorded/) the same on any host.
+Each run is simulated at the profile's speed, the speed measured around it, and the speed of its
+own lone steps with their spread (HELD_AT, where the bounds are held); each model term taken out
+(`MachineProfile.without`) is a negative control that must put a cell out of bounds.
+docs/twin.md (the bounds; what gates CI: recorded runs) has the reasons and the measurements.
 """
 
 from __future__ import annotations
