@@ -51,15 +51,22 @@ def test_the_level_is_exported_to_child_processes_and_read_from_the_environment(
     assert logging.getLogger().level == logging.DEBUG
 
 
-def test_uvicorn_records_go_through_the_one_handler(capsys):
-    logging.getLogger("uvicorn.error").addHandler(logging.NullHandler())   # as uvicorn's dictConfig leaves it
-    logging.getLogger("uvicorn.access").propagate = False
+def test_uvicorn_records_go_through_the_one_handler_and_httpx_shows_at_debug_only(capsys):
+    import logging.config
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    logging.config.dictConfig(LOGGING_CONFIG)    # uvicorn's own handlers, as a server in this process left them
     logs.configure("INFO")
     logging.getLogger("uvicorn.error").info("started")
     logging.getLogger("uvicorn.access").info("GET /")
+    logging.getLogger("httpx").info("HTTP Request: GET /")
     logging.getLogger("splitserve.sim").debug("below the level")
     assert [line.split(" ", 2)[2] for line in records(capsys.readouterr().err)] == [
         "INFO uvicorn.error: started", "INFO uvicorn.access: GET /"]
+    logs.configure("DEBUG")
+    logging.getLogger("httpx").info("HTTP Request: GET /")
+    assert [line.split(" ", 2)[2] for line in records(capsys.readouterr().err)][-1] == "INFO httpx: HTTP Request: GET /"
 
 
 def test_configuring_twice_keeps_one_handler_and_a_bad_level_is_a_user_error():

@@ -5,7 +5,10 @@ calls `configure`: the `splitserve` command (`--log-level`, cli/log_level.py), a
 starts (serve's workers and tensor-parallel ranks), which reads the level from SPLITSERVE_LOG_LEVEL:
 `configure` sets it, and child processes inherit the environment. Records go to stderr as
 `time level logger: message`; uvicorn's loggers are joined to the same handler (the server runs
-uvicorn with `log_config=None`). The default is INFO, as vLLM's and uvicorn's.
+uvicorn with `log_config=None`; a handler of their own, from uvicorn's default configuration in
+the same process, is dropped) and keep their own levels. httpx and httpcore log one record per HTTP
+request at INFO (bench sends thousands): they show at DEBUG only. The default is INFO, as vLLM's
+and uvicorn's.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 logger = logging.getLogger(__name__)
 
 UVICORN = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+PER_REQUEST = ("httpx", "httpcore")
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -57,11 +61,12 @@ def configure(level: str | None = None) -> str:
     handler.setFormatter(logging.Formatter(FORMAT))
     root.addHandler(handler)
     root.setLevel(name)
-    for logger_name in UVICORN:           # uvicorn's own, joined: no handler, no level of their own
+    for logger_name in UVICORN:           # uvicorn's, joined: no handler of their own
         joined = logging.getLogger(logger_name)
         joined.handlers.clear()
-        joined.setLevel(logging.NOTSET)
         joined.propagate = True
+    for logger_name in PER_REQUEST:
+        logging.getLogger(logger_name).setLevel(logging.NOTSET if name == "DEBUG" else logging.WARNING)
     os.environ[ENV] = name
     logger.debug("logging at %s to stderr (pid %d)", name, os.getpid())
     return name

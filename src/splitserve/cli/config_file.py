@@ -31,7 +31,7 @@ __all__ = ["CONFIG_HELP", "apply_config", "config_option", "effective_config", "
 
 CONFIG_HELP = ("A run config, TOML or YAML (or a run's summary.json, provision.json, results.json): the long option "
                "names (dashes or underscores) and their values; options given on the command line win.")
-SKIP = frozenset({"config", "help"})   # options a config file cannot set
+SKIP = frozenset({"config", "help", "log_level"})   # options a config file cannot set, nor a run records
 
 
 def config_option():
