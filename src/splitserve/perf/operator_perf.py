@@ -1,35 +1,16 @@
 """The operator-level performance model: a whole step's time built from its operators, for any
 (model, GPU, tp) the operator fit covers, not only the Splitwise profile's grid.
 
-One instance of `tp` GPUs, L layers, T prompt tokens in the step, b decodes holding C KV tokens:
-
-  prompt_time(T)   = s_cap * (O + S(T) * (L * layer(T) + emb(T) + head(1)))
-  attention        = s_cap * L * 2 * hidden / tp / R_attn      seconds per squared prompt token,
-                     added per prompt by perf/mixed.py (causal QK^T and AV: 2 P^2 hidden FLOPs)
-  token_time(b, C) = O + L * (layer(b) + o_seq * b) + emb(b) + head(b) + L * C * kv_gpu / BW_kv
-
-  layer(n)  perf/operators.py: one layer's non-attention operators on one worker and its two TP
-            all-reduces at n tokens, fitted on Vidur's A100/H100 operator profiles. A model without
-            rotary positions (catalog `positions`) has no attn_rope; its MLP is gated or not
-            (`mlp`). An MoE layer runs the MLP operators of each expert its tokens touch,
-            E (1 - (1 - k/E)^n) of E in expectation, over the n k / touched tokens routed to each.
-  head(n)   the LM head, a GEMM of vocab/tp x hidden over n tokens, priced with mlp_up_proj's
-            coefficients (Vidur profiles no head); emb the fitted embedding operator.
-  O         = L * (o_layer + o_ar * (tp - 1)): what a measured step costs beyond its operators
-            (kernel launches, host work, collective latency a microbenchmark hides), per layer
-            and per extra GPU of the group.
-  S(T)      = 1 + s(tp) T / (T + knee), s(tp) = max(0, s0 + s1 log2 tp): the measured prefill's
-            slowdown against the operator sum as prompts grow (power-limited clocks, paper Fig. 8a).
-  o_seq     per request per layer of a decode batch (attention kernels, sampling).
-  kv_gpu    K/V bytes per cached token per layer on one worker (KV heads replicated past tp = kv_heads);
-  BW_kv     the bandwidth the fitted model gives mlp_up_proj's weight stream at one token;
-  R_attn    the FLOP rate it gives mlp_up_proj at 4,096 tokens; s_cap hardware.toml's power-cap
-            prompt slowdown.
-
-O, S and o_seq (`data/step_overheads.json`) are fitted by scripts/fit_step_overheads.py on the
-Splitwise authors' llama2-70b steps at tp 2/4/8; docs/perf-model.md has both fits and their
-held-out errors. Calls are O(1): a dict lookup of the token count's operator sum (computed once per
-count) and a few float operations.
+A step is the sum of one layer's operators (perf/operators.py, fitted on Vidur's A100/H100
+operator profiles; an MoE layer runs the experts its tokens touch) over L layers, plus the
+embedding and the LM head, plus what a measured step costs beyond its operators: O per step
+(kernel launches, host work, collective latency), o_seq per decode request per layer, and a
+prefill slowdown S(T) that grows with the prompt tokens (power-limited clocks, paper Fig. 8a).
+Decodes add their KV reads, prefills their attention (perf/mixed.py). O, S and o_seq
+(`data/step_overheads.json`) are fitted by scripts/fit_step_overheads.py on the Splitwise
+authors' llama2-70b steps; docs/perf-model.md ("The operator step model") has the formulas, the
+fit and its held-out errors. A call is a dict lookup of the token count's operator sum (computed
+once per count) and a few float operations.
 """
 
 from __future__ import annotations

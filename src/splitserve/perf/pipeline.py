@@ -1,30 +1,23 @@
 """Pipeline parallelism: a model instance of `pp` stages, each `tp` GPUs running L / pp layers.
 
-A stage runs its share of the layers of a batch: `stage_time` = the whole model's time on `tp`
-GPUs (the wrapped perf model) / pp; every term of the roofline and every measured step scales
-with the layers, so the split is exact for the roofline and a first-order one for a profile.
-Between stages the batch's activations hop to the next stage's GPUs:
+A stage runs a batch in the whole model's time on `tp` GPUs divided by pp (exact for the roofline,
+whose every term scales with the layers; first-order for a profile). Between stages the batch's
+activations hop to the next stage's GPUs, each of the tp GPUs sending its 1/tp share over its own
+link (NVLink inside a machine, the network where stage s + 1 starts a new machine):
 
     hop(s, tokens) = HOP_LATENCY_S + tokens * hidden * dtype_bytes / (tp * bw(s))
 
-each of the tp GPUs sends its 1/tp share (Megatron's scatter/gather of the hand-off) over its own
-link: NVLink (hw.nvlink_gbs per GPU) inside a machine, the machine's network (hw.ib_gbs per GPU:
-one NIC each) where stage s + 1 starts a new machine (stages fill machines in order,
-machine_gpus // tp stages to a machine).
-
-The simulator runs batches through the stages (sim/simulator.py): stage s of a batch starts when
-the stage before it is done and stage s is free, so up to `pp` batches are in flight and a
-short batch waits behind a long one (the pipeline bubble). `mixed_time` and friends answer for
-one batch alone: pp stages and pp - 1 hops.
-
-HOP_LATENCY_S: ESTIMATE, the order of a NCCL point-to-point send of a small message between GPUs
-(about 10 us); it matters only for decode batches of a few tokens.
+The simulator runs batches through the stages (sim/stages.py), so up to `pp` are in flight;
+`mixed_time` and friends answer for one batch alone: pp stages and pp - 1 hops.
+docs/perf-model.md ("Pipeline parallelism") has the details.
 """
 
 from __future__ import annotations
 
 from splitserve.catalog import HardwareSpec, ModelSpec
 
+# ESTIMATE: the order of a NCCL point-to-point send of a small message between GPUs; it matters
+# only for decode batches of a few tokens.
 HOP_LATENCY_S = 10e-6
 
 

@@ -1,37 +1,18 @@
-"""Power models: watts drawn by one machine's GPUs while it runs a prompt batch, a decode batch,
-or nothing.
+"""Power models: the watts one machine's GPUs draw while it runs a prompt batch, a decode batch, or
+nothing; GPU watts only, the quantity the Splitwise paper provisions by (Table V).
 
-A model instance runs on `tp` of the machine's GPUs (all of them by default); the others idle.
-Every figure is a fraction of GPU TDP per busy GPU, turned into machine watts as
+Each busy GPU (`tp` of them) draws a fraction of TDP, the others idle, every fraction capped at
+`hw.power_cap_frac`:
 
     watts = min(frac, cap) * TDP * tp + min(idle, cap) * TDP * (gpus - tp)
 
-or, with `others_idle` False (the simulator's instances, cluster/instance.py: the other GPUs belong to
-other instances, which count their own), the first term only: the watts of the instance's GPUs.
-
-with cap = hw.power_cap_frac, so no answer ever exceeds cap * TDP * gpus (`hw.power_cap_w`).
-These are GPU watts, the quantity the paper provisions by (Table V); host power is not included.
-
-AnalyticalPowerModel (no measurements needed; defaults and sources):
-  prompt: frac(T) = 1 - (1 - prompt_floor) * exp(-T / (tp * prompt_tokens_per_gpu))
-          rises with batched prompt tokens T and saturates at TDP: "since the prompt phase is
-          compute intensive, its power draw increases with batch size" (paper Sec. III-F,
-          Fig. 8a). prompt_floor = 0.45 and 128 tokens per GPU fit the A100 tp-8 `peak_power`
-          column of the Splitwise profile (0.46 at 128 tokens, 0.75 at 512, 0.99 at 2048).
-  token:  flat token_frac = 0.65: "the token phase is memory bound and its power draw does not
-          vary when increasing the number of tokens" (Sec. III-F, Fig. 8b, which puts it well
-          below TDP); a 50% cap costs decoding almost nothing (Fig. 9b), so the true draw is
-          near or under ~0.6-0.7 TDP. The A100 profile's `average_power` reads lower (0.43-0.46
-          at tp 8, 0.60-0.64 at tp 4, 0.73-0.79 at tp 2); 0.65 errs high, which is the safe
-          side for power budgets.
-  idle:   idle_frac = 0.2: a GPU holding a loaded model but running no kernels; nvidia-smi
-          shows roughly 60-100 W on A100 (400 W TDP) and 70-140 W on H100 (700 W), 0.15-0.25 TDP.
-
-ProfilePowerModel: the profile's `peak_power` (prompt, interpolated over batched prompt tokens)
-and `average_power` (decode, over batch size in the batch sweep) columns, fractions of TDP.
-Zeros mean "not measured" and are skipped; outside the measured range the nearest measured value
-holds (no extrapolation); a phase without any measurement falls back to AnalyticalPowerModel.
-Note: in the Splitwise profile only the a100-80gb rows carry power, for batch <= 16.
+(with `others_idle` False, the simulator's instances, only the first term: the other GPUs belong
+to other instances). AnalyticalPowerModel needs no measurements: prompt power rises with batched
+prompt tokens to TDP (paper Fig. 8a), decode power is flat at 0.65 TDP (Fig. 8b; high of the
+profile's readings, the safe side for budgets), idle 0.2 TDP. ProfilePowerModel reads the
+profile's `peak_power` and `average_power` columns, holds the nearest measured value outside their
+range, and falls back to the analytical model where a phase has none. docs/perf-model.md ("Power")
+has the constants' sources.
 """
 
 from __future__ import annotations

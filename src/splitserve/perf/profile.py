@@ -1,46 +1,16 @@
 """Performance model interpolated from a measured profile table.
 
-Input: a CSV with the columns of the Splitwise authors' profile
-    model,hardware,prompt_size,batch_size,token_size,peak_power,average_power,
-    prompt_time,token_time,e2e_time,tensor_parallel
-where each row is one measured request batch: `batch_size` prompts of `prompt_size` tokens each
-took `prompt_time` ms to prefill, then every decode iteration took `token_time` ms on average
-while the batch generated `token_size` tokens per request. The package does not ship such a file.
-
-Fitted form (times in seconds; docs/perf-model.md has the reasoning and the fit errors):
-
-* prompt_time(T): piecewise linear in T = batch_size * prompt_size (batched prompt tokens).
-  Rows with the same T are merged by the median of their times; the medians are then made
-  non-decreasing in T by weighted isotonic regression (pool-adjacent-violators; the weight is the
-  number of rows), which leaves already monotone points untouched. Beyond the last point the last
-  segment's slope continues; below the first, the first segment's slope, never under MIN_TIME_S.
-* token_time(b, C): D(b) * g(C / b).
-  D(b): piecewise linear in the batch size, through the medians of the batch sweep (the rows
-  that vary batch_size at one (prompt_size, token_size), 512/128 in the Splitwise profile),
-  made monotone the same way, last slope beyond the last point.
-  g(x): context factor of the mean per-request context x = C / b, from a least-squares line
-  y = a + k x through the batch-1 rows, each placed at its mean decode context
-  prompt_size + token_size / 2, normalised so that g = 1 at the batch sweep's own mean context
-  (576 for 512/128): g(x) = (a + k x) / (a + k x_ref), k clamped at >= 0. A line rather than
-  a polyline because the batch-1 context effect (~5% over 128..8192 tokens) is of the same size
-  as the repeat noise, so a polyline through the medians would chase noise.
-* mixed_time(p, b, C) = max(prompt_time(p + b), token_time(b, C)) when p > 0 and b > 0 (the
-  decodes ride in the prefill pass as b extra tokens), prompt_time(p) when b == 0,
-  token_time(b, C) when p == 0; 0.0 for an empty iteration.
-
-Dropped points: a batch-sweep group whose median prompt time is less than half of the previous
-batch size's is physically impossible (twice the prompt tokens in under half the time) and is
-dropped whole, prompt and token time. In the Splitwise profile this removes llama2-70b tp 2,
-batch 64, on a100-80gb, h100-80gb and h100-80gb-pcap (794 ms after 6633 ms at batch 32 on A100;
-the run most likely failed to hold 64 x 640 tokens of KV next to 138 GB of weights on 2 GPUs).
-Exact duplicate rows are counted once (the file repeats the 512/1/128 group in all three sweeps).
-
-Speed: every call is O(1) in pure Python: prompt times are tabulated per integer token count up
-to the last profile point (or 65,536), decode times per integer batch size up to 4,096, with the
-linear formulas as fallback. Measured with `python -m timeit` on the development machine
-(AMD EPYC, Python 3.11.7): prompt_time 0.06 us, token_time 0.16 us, mixed_time 0.29 us per
-call inside the tables; 0.15 us / 0.21 us for prompt / decode calls past them. Building the model
-from the CSV takes ~25 ms.
+Input: a CSV with the Splitwise authors' profile columns (model, hardware, prompt_size,
+batch_size, token_size, peak_power, average_power, prompt_time, token_time, e2e_time,
+tensor_parallel), one row per measured request batch; the package ships no such file.
+`prompt_time(T)` is piecewise linear through the median time of each batched prompt-token count,
+made non-decreasing by isotonic regression; `token_time(b, C)` is the batch sweep's monotone curve
+in b times a context factor, a line in the mean per-request context C / b fitted on the batch-1
+rows (a line because the context effect is the size of the repeat noise). A batch-sweep group
+faster than physically possible (under half the previous batch size's prompt time) is dropped.
+Calls are O(1): both curves are tabulated per integer up to _PROMPT_TABLE_MAX / _TOKEN_TABLE_MAX.
+docs/perf-model.md ("The profile data", "ProfilePerfModel") has the fit, the points it drops, its
+held-out errors and the call times.
 """
 
 from __future__ import annotations

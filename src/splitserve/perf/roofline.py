@@ -1,54 +1,13 @@
-"""Analytical (roofline) performance model from model shape and hardware spec.
+"""Analytical (roofline) performance model from the model's shape and the hardware's spec.
 
-For one model instance on `tp` GPUs of a machine, with P = tp * peak dense bf16 FLOP/s,
-BW = tp * HBM bytes/s, L layers, W weight bytes (every expert of an MoE model), A active
-parameters (= params for a dense model), kv KV bytes per token, and the fitted constants of
-`hw.roofline` (see docs/perf-model.md for the fit and its error):
-
-  prompt_time(T) = s_cap * (L * o_p + D0 + max(F_p(T) / (P * mfu(T)) + D1 * T,
-                                              (W + T * kv) / (BW * mbu) + max(D1, 0) * T))
-      F_p(T) = 2 * A * T + 2 * L * heads * head_dim * T^2
-          matmuls of the active weights, plus causal attention (QK^T and AV, each T^2/2 * head_dim
-          per head) over ONE prompt of T tokens: an upper bound when T is several shorter prompts,
-          < 2% of F_p for llama2-70b up to T = 2048 (Splitwise's prompt batch cap).
-      1 / mfu(T) = 1 / mfu + (1 / mfu_large - 1 / mfu) * T / (T + T_knee)
-          prompt throughput peaks near 2048 batched tokens and then falls (paper Fig. 6a); the
-          profile's power columns reach TDP at the same size (paper Fig. 8a), so we model the
-          large-batch loss as a lower, power-limited MFU.
-      A prefill reads every weight (all experts) once.
-      s_cap: prompt-phase slowdown under a GPU power cap (paper Fig. 9a; 1.0 uncapped).
-  token_time(b, C) = L * o_t + D0 + max(L * o_s + D1, 0) * b
-                     + max(F_d / (P * mfu), (W_b + C * kv) / (BW * mbu))
-      F_d = 2 * A * b + 4 * L * heads * head_dim * C     (matmuls + attention over C)
-      W_b = shared weights + expert weights * (1 - (1 - k/E)^b): each of the b tokens picks k of
-          E experts per layer, uniformly, so a layer touches E (1 - (1 - k/E)^b) distinct experts
-          in expectation (k experts at b = 1, all E as b grows); dense: W_b = W.
-      L * o_t: per-layer fixed cost (kernel launches, the tp-G all-reduces of the fit);
-      L * b * o_s: per-layer, per-request cost (attention kernels, sampling bookkeeping).
-      The power cap does not slow decoding (paper Fig. 9b; the profile agrees).
-  D0 + D1 * n: tensor-parallel communication of a pass over n tokens, as a DIFFERENCE from what
-      the fitted overheads hold. They were fitted at tp = G, the GPU count of the machine in
-      `calibration.fitted_on` (this one if empty), with ep 1, so they contain 2 ring all-reduces
-      per layer on that machine's links. With t_ar(g, x) = 2 (g-1) alpha + 2 (g-1)/g * x / link,
-      t_a2a(e, x) = (e-1) alpha + x / link (alpha = hw.nvlink_latency_s, link = one direction of
-      hw.nvlink_gbs) and x_n = n * hidden * dtype_bytes:
-          D0 + D1 n = L * (comm(tp, ep) - 2 t_ar_fit(G, x_n))
-          comm = 2 t_ar(tp, x_n)                                    ep = 1 (dense: always)
-               = t_ar(tp, x_n) + 2 t_a2a(ep, k x_n (ep-1)/ep)        MoE, ep = tp > 1
-      0.0 exactly at tp = G on the fitted machine's links (every fitted prediction unchanged),
-      negative below. A saving per token comes off the compute side of a prefill and off o_s
-      (never below 0) in decode, so both stay monotone.
-  mixed_time: the same composition rule as ProfilePerfModel.
-
-C is the KV tokens of the whole batch. Calls are O(1) pure-Python float arithmetic, no allocation
-beyond the float results; every constant is precomputed in __init__. Measured with `timeit` on the
-development machine (AMD EPYC, Python 3.11.7, 2 cores shared with other jobs; best of 40
-interleaved rounds of 100k calls, the code before and after these terms side by side; llama2-70b
-on dgx-a100 at tp 8), before -> after the MoE and communication terms: prompt_time 0.15 -> 0.17 us,
-token_time 0.12 -> 0.12 us, mixed_time 0.35 -> 0.39 us per call; an MoE model (mixtral-8x7b,
-ep 8, one float power more) 0.17 / 0.16 / 0.42 us. (`python -m timeit` before the change, best
-of 5: 0.16 / 0.13 / 0.38 us; the 0.31 / 0.24 / 0.62 us quoted here earlier were measured at
-another time, under other load, on the same kind of machine.)
+One instance on `tp` GPUs: a prefill of T batched tokens takes the larger of its FLOPs at a
+power-limited MFU that falls with T and its weight and KV bytes at the fitted bandwidth use; a
+decode step of b requests holding C KV tokens the larger of its FLOPs and the bytes it reads (the
+experts its tokens touch, every cached K/V), plus fitted per-layer and per-request overheads and,
+away from the fitted tensor-parallel degree, the difference in all-reduce and all-to-all time.
+The constants are `hw.roofline` (catalog/hardware.toml). docs/perf-model.md ("RooflinePerfModel")
+has the formulas, the fit and its error against the profile, and the call times; every call is O(1)
+float arithmetic on constants precomputed in __init__.
 """
 
 from __future__ import annotations
