@@ -124,7 +124,7 @@ def test_requirement_parser():
 
 def test_the_declared_sets():
     core, extras = declared()
-    assert core == {"numpy", "typer", "rich", "matplotlib", "pyyaml", "mypy-extensions"}  # YAML run configs; @trait
+    assert core == {"numpy", "typer", "rich", "matplotlib", "pyyaml"}  # pyyaml: YAML run configs
     assert "pydantic" not in core and {"pydantic", "jinja2", "starlette"} <= direct("serve")
     assert direct("engine") <= extras["serve"]            # serve pulls engine in
     assert {"pytest", "hypothesis", "ray", "torch", "fastapi"} <= extras["test"]
