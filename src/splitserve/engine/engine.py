@@ -5,29 +5,19 @@
     while engine.has_unfinished():
         for out in engine.step(): ...
 
-The prompt/token split (Splitwise) is two calls on two engines:
+The prompt/token split (Splitwise) is two calls on two engines, and engine B continues exactly
+where engine A would have (the same greedy tokens, seeded samples and penalties); so does a
+request resumed after a preemption elsewhere (`resumed=k`: the last k ids are its outputs):
 
     first = engine_a.prefill_only(prompt_ids, params)          # PrefillResult: token + KVExport
     rid = engine_b.kv_host.add_request_with_kv(prompt_ids, first.token, first.kv, params)
 
-and engine B continues exactly where engine A would have (same greedy tokens; same sampled
-tokens for seeded requests; penalties see the same prompt and output tokens). A request resumed
-after a preemption elsewhere (`resumed=k`: the last k ids are outputs it made) does the same.
-
-A step that raises after its batch was scheduled drops the batch's requests and raises StepFailed
-naming them; the engine stays usable. A request added with `isolated=True` never shares a step
-with another one (scheduler.py), so a suspect request cannot take others down with it.
-
-With `tp` > 1 the engine is rank 0 of a tensor-parallel group (parallel.py, sharding.py): it
-starts the other ranks, sends each step to them, and samples from its own logits; the KV its
-connector sees is whole. A step that fails there, or a rank that died, raises GroupFailed: the
-group cannot go on (`close()` stops it).
-
-KV transfer goes through `connector` (kv_connector.py; None: no transfer), called from the step
-(through `stream`, kv_stream.py), when a prefill-only request completes or a request is dropped,
-and before each step; it reserves and writes through `kv_host` (kv_host.py) and sees nothing else.
-The engine's parts each own their state: `requests` (live_requests.py), `blocks`
-(block_manager.py), `scheduler`, `kv_host`, `stream`; its options are one `EngineConfig`.
+A step that raises drops its batch's requests and raises StepFailed naming them; the engine stays
+usable (`isolated=True` keeps a suspect request out of others' steps). With `tp` > 1 the engine is
+rank 0 of a tensor-parallel group (parallel.py): a failed rank raises GroupFailed. KV transfer
+goes through `connector` (kv_connector.py). The engine's parts each own their state: `requests`
+(live_requests.py), `blocks` (block_manager.py), `scheduler`, `kv_host`, `stream` (kv_stream.py);
+its options are one `EngineConfig`.
 """
 
 from __future__ import annotations

@@ -6,44 +6,17 @@ transfer code knows nothing of the engine's layers, blocks or batches. Between t
 small interfaces, in the spirit of vLLM v1's KV connector
 (vllm/distributed/kv_transfer/kv_connector/v1/base.py):
 
-* `KVConnector`: what the ENGINE calls, as `engine.connector` (None: no transfer). Its methods
-  fall in vLLM's two roles. The worker role is called by the step as the model runs (vLLM's
-  `save_kv_layer` / `wait_for_save`); the scheduler role between steps, about whole requests
-  (vLLM's `request_finished` / `get_finished`). One connector plays both the prompt side (sends)
-  and the token side (receives): a worker in the mixed pool does either.
-* `KVHost`: what a connector may call on its engine (`bind` hands it over): reserve room for an
-  incoming request, write a layer into that reservation, the cache's layout, and slot ids for a
-  one-sided writer. That is all it sees of the engine.
+* `KVConnector`: what the engine calls, as `engine.connector` (None: no transfer). Prompt side,
+  inside a step: `start_step` (returns the prompts to stream), `save_layer` after each layer,
+  `request_finished` / `request_dropped`, `end_step` (also after a failed step). Token side,
+  between steps: `get_finished` (reservations whose KV is all in, and those to free), answered by
+  `load_started`. KV arrives between steps, so vLLM's load side has no counterpart here.
+* `KVHost`: what a connector may call on its engine (`bind` hands it over): reserve room before
+  any byte is sent, write a layer into it, the cache's layout, slot ids for a one-sided writer.
 
-Prompt side, one step of an engine with a connector (the order a recording connector sees):
-
-    start_step(prompts)                   every step that runs a prompt chunk, before the model;
-                                          returns the finishing prompts to stream layer by layer
-    save_layer(i, {rid: K/V})             after each layer i, if any prompt streams (all layers)
-    request_finished(rid, token, export)  per prefill-only request whose prompt completed (export
-     / request_dropped(rid)               None if streamed); dropped: it ended at its first token
-    end_step()                            the step is over (also after a failed step)
-
-  A step that raises: request_dropped for each request of its batch, then end_step. `abort` of a
-  live request calls request_dropped too (a prefill-only one dropped before its KV went).
-
-Token side: the connector (told by whoever routes requests, e.g. a serving worker's `expect`)
-reserves with `host.reserve_kv` before any byte is sent, and hands back an opaque "where to
-write" value of its own making that the router forwards to the prompt side (for a one-sided
-write into shared memory: the reservation's block ids, next to the region's handle). As layers
-land it writes them with `host.write_kv_layer` (a one-sided writer has already put them in the
-blocks, at slot ids from its own engine's `kv_slot_ids`). The engine asks `get_finished()` before
-each step, in `has_unfinished()` and before it reserves: `loaded` reservations are complete
-(every layer in; the engine calls its `start_reserved` with the first token and answers
-`load_started(rid, error)`), `freed` ones may be freed now (the transfer failed or was dropped,
-and no writer can write into their blocks any more: the engine calls `release_kv`).
-
-vLLM's load side (`start_load_kv` / `wait_for_layer_load`) has no counterpart in a step: KV
-arrives between steps, pushed by the prompt side, and a request decodes only once all of it is in.
-
-`InMemoryConnector` (kv_memory.py) is the reference implementation: engines in one process,
-tensors moved directly (tests use it). serve/kv/ implements the contract over ZeroMQ and shared
-memory.
+docs/architecture.md ("KV connector") has the call order as a table and the tp > 1 case.
+`InMemoryConnector` (kv_memory.py) is the reference implementation; serve/kv/ implements the
+contract over ZeroMQ and shared memory.
 """
 
 from __future__ import annotations

@@ -1,34 +1,19 @@
 """Which sequences the engine runs in its next step: the simulator's machine-level policy itself.
 
 The Scheduler keeps the policy's view of this engine, one policy `Machine` whose `Request`s shadow
-the engine's sequences (KV in tokens, reserved in whole blocks of the engine's block size, the
-capacity being the whole cache). A step is `form_batch` on that view (policy/machine.py: FCFS
-prompts under the token cap or chunk budget, every decode in every batch, prompts that preempt the
-youngest decodes, isolated requests alone; or another named scheduler of policy/schedulers/,
-by `BatchingConfig.scheduler`: the engine runs every one), carried out on the sequences and their blocks; after
-the step `finish_iteration` accounts for it, and a sequence that ends early (a stop token, an
-abort, a prefill handed over) is `release`d. The view only ever changes through the transitions
-of policy/transitions.py, the same the simulator and the live router use.
+the engine's sequences (KV in tokens, reserved in whole blocks, the capacity the whole cache). A
+step is `form_batch` on that view (the scheduler `BatchingConfig.scheduler` names; docs/
+architecture.md, "Machine-level schedulers"), carried out on the sequences and their blocks;
+`finish_iteration` accounts for it after, and a sequence that ends early is `release`d. The view
+changes only through policy/transitions.py, the transitions the simulator and the live router use,
+so the router's view follows the engine's from the step `report` a serving worker sends.
 
-What the policy holds, the block manager can always allocate. Under reserve a request's
-reservation (its prompt, and every token it may generate if it decodes here) covers every block it
-will take; on demand (policy/kv_allocation.py) a prefill holds its blocks from its first chunk and
-each decode takes the block its next token needs as the step is formed (form_batch grows it, or
-preempts the last joined), so the step's allocations are always within what the view holds.
-KV for a request prefilled elsewhere is reserved the same way before it arrives (`reserve`); a
-reservation that does not fit now raises `NoRoom` (the router lets it wait and asks again).
-Under the ecoserve scheduler a reservation is sized by the policy (`Request.kv_held`: the prompt,
-then the predicted output, grown when under-predicted) and shared by a host and the guests it
-hosts: before each step every such family's reserved, unwritten blocks (what its members hold
-less what they have written) are set aside as one pool in the block manager, and the family's
-new blocks come out of that pool only, so a guest writes into blocks its host reserved.
-
-`report` says what the last step did (prompt chunks that started, decodes preempted, joined or
-grown;
-and the scheduler's own report, `MachineScheduler.report`: under ecoserve the KV sizing its
-form_batch recorded in the view's `Machine.sched`: GTs parked, resumed with their reservation and
-host, re-hosted, reservations grown, prefills planned),
-which a serving worker sends to the router so that the router's view follows the same transitions.
+What the policy holds, the block manager can always allocate: under reserve a reservation covers
+every block the request will take; on demand (policy/kv_allocation.py) each decode's next block is
+taken as the step is formed. KV for a request prefilled elsewhere is reserved the same way
+(`reserve`; `NoRoom` when it does not fit now). A scheduler that pools KV (ecoserve: a host and
+its guests share the host's reservation) has each family's reserved, unwritten blocks set aside
+as one pool before each step (`_sync_pools`), so a guest writes into blocks its host reserved.
 """
 
 from __future__ import annotations
