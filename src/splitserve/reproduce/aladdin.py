@@ -1,31 +1,13 @@
-"""`splitserve reproduce aladdin --out DIR`: Aladdin's key result (seed 002, paper 2, §6.4 Figures 11
-and 12) on splitserve's simulator: the GPUs needed to serve a Poisson stream within the SLOs at each
-arrival rate, for Aladdin (policy/aladdin.py) and its baselines, beside the reductions the paper
-states (reproduce/aladdin_paper.toml). Writes DIR/report.md, fig11.png, fig12.png, results.json.
+"""`splitserve reproduce aladdin --out DIR`: Aladdin's key result (§6.4 Figures 11 and 12) on
+splitserve's simulator: the GPUs needed to serve a Poisson stream within the SLOs at each arrival
+rate, for Aladdin (policy/aladdin.py) and its baselines, beside the reductions the paper states
+(reproduce/aladdin_paper.toml). Writes DIR/report.md, fig11.png, fig12.png, results.json.
 
-The setup, as the paper gives it and where it does not (ASSUMED):
-- Llama2-13B on A100s (Table 2), ShareGPT sizes (the `sharegpt` workload, DistServe's fit of it;
-  the paper replays ShareGPT prompts with its own model's outputs), Poisson arrivals.
-- SLOs by the paper's rules (§6.1) on our perf model: TTFT the prefill time of 4096 tokens, ATGT
-  1.3 times a lone request's decode step at 4096 tokens (one A100). A request meets them when its
-  TTFT and its average token generation time (report/goodput.py's TPOT, the same quantity) both
-  do. The paper counts the GPUs for P100 (every request); ASSUMED here: at least 99%, since
-  the single slowest request of a finite random sample decides P100.
-- Figure 11 (default continuous batching, every worker prefills and decodes, vLLM's prefill-first
-  iterations): vLLM as deployed by default, 4 GPUs per worker (tp 4) with JSQ; JSQ over Aladdin's
-  optimal worker (1 GPU, Table 3); Aladdin's placement over the same workers (its SLOs those
-  above, its 100-token bucket predictor, no scaling; --aladdin-theta 0.9, its default, and 0.7:
-  the report says why). GPUs needed: the fewest workers meeting the
-  target, times GPUs per worker. Aladdin with scaling beside: the pool JSQ needs, its active
-  workers following Eq. 7 (`--scale-window`), the mean number on.
-- Every worker allocates KV on demand, as vLLM does and Aladdin runs on it (policy/systems.py):
-  a request holds the blocks of the tokens it has, a prompt waits for its blocks and a 1%
-  watermark, a decode that finds no block preempts the last-joined decode (recomputed later).
-  Before on-demand allocation every worker here reserved each request's prompt + output.
-- Figure 12 (split phase, decode GPUs only, as the paper): prompt workers fixed at
-  1 + ceil(rate / 8) for every dispatcher (ASSUMED; the paper does not simulate them); the token
-  workers needed under JSQ (DistServe's), power of two (TetriInfer's decode dispatch: two at random
-  among those with memory for the predicted output) and Aladdin's split placement.
+Llama2-13B on A100s, ShareGPT sizes, SLOs by the paper's rules (§6.1) on our perf model, every
+worker allocating KV on demand as vLLM does; GPUs needed are the fewest workers meeting the SLOs
+for at least 99% of requests (the paper's P100 is decided by a sample's single slowest request),
+times GPUs per worker. The report's Setup and "What differs and why" (aladdin_report.py) say how
+each system follows the paper and what is ASSUMED; docs/reproduce.md has the committed run.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The runs that back the "why" of each Aladdin claim (issue 27 item 3): at one rate (`cf_rate`),
+"""The runs that back the "why" of each Aladdin claim: at one rate (`cf_rate`),
 the fewest workers of each system again with one thing changed from the main runs.
 
 - The paper's SLOs: Table 2's 600 ms TTFT and 30 ms ATGT for Llama2-13B on its A100, in place of

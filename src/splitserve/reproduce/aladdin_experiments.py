@@ -1,4 +1,4 @@
-"""Aladdin's experiments (seed 002, paper 2): the systems of Figures 11 and 12, the scales, the
+"""Aladdin's experiments: the systems of Figures 11 and 12, the scales, the
 SLOs by the paper's rules on our perf model, one simulation of a system with a number of workers
 at a rate, and the fewest workers meeting the target (aladdin.py says how each follows the paper
 and what is ASSUMED)."""
@@ -14,7 +14,7 @@ from ..catalog import load_hardware, load_model
 from ..cluster.designs import Parallelism, make_cluster
 from ..perf import make_perf_model
 from ..perf.mixed import prompt_alone
-from ..policy.aladdin import ATGT_FACTOR, TTFT_CONTEXT
+from ..policy.latency import ATGT_FACTOR, TTFT_CONTEXT
 from ..policy.cluster import RoutingConfig
 from ..policy.config import PolicyConfig
 from ..policy.machine import BatchingConfig

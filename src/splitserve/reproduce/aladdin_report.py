@@ -56,7 +56,7 @@ def _setup(rep: Report, res: dict, pub: dict) -> None:
     rep.add("# Aladdin on splitserve's simulator", "",
             f"`splitserve reproduce aladdin --scale {res['scale']} --perf-model {res.get('perf_model', 'auto')}` "
             f"({res['wall_s']:.0f} s). Aladdin "
-            "(seed 002 paper 2) co-adapts request placement and worker scaling; its key result is the "
+            "(Nie et al., 2024) co-adapts request placement and worker scaling; its key result is the "
             "GPUs needed to serve a stream within the SLOs (§6.4, Figures 11 and 12).", "",
             "## Setup", "",
             f"- {MODEL} on A100s, `{WORKLOAD}` sizes, Poisson arrivals, "

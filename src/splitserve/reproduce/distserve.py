@@ -1,8 +1,8 @@
-"""`splitserve reproduce distserve --out DIR`: DistServe's end-to-end evaluation (seed 002, paper 0,
-§6.2 Figures 8 and 9, §6.4 Figure 11) on splitserve's simulator: SLO attainment against per-GPU
-rate and against SLO scale for DistServe (the placement `provision/placement/` finds, FCFS, no
-mixed pool) and vLLM (one colocated instance of the paper's intra-op degree, the `vllm` machine
-scheduler) and vLLM++ (the same at its best tensor degree); goodput gains beside the paper's
+"""`splitserve reproduce distserve --out DIR`: DistServe's end-to-end evaluation (§6.2 Figures 8
+and 9, §6.4 Figure 11) on splitserve's simulator: SLO attainment against per-GPU rate and against
+SLO scale for DistServe (the placement `provision/placement/` finds, FCFS, no mixed pool) and
+vLLM (one colocated instance of the paper's intra-op degree, the `vllm` machine scheduler) and
+vLLM++ (the same at its best tensor degree); goodput gains beside the paper's
 (reproduce/distserve_paper.toml). Writes DIR/report.md, one PNG per experiment, results.json.
 
 Goodput per GPU is the highest rate on the rate lattice at which >= 90% of requests meet both

@@ -1,4 +1,4 @@
-"""The runs that back the "why" of each DistServe claim (issue 27 item 3): counterfactuals that
+"""The runs that back the "why" of each DistServe claim: counterfactuals that
 move a number, each a goodput search of distserve_probe.py.
 
 - Figure 1 check (§1): OPT-13B on one A100, 512 prompt / 64 output tokens. The text gives the
@@ -10,7 +10,7 @@ move a number, each a goodput search of distserve_probe.py.
   with a per-step overhead added to vLLM's batches (does the paper's vLLM carry one ours lacks?).
 - Per experiment: both systems at half and twice Table 1's SLOs (how the gain moves with the
   SLOs' tightness against our latencies); for OPT-13B chatbot, the vLLM baseline reserving each
-  request's prompt + output (`--kv-allocation reserve`, its allocation before on demand) with and
+  request's prompt + output (`--kv-allocation reserve`) with and
   without preemption, with mixed batching in place of prefill-first, with a 5 ms step overhead,
   and DistServe pulling the KV (its own rule) in place of taking the prompt's blocks on the token
   machine before the prefill; for

@@ -1,4 +1,4 @@
-"""DistServe's experiments (seed 002, paper 0): the scales, Table 1's rows, and one experiment
+"""DistServe's experiments: the scales, Table 1's rows, and one experiment
 per row: Alg. 2's placement and Alg. 1's for the ablation (provision/placement/), vLLM and vLLM++
 goodputs, attainment against per-GPU rate and against SLO scale, and the gains over vLLM.
 Every simulation allocates KV on demand, as vLLM and DistServe do (provision/placement/'s jobs)."""

@@ -87,7 +87,7 @@ def _setup(rep: Report, scale: Scale, seed: int, search: dict, wall_s: float, pe
             f"{search['cached']} from the cache, {search.get('counterfactual_runs', 0)} counterfactual runs, "
             f"{wall_s:.0f} s on {search['workers']} workers). "
             "The paper: Zhong et al., \"DistServe: Disaggregating Prefill and Decoding for Goodput-optimized "
-            "Large Language Model Serving\", OSDI 2024 (seed 002, paper 0); its figures are in "
+            "Large Language Model Serving\", OSDI 2024; its figures are in "
             "`src/splitserve/reproduce/distserve_paper.toml` with their sections. Each ratio is ours divided by "
             "the paper's.", "",
             "## Setup", "",
@@ -103,7 +103,7 @@ def _setup(rep: Report, scale: Scale, seed: int, search: dict, wall_s: float, pe
             "prompt waits for its blocks and a 1% watermark, a decode that finds no block preempts the last-joined "
             "decode, recomputed later). vLLM++: the same at its "
             "best tensor degree among those searched (§6.4), pp 1 (vLLM has no inter-op parallelism).",
-            "- Workloads: synthetic sizes (scripts/distserve_workloads.py): ShareGPT means from seed 003 Table 2; "
+            "- Workloads: synthetic sizes (scripts/distserve_workloads.py): ShareGPT means from EcoServe's Table 2; "
             "HumanEval lengths and LongBench output lengths ASSUMED (the paper's Figure 7 is an image); "
             "prompt + output clipped to OPT's 2,048-token context; Poisson arrivals (§6.1).",
             "- SLOs: Table 1; attainment target 90% (§6.1).", "")

@@ -1,35 +1,15 @@
-"""`splitserve reproduce ecoserve --out DIR`: EcoServe's key comparison (seed 003, §4 Figure 10)
-on splitserve's simulator: normalized latency and SLO satisfaction against the request rate, and
-the rate each system sustains at the same latency, for EcoServe, vLLM and FastGen on Alpaca,
-ShareGPT and BookCorpus, beside the paper's numbers (reproduce/ecoserve_paper.toml). Writes
-DIR/report.md, PNG plots and results.json.
+"""`splitserve reproduce ecoserve --out DIR`: EcoServe's key comparison (§4 Figure 10) on
+splitserve's simulator: normalized latency and SLO satisfaction against the request rate, and the
+rate each system sustains at the same latency, for EcoServe, vLLM and FastGen on Alpaca, ShareGPT
+and BookCorpus, beside the paper's numbers (reproduce/ecoserve_paper.toml). Writes DIR/report.md,
+PNG plots and results.json; the claims table and its counterfactuals are ecoserve_claims.py's.
 
-The setup, as the paper gives it and where it does not (ASSUMED):
-- One A100-80GB, OPT-13B, tp 1, the step-time model `--perf-model` names (the operator model by default); KV capped at the paper's 12 GB
-  (14,648 tokens: `memory_utilization` solved for it).
-- Requests: the `alpaca`, `sharegpt` and `bookcorpus` workloads (Table 2's sizes,
-  scripts/neighbour_workloads.py), clipped to OPT's 2,048-token context; Poisson arrivals at rates
-  around this instance's capacity (the paper's 36, 28 and 1.2 req/s are beyond it: ASSUMED grid),
-  for a fixed time per dataset (so that an overload shows as growing latency), at most a cap.
-- Systems: `ecoserve` (policy/schedulers/ecoserve/) with the dataset's predictor (77.5/73.2/69.8%
-  at 10/15/20% padding), its Oracle (the true lengths), `vllm` as `--policy vllm` (prefill-first;
-  KV on demand: a prompt waits for its blocks and a 1% watermark, a decode that finds no block for
-  its next token preempts the last-joined decode, recomputed later), the same reserving each
-  request's true prompt + output without preemption (`vllm-np`, `--kv-allocation reserve`: KV
-  reserved whole never needs to grow, so nothing is preempted), and FastGen as `sarathi` (on demand) (Dynamic SplitFuse ~ stall-free chunked prefill, 512-token chunks: ASSUMED stand-in), ORCA
-  as `orca` with the paper's batch of 8 and max-allocation (2,048 tokens per request, §2.1).
-- Counterfactuals (ecoserve_claims.py): vLLM reserving the whole context, EcoServe and vLLM with 0.9 of
-  HBM for KV, 'sustained' at other latency limits; left out of the roofline run of --versus-roofline.
-- Normalized latency (§4, "as defined in [11, 13]"): the mean over requests of end-to-end latency
-  divided by output length. JCT SLO of a request (§4): 2 x (t_p + t_g x its output length), t_p and
-  t_g the mean TTFT and mean time per later token measured on vLLM at the sweep's lowest rate
-  (ASSUMED: the paper measures them per dataset, under a load it does not state).
-- Sustained rate: the highest rate, interpolated between grid points, whose normalized latency is
-  at most twice vLLM's at the lowest rate (ASSUMED: the paper compares rates "while maintaining
-  similar latencies"); a system that never passes it sustains at least the grid's top ("≥").
-- The full scale stops a system's sweep after two successive rates past every reading's limit
-  (ecoserve_experiments.sweep): the rates after are overloaded, not run, and each mean SSR compared
-  is over the rates both systems ran.
+OPT-13B on one A100-80GB with the paper's 12 GB of KV, the `alpaca`, `sharegpt` and `bookcorpus`
+workloads at rates around this instance's capacity (the paper's rates are beyond it), vLLM with
+KV on demand and reserving without preemption, FastGen as `sarathi`, ORCA with the paper's batch
+of 8. A full-scale sweep stops two rates past every limit read, the rates after it overloaded.
+The report's Setup and "Other differences" (ecoserve_report.py) say how each system and measure
+follows the paper and what is ASSUMED; docs/reproduce.md has the committed run.
 """
 
 from __future__ import annotations

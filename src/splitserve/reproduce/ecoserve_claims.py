@@ -1,5 +1,5 @@
-"""EcoServe's headline claims beside ours, and the counterfactual readings that explain the gaps
-(issue 27 item 3): vLLM without preemption, vLLM reserving the whole context (it does not know
+"""EcoServe's headline claims beside ours, and the counterfactual readings that explain the gaps:
+vLLM without preemption, vLLM reserving the whole context (it does not know
 output lengths), both systems with the A100's whole KV instead of the paper's 12 GB, and
 'sustained' read at other latency limits (the same runs). Each claim's "why" names the reading
 that brings it nearest the paper, with that run's figure, or says that none does."""

@@ -1,4 +1,4 @@
-"""EcoServe's experiments (seed 003): the scales and rate grids, the KV cap as a memory share, one
+"""EcoServe's experiments: the scales and rate grids, the KV cap as a memory share, one
 simulation of a system on a dataset at a rate, the measures of a run (normalized latency, SLO
 satisfaction against the basis vLLM sets) and the rate each system sustains (ecoserve.py says how
 each follows the paper and what is ASSUMED)."""

@@ -74,7 +74,7 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
             + ", ".join(f"{sc.duration[d]:g} s ({NAMES[d]})" for d in sc.datasets)
             + f" per point, at most {sc.max_requests} requests; "
             f"{res['simulations']} simulations, {res['wall_s']:.0f} s{_cut_note(res)}). The paper: Shen and Sen, \"EcoServe: "
-            "Maximizing Multi-Resource Utilization with SLO Guarantees in LLM Serving\" (seed 003); its figures "
+            "Maximizing Multi-Resource Utilization with SLO Guarantees in LLM Serving\"; its figures "
             "are in `src/splitserve/reproduce/ecoserve_paper.toml` with their sections.", "")
     roof = roofline_results(out)
     rep.add("## Claims", "",

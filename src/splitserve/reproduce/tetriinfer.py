@@ -1,36 +1,17 @@
-"""`splitserve reproduce tetriinfer --out DIR`: TetriInfer's end-to-end evaluation (seed 002, paper 4,
-§5.1 Figures 11-15) on splitserve's simulator: average TTFT, average JCT and resource usage time of
-TetriInfer against vLLM on its five workloads (LPLD, LPHD, HPLD, HPHD, Mixed), and perf per dollar,
-beside the paper's numbers (reproduce/tetriinfer_paper.toml); then its instance flip (§3.5) under a
-load shift. Writes DIR/report.md, PNG plots and results.json. The report opens with the claims
-table (tetriinfer_claims.py: each figure of §5.1, ours under this run's step-time model and, with
-`run_tetriinfer(versus_roofline=True)`, under the roofline run into DIR/roofline/) and backs each
-claim's "why" with counterfactual runs (tetriinfer_claims.py; left out of that roofline run).
+"""`splitserve reproduce tetriinfer --out DIR`: TetriInfer's end-to-end evaluation (§5.1 Figures
+11-15) on splitserve's simulator: average TTFT, average JCT and resource usage time of TetriInfer
+against vLLM on its five workloads (LPLD, LPHD, HPLD, HPHD, Mixed), and perf per dollar, beside the
+paper's numbers (reproduce/tetriinfer_paper.toml); then its instance flip (§3.5) under a load
+shift. Writes DIR/report.md, PNG plots and results.json. The report opens with the claims table
+(tetriinfer_claims.py: ours under this run's step-time model and, with
+`run_tetriinfer(versus_roofline=True)`, under the roofline run into DIR/roofline/), each claim's
+"why" backed by counterfactual runs.
 
-The setup, as the paper gives it and where it does not (ASSUMED):
-- vLLM: one instance, the `vllm` system (prefill-first iterations, KV on demand as vLLM's paged
-  blocks: a prompt waits for its blocks and a 1% watermark and preempts nobody, a decode that finds
-  no block for its next token preempts the last-joined decode, recomputed later; preemption limit
-  0, so the last-joined always goes first, as in vLLM). Before on-demand allocation it reserved
-  each request's prompt + output, with no preemption (the `reserve` counterfactual runs that).
-  TetriInfer: one prefill and one decode instance ("twice the number of hardware cards", §5.1), the
-  `tetriinfer` system with the SJF prefill scheduler of §5.1 (512-token chunks), its decode
-  dispatch and its 200-token bucket predictor (74.9%), instance flips after a minute idle; KV on
-  demand on both of its instances, as the system's rule (policy/systems.py: it runs on vLLM).
-- Hardware: one A100-80GB per instance (ASSUMED: the catalog has no V100; the paper ran OPT-13B on
-  V100-32GB cards), OPT-13B, tp 1. KV moves over the machines' network (TS-RoCE) or NVLink
-  (TS-NVLink, `colocated`).
-- Requests: 128 per workload, sizes from the `tetri-*` workloads (scripts/neighbour_workloads.py),
-  clipped to OPT's 2,048-token context. Arrivals: ASSUMED all at once (the paper states no rate;
-  a batch of 128 is how it words every run); a table beside it gives Poisson rates.
-- Resource usage time (§5.1: "the aggregated wall time that the prefill and decode instances use
-  to run a particular workload"): per instance, from the first arrival to the end of its last
-  work (a prefill instance's last first token, a decode instance's last token), summed; an
-  instance is recycled once it has no more work (ASSUMED, as "TetriInfer can recycle or flip
-  instances"). vLLM's is its total runtime.
-- Perf per dollar: the paper gives no formula; ASSUMED (1 / average JCT) / resource usage time,
-  all instances costing the same per second. From the paper's own JCT and resource figures this
-  gives 3.0x for LPHD (it states 2.4x) and 2.5x for Mixed (1.9x): the report shows both.
+vLLM is one instance, TetriInfer one prefill and one decode instance, both allocating KV on demand,
+OPT-13B on A100-80GBs (the paper's V100s are not in the catalog), 128 requests per workload
+arriving at once (the paper states no rate). The report's Setup (tetriinfer_report.py) says how
+each follows the paper and what is ASSUMED, perf per dollar included; docs/reproduce.md has the
+committed run.
 """
 
 from __future__ import annotations

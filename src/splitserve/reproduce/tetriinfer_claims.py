@@ -1,8 +1,7 @@
-"""TetriInfer's headline claims beside ours, and the counterfactual runs that explain the gaps
-(issue 27 item 3): the same 128-request comparison with one setting changed at a time (both
-systems reserving KV as before on-demand allocation, a V100-32GB's KV room, vLLM mixing prompts
-into decode iterations). Each
-claim's "why" names the counterfactual that brings it nearest the paper, with that run's figure,
+"""TetriInfer's headline claims beside ours, and the counterfactual runs that explain the gaps: the
+same 128-request comparison with one setting changed at a time (both systems reserving each
+request's whole KV up front, a V100-32GB's KV room, vLLM mixing prompts into decode iterations).
+Each claim's "why" names the counterfactual that brings it nearest the paper, with that run's figure,
 or says that none does."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TetriInfer's experiments (seed 002, paper 4): the scales, the `tetri-*` requests, one
+"""TetriInfer's experiments: the scales, the `tetri-*` requests, one
 simulation of vLLM or TetriInfer with its averages and resource usage time, the comparison of the
 two over the scale's seeds, and the instance flip under a load shift (tetriinfer.py says how
 each follows the paper and what is ASSUMED)."""

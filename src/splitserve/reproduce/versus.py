@@ -1,5 +1,5 @@
 """A paper's claims beside ours under two step-time models: the table every reproduction report
-opens with (issue 27 item 3). Each report module turns its results.json into `Claim`s; run once
+opens with. Each report module turns its results.json into `Claim`s; run once
 with the default model (the operator model off the Splitwise grid) and once with
 `--perf-model roofline`, the two lists meet here, and each claim's `why` names the run (a
 counterfactual in the same report) that explains the gap, or says plainly that none does yet."""
