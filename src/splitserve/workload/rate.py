@@ -1,5 +1,5 @@
 """Time-varying arrival rates: a piecewise-constant or sinusoidal rate lambda(t) in req/s, for
-scaling experiments (Aladdin, seed 002 paper 2, §1: "The demand for LLM inference varies
+scaling experiments (Aladdin, Nie et al. 2024, §1: "The demand for LLM inference varies
 throughout the day"; it gives no numbers, so any profile's shape and figures are the run's own).
 
 Arrivals are a non-homogeneous Poisson process drawn by thinning (Lewis and Shedler 1979): each
