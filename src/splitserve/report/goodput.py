@@ -1,4 +1,4 @@
-"""DistServe's SLO attainment (seed 002, paper 0, §2.2 and §6): the fraction of requests whose
+"""DistServe's SLO attainment (Zhong et al., OSDI 2024, §2.2 and §6): the fraction of requests whose
 time to first token and time per output token (the mean gap after the first token) both meet
 their SLOs. Goodput is the highest request rate at which the attainment stays at or above a
 target (90% in the paper). One rule, used by the simulator per completed request."""

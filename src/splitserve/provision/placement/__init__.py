@@ -1,4 +1,4 @@
-"""DistServe's placement searches (seed 002, paper 0, §4.1 Alg. 1 and §4.2 Alg. 2): the parallelism
+"""DistServe's placement searches (§4.1 Alg. 1 and §4.2 Alg. 2): the parallelism
 of the prefill (prompt) and decoding (token) instances that maximises goodput per GPU, then
 replication to a request rate.
 

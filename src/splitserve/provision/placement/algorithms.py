@@ -1,4 +1,4 @@
-"""DistServe's two placement algorithms (seed 002, paper 0) and the vLLM++ baseline, each over
+"""DistServe's two placement algorithms and the vLLM++ baseline, each over
 the candidates of scenario.py, every goodput a search of jobs.py.
 
 - Alg. 1, high node-affinity (`high_affinity`, §4.1): KV moves over the machines' network (the
