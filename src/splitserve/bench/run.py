@@ -2,25 +2,16 @@
 
 `run_bench(BenchOptions(...))` returns the summary dict and writes `out/summary.json` and
 `out/requests.jsonl` (one line per request: schedule, outcome, reason, TTFT, TPOT, E2E, tokens).
-
-Before anything is sent: `GET /v1/models` names the model (the first listed, unless `--model`)
-and its context (`max_model_len`, vLLM's field). Unless `--no-server-check`, an unknown `--model`
-is refused, and so is a plan whose prompt + output exceeds the context (one line saying how many
-and the longest), since the server would refuse each of them; `--clip-to-context` clips every
-request to the context instead (as `--max-context`, with the server's number). After the run,
-`failure_message` says whether more than `--max-failure-ratio` of the requests did not complete
-(the command then exits 1 with that one line).
-
-Sources of requests (`--dataset`): `workload` (`--workload`: coding, conversation or an Azure
-trace, the simulator's requests), `random` and `sharegpt` (datasets.py); arrivals: the
-workload's own, or gamma with `--burstiness` at `--rps` (arrivals.py). Prompts (`--prompt-format`):
-token ids (seeded, plan.PromptMaker) or text of the same token count (prompts.py).
-`--workload multiturn` / `sysprompt`: conversations, each turn sent when the one before ends,
-carrying the server's reply (conversations.py); summary.json's bench section then says how many
-conversations started (`conversations`) and how many turns a failed turn left unsent.
+Before anything is sent, `GET /v1/models` names the model and its context, and a plan the server
+would refuse (an unknown model, prompt + output over the context) is refused here unless
+`--no-server-check` (or clipped, `--clip-to-context`). After the run, `failure_message` says
+whether more than `--max-failure-ratio` of the requests did not complete. Requests come from the
+simulator's workloads, `random` or `sharegpt` (datasets.py), conversations sent turn by turn
+(conversations.py), as token ids or text (prompts.py); arrivals from arrivals.py.
 
 The options and their checks: options.py; the server's answers before the run: server_check.py;
-the plan of each source: planning.py. This module: the run itself and its verdict.
+the plan of each source: planning.py. This module: the run itself and its verdict. docs/bench.md
+describes every option.
 """
 
 from __future__ import annotations

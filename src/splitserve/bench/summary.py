@@ -1,28 +1,14 @@
-"""`summary.json` of a live benchmark: the simulator's names (docs/architecture.md, "summary.json") plus `bench`.
+"""`summary.json` of a live benchmark: the simulator's names (docs/architecture.md, "summary.json")
+plus `bench`.
 
-Shared with `report.summary.simulation_summary`: `workload` {name, rps, duration_s}, `requests`,
-`completed`, `failed`, `throughput_rps` (completed / span from the first scheduled arrival to the
-last completion), `offered_rps` (from the scheduled arrivals), `tokens_generated`, `ttft_s`,
-`tbt_s`, `e2e_s` (p50/p90/p99/mean from the same `Histogram`), `slo`, `cluster`. A client cannot
-see what the simulator reports about queueing, KV transfers or the cluster's price and power:
-`queue_s`, `kv_transfer` and `sim` are absent, `cluster`'s cost and power are null, and `slo.met`
-is null (the Table VI SLOs are slowdowns against a reference that a live run does not have).
-`failed` excludes rejections: completed + failed + bench.rejected == requests.
-
-Added beside those, in `vllm bench serve`'s terms (its result JSON's names): `tpot_s` (per request
-(e2e - ttft) / (tokens - 1), same four fields), `total_input_tokens` and `total_output_tokens`
-(completed requests), `input_throughput`, `output_throughput`, `total_token_throughput` (tokens/s
-over the same span as `throughput_rps`), `request_goodput` (req/s meeting every `--goodput` limit)
-and `goodput` (the limits in ms, the count, the fraction of all requests, the rate), and
-millisecond aliases of the latencies: `mean_X_ms`, `median_X_ms` and `pP_X_ms` for each
-`--percentiles` P and X in ttft, tpot, itl (= `tbt_s`, vLLM's inter-token latency), e2el
-(= `e2e_s`); each alias is its seconds histogram's value x 1000 (percentiles within 0.05%,
-report/histogram.py).
-
-`prefix_cache` (when completed requests had prompt tokens), the simulator's section
-(report.summary.prefix_summary): queries = the completed requests' prompt tokens, hits = those
-the server's usage says its prefix cache gave (`usage.prompt_tokens_details.cached_tokens`, 0 when
-absent).
+What a client cannot see (queueing, KV transfers, the cluster's price and power, the Table VI
+SLOs' reference) is absent or null; `failed` excludes rejections: completed + failed +
+bench.rejected == requests. Added beside the simulator's names, in `vllm bench serve`'s terms (its
+result JSON's names): `tpot_s`, token totals and throughputs, `request_goodput` and `goodput`
+(`--goodput` limits), and millisecond aliases `mean_X_ms`, `median_X_ms`, `pP_X_ms` of the same
+histograms (X in ttft, tpot, itl = tbt, e2el). `prefix_cache` counts the prompt tokens the
+server's usage says its prefix cache gave (`usage.prompt_tokens_details.cached_tokens`).
+docs/bench.md ("Metrics") lists each field.
 """
 
 from __future__ import annotations
