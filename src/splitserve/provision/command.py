@@ -23,7 +23,7 @@ from .search import first_true
 # 40 req/s on 20P+20T; docs/provision.md's 70 x 70 cost search (23 simulations of 8,400 requests in
 # 21.6 s on 2 workers) comes to about 220 us. ASSUMED: 200 us, whatever the cluster and machine.
 # The compiled hot path (setup.py): the 70 req/s cost search took 0.40 s a simulation of ~8,400
-# requests on one core (48 us; benchmarks/README.md, the compiled hot path). ASSUMED: 60 us when compiled.
+# requests on one core (48 us; benchmarks/README.md, "Provisioning search"). ASSUMED: 60 us when compiled.
 SECONDS_PER_REQUEST = 60e-6 if compiled() else 200e-6
 
 
