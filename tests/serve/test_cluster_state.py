@@ -115,7 +115,7 @@ def deliver(live: LiveCluster, i: int, rep: BatchReport, live_reqs: dict[int, Re
     get = lambda rid: live_reqs.get(int(rid))  # noqa: E731
     back = live.step_started(i, [(get(rid), n) for rid, n in msg.chunks], [get(rid) for rid in msg.preempted],
                              [get(rid) for rid in msg.joined], msg.sched, get, [get(rid) for rid in msg.grown or ()])
-    for r in back:   # the router's Recovery._resume
+    for r in back:   # the router's Recovery.resume
         live.arrive(r, again=True)
 
 
@@ -196,7 +196,7 @@ def drive(split, homes, cap, block, routing, batching, events, predictor: str | 
     def check():
         assert state(live.view.machines, live_reqs, order) == state(sim.ms, sim.reqs, order)
         if routing.cluster_scheduler == "aladdin":  # the same workers take new requests, the same predictions
-            assert live.view.cls.state == sim.cls.state and live.view.cls.pred == sim.cls.pred
+            assert live.view.cls.scaling.state == sim.cls.scaling.state and live.view.cls.demand.pred == sim.cls.demand.pred
         for m in sim.ms:
             assert m.pending == m.recount_pending() >= 0 and 0 <= m.kv_used <= m.kv_capacity
 
@@ -268,7 +268,7 @@ def drive(split, homes, cap, block, routing, batching, events, predictor: str | 
             check()
     assert all(r.phase is Phase.DONE for r in sim.reqs.values()) and idle(live.view)
     if routing.cluster_scheduler == "aladdin":
-        event(f"aladdin workers scaled down: {live.view.cls.scale_downs > 0}")
+        event(f"aladdin workers scaled down: {live.view.cls.scaling.scale_downs > 0}")
     if stats is not None:
         for m in sim.ms:
             for k, v in (m.counts or {}).items():

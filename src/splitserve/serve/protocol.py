@@ -196,7 +196,7 @@ class Codec:
         try:
             header = msgpack.unpackb(head, raw=False)
             src, dst, seq, digest = header.pop("_from"), header.pop("_to"), header.pop("_seq"), header.pop("_data")
-        except Exception as e:
+        except Exception as e:  # hostile bytes may raise anything in the parser: each is a counted rejection
             raise self._reject("format", f"undecodable head: {e!r}") from None
         if type(src) is not str or type(seq) is not int or "t" not in header or \
                 (digest is not None and type(digest) is not bytes):
