@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from splitserve.errors import UserError
 from splitserve.policy.config import make_policy
+from splitserve.policy.kv_allocation import configure, decode_reservation
 from splitserve.policy.machine import BatchingConfig, finish_iteration
 from splitserve.policy.schedulers import SCHEDULERS, form_batch
 from splitserve.policy.schedulers.lightllm import peak_kv
@@ -200,15 +201,60 @@ def test_lightllm_peak_kv_estimate():
     assert peak_kv([]) == 0
 
 
+LIGHTLLM = BatchingConfig(scheduler="lightllm", kv_allocation="on-demand", **CAP64)
+
+
+def on_demand(cap: int) -> Machine:
+    """A machine of `cap` KV tokens allocating on demand by the token (watermark: 1% of 100 = 1)."""
+    m = machine(cap)
+    configure(m, LIGHTLLM)
+    return m
+
+
 def test_lightllm_prefills_first_and_never_preempts():
-    got = drive(machine(100), BatchingConfig(scheduler="lightllm", **CAP64), mix_s())
+    got = drive(on_demand(100), LIGHTLLM, mix_s())
     # as vllm: estimates 24, then 24 + 33... all fit 100: 0: A, B. 1: C alone. 2-4: decodes.
     assert got == [({"A": 20, "B": 30}, "", ""), ({"C": 40}, "", ""), ({}, "ABC", ""), ({}, "AB", ""),
                    ({}, "A", "")]
-    got = drive(machine(100), BatchingConfig(scheduler="lightllm", **CAP64), mix_p())
-    # 0: A, B: estimate max(30 + 10, 60 + 2*10) = 80. 2: C's 41 does not fit (20 free): no
-    # preemption, it waits while A, B decode to their 10th (1-9). 10: C.
+    got = drive(on_demand(100), LIGHTLLM, mix_p())
+    # 0: A, B: estimate max(30 + 10, 60 + 2*10) = 80. 2: C (40, 1) beside A, B at (30 + g, 10 - g):
+    # 60 + 2g + 40 + 1*3 > 100 while they run: no preemption, it waits while A, B decode to their
+    # 10th (1-9). 10: C.
     assert got == [({"A": 30, "B": 30}, "", "")] + decodes("AB", 9) + [({"C": 40}, "", "")]
+
+
+def test_lightllm_admits_by_the_estimated_peak_not_by_reservation_or_prompt_blocks():
+    def running_a(cfg: BatchingConfig) -> Machine:
+        """100 KV tokens; A (prompt 9, output 51) prefilled: it holds 10 tokens and has 50 to go."""
+        m = machine(100)
+        configure(m, cfg)
+        enqueue_prompt(m, req(0, 9, 51))
+        finish_iteration(m, form_batch(m, cfg))
+        a = m.running[0]
+        assert (a.prompt_tokens + a.generated, a.output_tokens - a.generated) == (10, 50)
+        for r in (req(1, 20, 30), req(2, 20, 30)):
+            enqueue_prompt(m, r)
+        return m
+
+    m = running_a(LIGHTLLM)
+    # B (20, 30) beside A (10, 50): max(10 + 50*1, 30 + 30*2) = 90 <= 100: B starts. C (20, 30)
+    # too: max(60, 90, 50 + 30*3 = 140) > 100: C waits.
+    assert [peak_kv([(10, 50), (20, 30)]), peak_kv([(10, 50), (20, 30), (20, 30)])] == [90, 140]
+    assert step(form_batch(m, LIGHTLLM)) == ({"B": 20}, "", "")
+    # Reserving, A holds 10 + 50 = 60: B's 20 + 30 = 50 is more than the 40 free (110 > 100).
+    reserve = running_a(BatchingConfig(**CAP64))
+    assert (reserve.kv_free, decode_reservation(reserve, reserve.prompt_queue[0])) == (40, 50)
+    # vLLM's prompt-block admission takes both: A's 10 + 20 + 20 + the watermark's 1 <= 100.
+    vllm = BatchingConfig(scheduler="vllm", kv_allocation="on-demand", **CAP64)
+    assert step(form_batch(running_a(vllm), vllm)) == ({"B": 20, "C": 20}, "", "")
+
+
+def test_lightllm_allocates_on_demand_and_refuses_reserve():
+    assert make_policy({"batching.scheduler": "lightllm"}).batching.kv_allocation == "on-demand"
+    assert make_policy({"batching.scheduler": "lightllm"}, "vllm").batching.kv_allocation == "on-demand"
+    with pytest.raises(UserError, match="lightllm allocates KV by its own rule: it takes --kv-allocation on-demand"):
+        make_policy({"batching.scheduler": "lightllm", "batching.kv_allocation": "reserve"})
+    assert make_policy({"batching.scheduler": "orca"}, "vllm").batching.kv_allocation == "reserve"
 
 
 # ---- options -------------------------------------------------------------------------------------
@@ -241,8 +287,9 @@ def test_every_scheduler_finishes_everyone_within_kv(stream, name, stages, limit
     block, kv, specs = stream
     cfg = BatchingConfig(scheduler=name, preemption_limit=limit, max_seqs=seats, prompt_token_cap=cap,
                          chunk_size=chunk if name in ("splitwise", "sarathi") else 0,
-                         max_len=max_len if name == "orca" else 0)
+                         max_len=max_len if name == "orca" else 0, kv_allocation=SCHEDULERS[name].allocation or "reserve")
     m = machine(kv, block=block, stages=stages)
+    configure(m, cfg)
     arrivals: dict[int, list[Request]] = {}
     rs = []
     for i, (t, p, o) in enumerate(specs):

@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 from ..errors import UserError
 from .cluster import RoutingConfig
 from .cluster_schedulers import CLUSTER_SCHEDULERS
-from .kv_allocation import ALLOCATIONS, RECOMPUTES, RESERVE
+from .kv_allocation import ALLOCATIONS, RECOMPUTES
 from .kv_transfer import DEFAULT_LAYERWISE_THRESHOLD
 from .machine import BatchingConfig
 from .predictor import PRESETS as PREDICTORS
@@ -91,7 +91,8 @@ OPTIONS = (
            "the tokens it has, grown a block at a time; a decode that finds none preempts the newest, which "
            "recomputes later: vLLM, SGLang). --policy vllm, sarathi, distserve, tetriinfer and aladdin allocate "
            "on demand, as those systems do; `serve` and `twin` default to on-demand; orca, fastertransformer and "
-           "ecoserve reserve by their own rules."),
+           "ecoserve reserve by their own rules, lightllm allocates on demand by its own (token by token, "
+           "admitting by its estimate of the peak KV)."),
     Option("kv-watermark", "batching.kv_watermark",
            "--kv-allocation on-demand: share of a machine's KV blocks an admission leaves free (vLLM's watermark)."),
     Option("recompute", "batching.recompute",
@@ -215,7 +216,7 @@ def make_policy(values: dict[str, Any], system: str = "", defaults: dict[str, An
     if system:
         from .systems import apply
         base = apply(system, base)
-    values = {**_applicable(base, {**base, **values}), **values}
+    values = {**_own_allocation(base, {**base, **values}), **values}
     sections: dict[str, dict] = {"batching": {}, "routing": {}}
     top = {}
     for path, v in values.items():
@@ -233,6 +234,7 @@ def make_policy(values: dict[str, Any], system: str = "", defaults: dict[str, An
 def batching_checks(b: BatchingConfig) -> tuple[tuple[bool, str], ...]:
     """Each batching setting's check: (it holds, the message naming the option to fix)."""
     chunked = [name for name, s in SCHEDULERS.items() if s.chunked]
+    own = SCHEDULERS[b.scheduler].allocation if b.scheduler in SCHEDULERS else ""
     return ((b.scheduler in SCHEDULERS,
              f"--machine-scheduler must be one of {', '.join(SCHEDULERS)}, got {b.scheduler!r}"),
             (b.chunk_size == 0 or b.scheduler in SCHEDULERS and SCHEDULERS[b.scheduler].chunked,
@@ -240,9 +242,8 @@ def batching_checks(b: BatchingConfig) -> tuple[tuple[bool, str], ...]:
             (b.max_len >= 0, f"--orca-max-len must be >= 0, got {b.max_len}"),
             (b.kv_allocation in ALLOCATIONS,
              f"--kv-allocation must be one of {', '.join(ALLOCATIONS)}, got {b.kv_allocation!r}"),
-            (b.kv_allocation == RESERVE or b.scheduler not in SCHEDULERS or SCHEDULERS[b.scheduler].on_demand,
-             f"--machine-scheduler {b.scheduler} reserves KV by its own rule: it takes --kv-allocation "
-             f"reserve only"),
+            (own in ("", b.kv_allocation),
+             f"--machine-scheduler {b.scheduler} allocates KV by its own rule: it takes --kv-allocation {own} only"),
             (0 <= b.kv_watermark < 1, f"--kv-watermark must be in [0, 1), got {b.kv_watermark}"),
             (b.recompute in RECOMPUTES, f"--recompute must be one of {', '.join(RECOMPUTES)}, got {b.recompute!r}"),
             (b.max_len == 0 or b.scheduler == "orca",
@@ -278,14 +279,14 @@ def routing_checks(r: RoutingConfig) -> tuple[tuple[bool, str], ...]:
              "waits for memory could wait on another doing the same"))
 
 
-def _applicable(base: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """The settings of `base` (a command's defaults under a system's) that apply under `values`
-    (all settings): an allocation only where the machine scheduler takes it (`--policy vllm
-    --machine-scheduler orca` reserves, as orca does; given on the command line, it is refused)."""
+def _own_allocation(base: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """`base` (a command's defaults under a system's) with the KV allocation of the machine
+    scheduler `values` (all settings) name, where it allocates by its own rule (`--policy vllm
+    --machine-scheduler orca` reserves, as orca does; `--machine-scheduler lightllm` allocates on
+    demand); the other allocation given on the command line is refused."""
     sched = values.get("batching.scheduler", BatchingConfig().scheduler)
-    if sched in SCHEDULERS and not SCHEDULERS[sched].on_demand:
-        return {k: v for k, v in base.items() if k != "batching.kv_allocation"}
-    return base
+    own = SCHEDULERS[sched].allocation if sched in SCHEDULERS else ""
+    return {**base, "batching.kv_allocation": own} if own else base
 
 
 def _predictors() -> list[str]:

@@ -12,7 +12,7 @@ is the same for all. The simulator and the live engine (engine/scheduler.py) bot
     orca                Orca: prompts and decodes together, admission reserves max_len per request
     sarathi             Sarathi-Serve: stall-free chunked prefill under a token budget
     fastertransformer   static batches: nobody joins until the whole batch has finished
-    lightllm            LightLLM: prefill-first, admission by the estimated peak KV
+    lightllm            LightLLM: prefill-first, KV on demand, admission by the estimated peak KV
     tetriinfer-fcfs|sjf|ljf  TetriInfer: 512-token chunks, prompts FCFS / shortest / longest first
     ecoserve            EcoServe: prompt and generation queues, KV for the predicted output, same-length
                         groups, deadline/KV/length order, a long reservation lent to short requests
@@ -22,7 +22,7 @@ Adding one: a module here that makes its `MachineScheduler`, and its line in `SC
 
 from __future__ import annotations
 
-from ..kv_allocation import ON_DEMAND, RESERVE
+from ..kv_allocation import ON_DEMAND
 from ..machine import Batch, BatchingConfig
 from ..state import Machine
 from . import ecoserve, fastertransformer, lightllm, orca, sarathi, splitwise, tetriinfer, vllm
@@ -54,8 +54,8 @@ def batch_former(cfg: BatchingConfig) -> FormBatch:
 
 def vllm_allocation(scheduler: str | None) -> str:
     """How a system built on vLLM allocates KV running machine scheduler `scheduler` (None: the
-    default): on demand, unless the scheduler reserves by its own rule (policy/kv_allocation.py)."""
-    return ON_DEMAND if SCHEDULERS[scheduler or BatchingConfig().scheduler].on_demand else RESERVE
+    default): on demand, unless the scheduler allocates by its own rule (policy/kv_allocation.py)."""
+    return SCHEDULERS[scheduler or BatchingConfig().scheduler].allocation or ON_DEMAND
 
 
 def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:

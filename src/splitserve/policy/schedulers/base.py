@@ -40,8 +40,9 @@ class MachineScheduler:
     predicts: bool = False      # schedules by predicted output lengths, predicted at arrival
     pools_kv: bool = False      # requests decode into KV reserved by another (`kv_pool`): the live
                                 # engine keeps a block pool per reservation (engine/block_manager.py)
-    on_demand: bool = True      # runs under --kv-allocation on-demand (False: it reserves by its own
-                                # rule, as orca's max-length slots; policy/kv_allocation.py)
+    allocation: str = ""        # the KV allocation it takes by its own rule (policy/kv_allocation.py):
+                                # RESERVE (orca's max-length slots), ON_DEMAND (lightllm's token-by-
+                                # token KV), "": either, as --kv-allocation says
 
     def record(self, m: Machine) -> None:
         """`m` is a view kept for another (the engine's view of itself, whose steps the router's view

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..machine import Batch, BatchingConfig, admit_prompt, close_batch, form_isolated, free_decodes
 from ..state import Machine, Request
-from ..kv_allocation import prefill_reservation
+from ..kv_allocation import RESERVE, prefill_reservation
 from ..transitions import start_decode, start_decodes
 from .base import MachineScheduler
 
@@ -53,4 +53,4 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
 
 
 SCHEDULER = MachineScheduler("fastertransformer", form_batch,
-                             "static batches: nobody joins until the whole batch has finished", on_demand=False)
+                             "static batches: nobody joins until the whole batch has finished", allocation=RESERVE)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ..machine import Batch, BatchingConfig, admit_prompt, close_batch, form_isolated, free_decodes
 from ..state import Machine, Phase, Request
-from ..kv_allocation import decode_reservation, prefill_reservation
+from ..kv_allocation import RESERVE, decode_reservation, prefill_reservation
 from ..transitions import start_decodes
 from .base import MachineScheduler
 
@@ -73,4 +73,4 @@ def form_batch(m: Machine, cfg: BatchingConfig) -> Batch | None:
 
 
 SCHEDULER = MachineScheduler("orca", form_batch,
-                             "Orca: prompts and decodes together, admission reserves max_len per request", on_demand=False)
+                             "Orca: prompts and decodes together, admission reserves max_len per request", allocation=RESERVE)

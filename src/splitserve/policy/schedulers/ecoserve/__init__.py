@@ -95,6 +95,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ...kv_allocation import RESERVE
 from ...machine import Batch, BatchingConfig, close_batch, form_isolated
 from ...state import Machine, Request
 from ...transitions import start_decodes
@@ -165,4 +166,4 @@ class EcoServe(MachineScheduler):
 
 SCHEDULER = EcoServe("ecoserve", form_batch, "EcoServe: prompt and generation queues, KV for the predicted output, "
                      "same-length groups, a long reservation lent to short requests", predicts=True, pools_kv=True,
-                     on_demand=False)
+                     allocation=RESERVE)
