@@ -156,7 +156,6 @@ KNOWN_BIG_CLASSES = {
     "twin/machine.py:MachineProfile": 19,
 }
 KNOWN_MIXINS = {            # the class: how many of its bases are not plain ones
-    "policy/aladdin.py:AladdinScheduler": 3,
 }
 KNOWN_PRIVATE_IMPORTS = {   # the module: the private names it imports from others
     "bench/conversations.py": {"_run_one"},

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from splitserve.catalog import load_model
 from splitserve.cluster.designs import Parallelism, make_cluster
-from splitserve.policy.aladdin import AladdinScheduler, kv_peak
+from splitserve.policy.aladdin import AladdinScheduler
+from splitserve.policy.aladdin_corrections import kv_peak
 from splitserve.policy.aladdin_scaling import ACTIVE, DRAINING, OFF
 from splitserve.policy.latency import LinearLatency
 from splitserve.policy.cluster import RoutingConfig, admit
@@ -65,8 +66,8 @@ def test_packing_by_hand():
                    loaded active one: 3 (norm 85 < 135 < 155)                   3
     """
     ms, s = cluster(4, 200, 0.15, 0.25)
-    s._resize(Pool.MIXED, 2)
-    assert [s.state[i] for i in range(4)] == [ACTIVE, ACTIVE, OFF, OFF]
+    s.scaling.resize(Pool.MIXED, 2)
+    assert [s.scaling.state[i] for i in range(4)] == [ACTIVE, ACTIVE, OFF, OFF]
     want = [0, 0, 0, 1, 1, 2, 2, 3, 3]
     reqs = [(40, 20), (30, 40), (50, 10), (20, 60), (10, 150), (10, 100), (70, 10), (80, 10), (100, 10)]
     got = []
@@ -76,7 +77,7 @@ def test_packing_by_hand():
         assert r.prompt_machine == r.token_machine
         got.append(r.token_machine)
     assert got == want
-    assert [s.state[i] for i in range(4)] == [ACTIVE] * 4 and s.opened == 2
+    assert [s.scaling.state[i] for i in range(4)] == [ACTIVE] * 4 and s.scaling.opened == 2
     assert [m.queued_prompt_tokens for m in ms] == [120, 30, 80, 180]
 
 
@@ -87,8 +88,8 @@ def test_scaling_decision_by_hand():
     20 ms = 160 ms; a request takes 40 * 0.16 / 2 = 3.2 worker-seconds of decoding and 50 ms of
     prefill: 3.25 s. At 1.9 requests/s: ceil(6.175) = 7 workers."""
     ms, s = cluster(8, 2000, 10.0, 0.25, window=10.0)
-    assert s.batch_limit(ms[0], 50, 40) == 2
-    assert s.workers_needed(1.9, 50, 40) == {Pool.MIXED: 7}
+    assert s.scaling.batch_limit(ms[0], 50, 40) == 2
+    assert s.scaling.workers_needed(1.9, 50, 40) == {Pool.MIXED: 7}
     # arrivals every 0.5 s from 0.5 to 10.0 (prompt 50, output 40), each served to its end before
     # the next; at 10.5 the window holds those after 0.5: 19 in 10 s, 1.9/s: 7 of 8 workers stay
     # active; the least loaded goes (all are empty: the highest id, 7), idle: off at once
@@ -96,8 +97,8 @@ def test_scaling_decision_by_hand():
         admit(s, Request(k, 0.5 * k, 50, 40))
         run_to_end(ms, s)
     assert s.watch(10.5) == []
-    assert s.estimate(10.5) == (1.9, 50.0, 40.0)
-    assert [s.state[i] for i in range(8)] == [ACTIVE] * 7 + [OFF]
+    assert s.scaling.estimate(10.5) == (1.9, 50.0, 40.0)
+    assert [s.scaling.state[i] for i in range(8)] == [ACTIVE] * 7 + [OFF]
     r = Request(99, 10.6, 50, 40)      # placements go to active workers only
     admit(s, r)
     assert r.token_machine == 0
@@ -107,19 +108,19 @@ def test_scaling_decision_by_hand():
     for k in range(6):
         admit(s, Request(100 + k, 21.0 + 0.5 * k, 50, 40))
     s.watch(23.6)
-    assert [s.state[i] for i in range(8)] == [ACTIVE, ACTIVE, DRAINING, DRAINING, OFF, OFF, OFF, OFF]
+    assert [s.scaling.state[i] for i in range(8)] == [ACTIVE, ACTIVE, DRAINING, DRAINING, OFF, OFF, OFF, OFF]
     for i in (2, 3):                   # a draining worker ends its work, then is off (its settle)
         m = ms[i]
         while m.has_work():
             finish_iteration(m, form_batch(m, BatchingConfig()))
             s.settle(m)
-        assert s.state[i] == OFF
+        assert s.scaling.state[i] == OFF
     # the rate rises: 29 arrivals in (30, 40]: ceil(2.9 * 3.25) = 10: all 8 come back (the
     # placements themselves open bins as they fill)
     for k in range(30):
         admit(s, Request(200 + k, 30.0 + k / 3, 50, 40))
     s.watch(40.0)
-    assert all(st == ACTIVE for st in s.state.values())
+    assert all(st == ACTIVE for st in s.scaling.state.values())
     act = s.activity(40.0)
     assert act["scale_downs"] == 6 and act["machine_seconds"][0] == 40.0 - 0.5
     assert act["machine_seconds"][7] < 40.0 - 10.5
@@ -152,20 +153,20 @@ def test_correction_after_a_misprediction():
     six 60s; five 5s below) a re-prediction at 10 is their mean, 45; at 30, with 6 longer, 60."""
     def start():
         ms, s = cluster(2, 1000, 10.0, 0.25)
-        s.predictor = Fixed()
+        s.demand.predictor = Fixed()
         a = Request(0, 0.0, 100, 50)
         admit(s, a)
         return ms, s, a
 
     ms, s, a = start()
-    assert a.token_machine == 0 and s.pred[0] == 10
+    assert a.token_machine == 0 and s.demand.pred[0] == 10
     m = ms[0]
     for _ in range(10):
         finish_iteration(m, form_batch(m, BatchingConfig()))
         s.settle(m)
     assert a.generated == 10 and a.phase is Phase.DECODE
-    assert s.pred[0] == 20 and s.corrections == 1
-    assert s.load[0] == (1, 100 + 0.5 * 20, 100 + 20)
+    assert s.demand.pred[0] == 20 and s.demand.corrections == 1
+    assert s.demand.load[0] == (1, 100 + 0.5 * 20, 100 + 20)
     b = Request(1, 1.0, 95, 10)
     admit(s, b)
     assert b.token_machine == 1
@@ -176,8 +177,8 @@ def test_correction_after_a_misprediction():
     assert b2.token_machine == 0
 
     for L in [5] * 5 + [30] * 6 + [60] * 6:
-        s._finished(Request(-1, 0.0, 1, L, generated=L))
-    assert s.repredict(10) == 45 and s.repredict(29) == 45 and s.repredict(30) == 60   # 6 longer: twice
+        s.demand.finished(Request(-1, 0.0, 1, L, generated=L))
+    assert s.demand.repredict(10) == 45 and s.demand.repredict(29) == 45 and s.demand.repredict(30) == 60   # 6 longer: twice
 
 
 @st.composite
