@@ -3,8 +3,9 @@ process, but long), or `unit` (the rest: what a developer runs every few minutes
 `python -m pytest -m unit`). They are marked here when the tests are collected:
 
 - live: a test that uses a fixture that starts a server (LIVE_FIXTURES), or whose module starts
-  processes or names such a fixture (its source names subprocess, multiprocessing, a process pool,
-  Ray, serve's start_server or a live fixture, which a test may ask for by name: SPAWNS);
+  processes or servers or names such a fixture (its source names subprocess, multiprocessing, a
+  process pool, Ray, serve's start_server, bench's fake_server (uvicorn in a thread) or a live
+  fixture, which a test may ask for by name: SPAWNS);
 - either, by test id in NODE_TIERS (what the rules above miss: a process pool, a long test);
 - slow: marked `slow` by hand;
 - unit: the rest. A unit test that starts a Python process or a multiprocessing worker anyway fails
@@ -23,8 +24,10 @@ import pytest
 
 LIVE_FIXTURES = {"server_factory", "split_server", "split_2x2_server", "single_server",
                  "profile_dir"}   # the live twin tests' profiled machine (tests/twin/conftest.py)
-SPAWNS = re.compile(r"\bsubprocess\b|\bPopen\b|multiprocessing|ProcessPool|\bimport ray\b|\bray\.init\b|"
-                    r"\bstart_server\b|\brun_live\b|--workers\"?, \"?[2-9]|\b(" + "|".join(LIVE_FIXTURES) + r")\b")
+SPAWNS = re.compile("|".join((
+    r"\bsubprocess\b", r"\bPopen\b", r"multiprocessing", r"ProcessPool", r"\bimport ray\b", r"\bray\.init\b",
+    r"\bstart_server\b", r"\brun_live\b", r"\bfake_server\b", r"uvicorn\.(Server|run)\b",
+    r"--workers\"?, \"?[2-9]", *(rf"\b{name}\b" for name in LIVE_FIXTURES))))
 # by test id (a prefix: a module, a test, a parametrized case): tests the rules above miss
 NODE_TIERS = {
     # process pools (provision's and compare's --workers default to the cores)
