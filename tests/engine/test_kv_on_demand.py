@@ -142,3 +142,27 @@ def test_a_decode_resumed_through_the_prompt_pool_makes_the_tokens_it_would_have
             out = o
     assert out.request_id == rid and out.token_ids == alone_tokens
     assert a.blocks.num_free == a.blocks.num_blocks and b.blocks.num_free == b.blocks.num_blocks
+
+
+def test_a_decode_preempted_in_the_step_it_joins_leaves_for_the_prompt_pool():
+    """4 blocks of 4: A (6 + 10 tokens, here: the whole cache at its end) holds 2 after 3 steps; B's KV arrives (6 tokens and
+    its first: 2 blocks, the last free). In the next step A's 9th token needs a third block: B, the
+    last to join, is preempted in the step it joins and, its prompt having run elsewhere under
+    --recompute prompt-pool, leaves (the report names it joined, preempted and left, as the
+    router's view replays form_batch); A decodes on to the tokens it makes alone."""
+    cfg = BatchingConfig(kv_allocation="on-demand", kv_watermark=0.0, recompute="prompt-pool")
+    eng = LLMEngine("tiny", EngineConfig(num_blocks=4, block_size=4, batching=cfg, prefix_caching=False))
+    params = SamplingParams(max_tokens=10, ignore_eos=True)
+    pa, pb = ids(6, 1), ids(6, 2)
+    eng.add_request(pa, params, "A")
+    for _ in range(3):
+        eng.step()
+    first = LLMEngine("tiny", EngineConfig(prefix_caching=False)).prefill_only(pb, params)
+    eng.kv_host.add_request_with_kv(pb, first.token, first.kv, params, "B")
+    assert eng.blocks.num_free == 0
+    eng.step()
+    rep = eng.scheduler.report
+    assert (rep.joined, rep.preempted, rep.left, rep.decoding) == (["B"], ["B"], ["B"], ["A"])
+    out = run(eng)
+    assert out["A"] == alone(pa, 10) and "B" not in out
+    assert eng.blocks.num_free == 4 and eng.scheduler.m.kv_used == 0

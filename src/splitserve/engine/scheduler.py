@@ -112,6 +112,10 @@ class Scheduler:
         rep.sched = self.sched.report(self.m, lambda r: seqs[r.id].request_id)
         if batch is None:
             return [], []
+        # before the preempted leave: the last to join may be preempted in the step it joins, and
+        # the router's view, as form_batch did, starts its decode and then preempts it
+        rep.joined = [seqs[r.id].request_id for r in batch.joined]
+        rep.grown = [seqs[r.id].request_id for r in batch.grown]
         for r in batch.preempted:
             seq = seqs[r.id]
             self.blocks.free(seq.request_id)
@@ -124,8 +128,6 @@ class Scheduler:
                 del seqs[r.id]
                 seq.status, seq.finish_reason = Status.FINISHED, "preempted"
                 rep.left.append(seq.request_id)
-        rep.joined = [seqs[r.id].request_id for r in batch.joined]
-        rep.grown = [seqs[r.id].request_id for r in batch.grown]
         scheduled = [(seqs[r.id], 1) for r in batch.decoding]
         rep.decoding = [s.request_id for s, _ in scheduled]
         for r, n in zip(batch.prompts, batch.chunks):
