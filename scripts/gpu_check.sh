@@ -18,8 +18,8 @@
 # Results: a folder DIR (default benchmarks/gpu_check/<date>-<gpu>/): one log and one JSON per part,
 # kernels.txt, summary.md (figures against the targets, the machine named) and results.json.
 # With $OUT set (the device tool), DIR is /tmp/gpu_check/<date>-<gpu> and $OUT gets, after every
-# part, summary.md, results.json, kernels.txt and gpu_check.tar.gz (all of DIR): unpack that into
-# benchmarks/gpu_check/ and commit it.
+# part, summary.md, results.json, kernels.txt and gpu_check.tar.gz (all of DIR): keep the first three
+# in benchmarks/gpu_check/<run>/ and the rest packed as run.tar.gz (benchmarks/gpu_check/README.md).
 #
 #     bash scripts/gpu_check.sh [--device cuda|cpu] [--quick] [--out DIR]
 #

@@ -5,14 +5,14 @@ speeds and the controls; tests/twin/test_twin_bounds.py is the CI test of the sa
     python benchmarks/twin/bounds.py --model small --num-blocks 0 --runs splitwise        # GQA, KV / 4
     python benchmarks/twin/bounds.py --record benchmarks/twin/recorded/NAME              # for CI
 
-Profiles the CI grid (`small-mha`, ~60 s; or reads --profile-dir), then five live runs of
+Profiles the CI grid (`small-mha`, ~60 s; or reads --profile-dir), then seven live runs of
 `duration` s (default: twin/bounds.DURATION, 20 s Splitwise, 30 s baseline) on this machine, the
-host's speed measured before each (--no-calibrate: not).
+host's speed measured through its workers before and after each (--no-calibrate: not).
 Keeps each run's server files in DIR/<run>/ (summary.json, requests.jsonl, steps/). Prints,
 and writes to DIR/bounds.json, each run's errors at the profile's speed, at the speed
 measured before the run and at the run's own, and without each term at the run's speed; then
-which cells break the bounds and which runs each control breaks. benchmarks/twin/README.md has
-the runs so far. With --record DIR, also keeps in DIR the profile and each run's record
+which cells break the bounds and which runs each control breaks. benchmarks/twin/recorded/README.md
+has the recorded sets. With --record DIR, also keeps in DIR the profile and each run's record
 (record.json, its workers' step logs gzipped): what tests/twin/test_twin_replay.py judges.
 """
 

@@ -2,7 +2,7 @@
 
 gloo's all-reduce goes through loopback TCP: on the 2-core dev VM a 1 MB one (a 512-token `small`
 prefill layer's output) took 2.0 ms back to back and 3.4 ms between matrix products, against
-0.5 and 1.5 ms here (benchmarks/engine/README.md). Each rank copies its part into its slot of a
+0.5 and 1.5 ms here. Each rank copies its part into its slot of a
 shared segment, the group meets at a barrier (gloo, a few bytes), and every rank sums the slots
 in rank order, so every rank gets the same bits. The barrier is a counter per rank in the same
 segment (x86's ordered stores: a rank's counter is seen after its data), waited on by spinning
