@@ -287,7 +287,8 @@ def test_every_scheduler_finishes_everyone_within_kv(stream, name, stages, limit
     block, kv, specs = stream
     cfg = BatchingConfig(scheduler=name, preemption_limit=limit, max_seqs=seats, prompt_token_cap=cap,
                          chunk_size=chunk if name in ("splitwise", "sarathi") else 0,
-                         max_len=max_len if name == "orca" else 0, kv_allocation=SCHEDULERS[name].allocation or "reserve")
+                         max_len=max_len if name == "orca" else 0, kv_allocation=SCHEDULERS[name].allocation or "reserve",
+                         recompute="in-place")   # on demand (lightllm): a preempted decode recomputes here
     m = machine(kv, block=block, stages=stages)
     configure(m, cfg)
     arrivals: dict[int, list[Request]] = {}
