@@ -1,4 +1,4 @@
-"""Aladdin's cluster scheduler (Nie et al., 2024; seed 002 paper 2): joint request placement and
+"""Aladdin's cluster scheduler (Nie et al., 2024): joint request placement and
 worker scaling for SLOs (`--cluster-scheduler aladdin`, `--policy aladdin`).
 
 Placement (§4.2, Algorithm 1). Each arriving request has a predicted output length `pred`

@@ -1,4 +1,4 @@
-"""TetriInfer's instance flip (Hu et al., 2024; seed 002 paper 4, §3.2 cluster monitor, §3.5 instance
+"""TetriInfer's instance flip (Hu et al., 2024; §3.2 cluster monitor, §3.5 instance
 flip, §5.1 setting): prefill and decode instances are roles, not machines; a transition watcher
 moves an instance from one role to the other as the load changes, within fixed hardware.
 

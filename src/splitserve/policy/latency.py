@@ -1,4 +1,4 @@
-"""Batched latency of one worker (Aladdin, seed 002 paper 2, §3.2), as a cluster scheduler that places
+"""Batched latency of one worker (Aladdin, Nie et al., 2024, §3.2), as a cluster scheduler that places
 by it sees it (policy/aladdin.py): the simulator binds its machines' perf models (`PerfLatency`,
 ClusterScheduler.bind_latency), the live router keeps `LIVE_FIT`."""
 

@@ -11,10 +11,10 @@ order of calls, so the simulator and the live router predict alike for the same 
 - `BucketPredictor(granularity, accuracy)`: TetriInfer's classifier (§3.3.2 of its paper): the
   output's bucket of `granularity` tokens with probability `accuracy`, else a neighbouring bucket
   (above or below, at random; the first bucket's only neighbour is above). TetriInfer reports
-  58.9%, 74.9% and 85.0% for 100-, 200- and 400-token buckets (OPT-125M on ShareGPT, seed 002
-  paper 4, "length predictor" in its evaluation); where its wrong answers fall is not stated:
+  58.9%, 74.9% and 85.0% for 100-, 200- and 400-token buckets (OPT-125M on ShareGPT, the
+  "length predictor" of its evaluation); where its wrong answers fall is not stated:
   the neighbouring bucket is OUR ASSUMPTION.
-- `RelativePredictor(accuracy, padding)`: EcoServe's fine-tuned OPT-13B (seed 003 §2.3): its
+- `RelativePredictor(accuracy, padding)`: EcoServe's fine-tuned OPT-13B (EcoServe §2.3): its
   estimate times (1 + padding) covers the true length for `accuracy` of requests: 77.5%, 73.2%,
   69.8% at padding 10%, 15%, 20% for Alpaca, ShareGPT, BookCorpus. We model the estimate as the
   truth times a lognormal error exp(N(0, s^2)), s chosen so that P(estimate * (1 + padding) >=

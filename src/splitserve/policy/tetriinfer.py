@@ -1,4 +1,4 @@
-"""TetriInfer's decode dispatch (Hu et al., 2024; seed 002 paper 4, §3.4 "decode instance
+"""TetriInfer's decode dispatch (Hu et al., 2024; §3.4 "decode instance
 selection"): which token machine decodes a prefilled request, by its predicted output length.
 
 1. alpha: the token machines with KV memory free for the request's prompt and predicted output

@@ -1,4 +1,4 @@
-"""TetriInfer's prefill scheduler (Hu et al., 2024; seed 002 paper 4, §3.3.1 and §3.3.3): waiting
+"""TetriInfer's prefill scheduler (Hu et al., 2024; §3.3.1 and §3.3.3): waiting
 prompts ordered first-come-first-serve, shortest-job-first or longest-job-first by prompt length,
 then sliced and merged into fixed-size chunks of ChunkSize tokens (512 in its evaluation, §5.2)
 "without altering their order".

@@ -1,4 +1,4 @@
-"""EcoServe's machine-level scheduler (Shen and Sen; seed 003, §3-§4): one instance, no phase split,
+"""EcoServe's machine-level scheduler (Shen and Sen, §3-§4): one instance, no phase split,
 KV reserved for each request's *predicted* output, and the unused half of a long request's
 reservation lent to shorter ones (KV-cache pipelining).
 
