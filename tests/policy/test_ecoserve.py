@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from splitserve.policy.machine import BatchingConfig, finish_iteration
 
-from splitserve.policy.schedulers import ecoserve, form_batch
+from splitserve.policy.schedulers import form_batch
 from splitserve.policy.schedulers.ecoserve.order import host, reserve
 from splitserve.policy.state import Machine, Phase, Pool, Request
 from splitserve.policy.release import release

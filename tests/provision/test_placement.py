@@ -52,8 +52,8 @@ def test_candidates_are_the_grid():
 def test_high_affinity_equals_brute_force(ev, alg1):
     pre, dec = [], []
     for tp, pp in pl.phase_candidates(SC):
-        pre.append((tp * pp, tp, pp, brute_goodput(ev, lambda r: pl.prefill_job(SC, tp, pp, r))))
-        dec.append((tp * pp, tp, pp, brute_goodput(ev, lambda r: pl.decode_job(SC, tp, pp, r))))
+        pre.append((tp * pp, tp, pp, brute_goodput(ev, lambda r, tp=tp, pp=pp: pl.prefill_job(SC, tp, pp, r))))
+        dec.append((tp * pp, tp, pp, brute_goodput(ev, lambda r, tp=tp, pp=pp: pl.decode_job(SC, tp, pp, r))))
     assert [c["goodput"] for c in alg1["prefill_candidates"]] == [g for *_, g in pre]
     assert [c["goodput"] for c in alg1["decode_candidates"]] == [g for *_, g in dec]
     bp, bd = best(pre), best(dec)
@@ -62,7 +62,7 @@ def test_high_affinity_equals_brute_force(ev, alg1):
 
 
 def test_low_affinity_equals_brute_force(ev, alg2):
-    rows = [((a + b) * pp, pp, a, b, brute_goodput(ev, lambda r: pl.pair_job(SC, pp, a, b, r)))
+    rows = [((a + b) * pp, pp, a, b, brute_goodput(ev, lambda r, pp=pp, a=a, b=b: pl.pair_job(SC, pp, a, b, r)))
             for pp, a, b in pl.pair_candidates(SC)]
     assert [c["goodput"] for c in alg2["candidates"]] == [g for *_, g in rows]
     b = best(rows)

@@ -4,7 +4,6 @@ against the step model's time for the same steps, by hand."""
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 
 import pytest
 

@@ -22,6 +22,7 @@ the largest count (`peak_in_flight`), so the limit is checked, not assumed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from .plan import PlannedRequest
 from .sse import DONE, StreamError, chunk_output, chunk_tokens, parse_line, usage_cached, usage_tokens
 
 REJECT_STATUSES = (429, 503)
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +190,8 @@ async def _run_one(client, target, body, rec, t0, collector: Collector,
         collector.begin(rec)
         began = True
         await _stream_one(client, target, body, rec, t_sched, gaps, reply)
-    except Exception as e:                     # never lose a request to a bug or an odd error
+    except Exception as e:  # noqa: BLE001 -- one request's task: a bug or an odd error fails it, logged, not the run
+        logger.exception("request %d: unexpected client error", rec.index)
         if rec.outcome in ("pending", "completed"):
             rec.outcome = "failed"
         rec.reason = f"client_error: {type(e).__name__}: {e}"

@@ -103,10 +103,13 @@ def ms_aliases(hists: dict, percentiles: tuple[float, ...]) -> dict[str, float |
     pP_X_ms for each percentile P; None where there is no sample."""
     out: dict[str, float | None] = {}
     for name, h in hists.items():
-        def ms(v):
-            return v * 1000 if h.n and v is not None and math.isfinite(v) else None
-        out[f"mean_{name}_ms"] = ms(h.mean)
-        out[f"median_{name}_ms"] = ms(h.quantile(0.5))
+        out[f"mean_{name}_ms"] = _ms(h, h.mean)
+        out[f"median_{name}_ms"] = _ms(h, h.quantile(0.5))
         for p in percentiles:
-            out[f"{percentile_name(p)}_{name}_ms"] = ms(h.quantile(p / 100))
+            out[f"{percentile_name(p)}_{name}_ms"] = _ms(h, h.quantile(p / 100))
     return out
+
+
+def _ms(h, v: float | None) -> float | None:
+    """`v` seconds of histogram `h` in milliseconds; None where `h` has no sample or `v` is none."""
+    return v * 1000 if h.n and v is not None and math.isfinite(v) else None

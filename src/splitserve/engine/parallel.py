@@ -151,7 +151,7 @@ class Ranks:
         if all(p.poll() is None for p in self.procs):
             try:
                 self.group.send(("stop",))
-            except Exception as e:  # a follower gone meanwhile: the wait below ends the rest
+            except (RuntimeError, OSError) as e:  # a follower gone meanwhile (gloo's error): the wait below ends the rest
                 logger.debug("stop not sent to the tensor-parallel group: %r", e)
         for p in self.procs:
             try:

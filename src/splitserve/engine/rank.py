@@ -94,8 +94,11 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(spec.threads)
         Follower(group, spec).run()
         group.close()
-    except Exception as e:  # rank 0 is gone (its channel closed) or a collective failed
+    except (RuntimeError, OSError) as e:  # rank 0 is gone (its channel closed) or a collective failed
         logger.error("tensor-parallel rank %d: %s", rank, repr(e)[:500])
+        return 1
+    except Exception:  # noqa: BLE001 -- the follower's process boundary: anything else is a bug, logged whole
+        logger.exception("tensor-parallel rank %d failed", rank)
         return 1
     return 0
 

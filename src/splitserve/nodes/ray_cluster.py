@@ -130,7 +130,7 @@ def connect(address: str | None, *, num_cpus: int | None = None, runtime_env: di
                 try:
                     ray.init(address=address, **kw)
                     ok = True
-                except Exception as e:     # Ray raises ConnectionError, RuntimeError, its AuthenticationError
+                except (OSError, RuntimeError, ray.exceptions.RayError) as e:  # ConnectionError, AuthenticationError...
                     ok, reason = False, ray_reason(e)
                 printed = said()
             if not ok:
@@ -165,7 +165,7 @@ def check_nodes(timeout: float = CHECK_TIMEOUT_S) -> list[dict]:
         try:
             from splitserve.nodes.fingerprint import code_fingerprint
             return (splitserve.__version__, code_fingerprint())
-        except Exception as e:     # another splitserve: its version is still worth naming
+        except (ImportError, OSError) as e:  # another splitserve: its version is still worth naming
             return (getattr(splitserve, "__version__", "unknown"), f"unknown ({type(e).__name__})")
 
     probe_task = ray.remote(num_cpus=0, max_retries=0)(installed)
@@ -179,7 +179,7 @@ def check_nodes(timeout: float = CHECK_TIMEOUT_S) -> list[dict]:
         node = refs[ref]
         try:
             theirs = ray.get(ref)
-        except Exception as e:
+        except ray.exceptions.RayError as e:   # the task failed there, or its worker or node died
             raise UserError(f"Ray node {node_name(node)} cannot run splitserve: "
                             f"{' '.join(str(e).split())[-300:]}") from None
         if isinstance(theirs, str):

@@ -35,7 +35,7 @@ def worst_probes(n: int, width: int) -> int:
     for x in range(1, n + 2):
         probes = [0]
 
-        def test(pts: list[int], x: int = x) -> list[bool]:
+        def test(pts: list[int], x: int = x, probes: list[int] = probes) -> list[bool]:
             probes[0] += len(pts)
             return [p >= x for p in pts]
 

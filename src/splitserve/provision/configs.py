@@ -212,6 +212,7 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
     be = RayBackend(address) if backend == "ray" else LocalBackend(workers)
     cache = Cache(Path(cache_dir) if cache_dir else default_cache_dir()) if use_cache else None
     bar = _progress(progress)
+    task = None                                   # the design being searched: its line on the bar
     ev = Evaluator(be, cache, lambda job, out, hit: bar and bar.update(task, sims=ev.simulated, hits=ev.cached),
                    perf_model=perf_model)
     t0 = time.perf_counter()
@@ -227,7 +228,7 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
                 task = bar.add_task(d.name, total=None, sims=ev.simulated, hits=ev.cached)
             counts = (1, 1) if d.split else (1,)
             results.append(search(ev, d, counts, sc, cands, rates,
-                                  on_progress=lambda msg: bar and bar.update(task, description=msg)))
+                                  on_progress=lambda msg, task=task: bar and bar.update(task, description=msg)))
     finally:
         if bar is not None:
             bar.stop()

@@ -119,8 +119,8 @@ def min_split(oracle: Oracle, P: int, T: int, key: Callable[[int, int], tuple], 
         if on_column:
             on_column(p, len(todo))
         cap = max(t for t in range(lo + 1, hi) if key(p, t) < kb)
-        t = first_true(lo + 1, cap, lambda ts: oracle([(p, t) for t in ts]), width,
-                       known=lambda t: oracle.implied(p, t))
+        t = first_true(lo + 1, cap, lambda ts, p=p: oracle([(p, t) for t in ts]), width,
+                       known=lambda t, p=p: oracle.implied(p, t))
         if t is not None:
             best = min(best, (p, t), key=lambda pt: key(*pt))
     # the best is a point some simulation met, or is dominated by one with no greater key
