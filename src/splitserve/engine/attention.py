@@ -51,6 +51,12 @@ class AttentionMetadata:
     decode_context_lens: torch.Tensor | None = None  # (num_decode,) int64, incl. the new token
     prefills: list[PrefillSegment] = field(default_factory=list)
 
+    def decode_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decodes' block tables and context lengths (set whenever `num_decode` > 0)."""
+        if self.decode_block_tables is None or self.decode_context_lens is None:
+            raise ValueError(f"{self.num_decode} decodes without their block tables and context lengths")
+        return self.decode_block_tables, self.decode_context_lens
+
 
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
@@ -101,6 +107,8 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache
     if seg.ctx_len == seg.q_len:
         kt, vt = k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
     else:
+        if seg.blocks is None:
+            raise ValueError(f"a prefill segment of {seg.q_len} tokens at {seg.ctx_len} needs its cached blocks")
         kt = gather_blocks(k_cache, seg.blocks)[: seg.ctx_len].transpose(0, 1).unsqueeze(0)
         vt = gather_blocks(v_cache, seg.blocks)[: seg.ctx_len].transpose(0, 1).unsqueeze(0)
     if seg.ctx_len == seg.q_len and (window is None or seg.ctx_len <= window):
@@ -118,12 +126,10 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
     nd = meta.num_decode
     if not meta.prefills:
-        return decode_attention(q, k_cache, v_cache, meta.decode_block_tables,
-                                meta.decode_context_lens, scale, window)
+        return decode_attention(q, k_cache, v_cache, *meta.decode_tables(), scale, window)
     out = torch.empty_like(q)
     if nd:
-        out[:nd] = decode_attention(q[:nd], k_cache, v_cache, meta.decode_block_tables,
-                                    meta.decode_context_lens, scale, window)
+        out[:nd] = decode_attention(q[:nd], k_cache, v_cache, *meta.decode_tables(), scale, window)
     for seg in meta.prefills:
         rows = slice(seg.q_start, seg.q_start + seg.q_len)
         out[rows] = prefill_attention(q[rows], k[rows], v[rows], k_cache, v_cache, seg, scale, window)

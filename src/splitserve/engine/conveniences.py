@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from .contract import StepFailed
@@ -25,7 +26,7 @@ class StepLoop(Protocol):
     def step(self) -> list[RequestOutput]: ...
 
 
-def generate(engine: StepLoop, prompts: list[list[int]] | list[str],
+def generate(engine: StepLoop, prompts: Sequence[list[int] | str],
              params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
     """Run the prompts to completion together; final outputs in prompt order."""
     plist = params if isinstance(params, list) else [params] * len(prompts)

@@ -10,11 +10,16 @@ first time a bucket is used.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .attention import AttentionMetadata
 from .kv_cache import KVCache
 from .model import CausalLM
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE
 
 MIN_BLOCKS = 8
 
@@ -37,7 +42,7 @@ class DecodeGraphs:
         self.tables = torch.full((max_batch, max_blocks), kv.null_block, dtype=torch.long, device=dev)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.outputs: dict[tuple[int, int], torch.Tensor] = {}
-        self.pool = None
+        self.pool: _POOL_HANDLE | None = None  # the graphs' shared memory pool, from the first capture
 
     def bucket(self, batch: int, blocks: int) -> tuple[int, int] | None:
         if batch > self.max_batch or blocks > self.max_blocks:
@@ -73,17 +78,20 @@ class DecodeGraphs:
             tables: list[list[int]]) -> torch.Tensor:
         """Logits (batch, vocab) of one decode step; the caller checked `bucket(...)` is not None."""
         n = len(ids)
-        b, nb = self.bucket(n, max(len(t) for t in tables))
+        bucket = self.bucket(n, max(len(t) for t in tables))
+        if bucket is None:
+            raise ValueError(f"a decode step of {n} sequences fits no CUDA graph (check bucket() first)")
+        b, nb = bucket
         pad = b - n
         null = self.kv.null_block
-        cpu = {"dtype": torch.long}
-        self.ids[:b].copy_(torch.tensor(ids + [0] * pad, **cpu), non_blocking=True)
-        self.pos[:b].copy_(torch.tensor(positions + [0] * pad, **cpu), non_blocking=True)
-        self.slots[:b].copy_(torch.tensor(slots + [self.null_slot] * pad, **cpu), non_blocking=True)
-        self.ctx[:b].copy_(torch.tensor(context_lens + [1] * pad, **cpu), non_blocking=True)
-        table = torch.full((b, nb), null, **cpu)
+        long = torch.long  # on the CPU, copied to the static inputs without a sync
+        self.ids[:b].copy_(torch.tensor(ids + [0] * pad, dtype=long), non_blocking=True)
+        self.pos[:b].copy_(torch.tensor(positions + [0] * pad, dtype=long), non_blocking=True)
+        self.slots[:b].copy_(torch.tensor(slots + [self.null_slot] * pad, dtype=long), non_blocking=True)
+        self.ctx[:b].copy_(torch.tensor(context_lens + [1] * pad, dtype=long), non_blocking=True)
+        table = torch.full((b, nb), null, dtype=long)
         for i, t in enumerate(tables):
-            table[i, : len(t)] = torch.tensor(t, **cpu)
+            table[i, : len(t)] = torch.tensor(t, dtype=long)
         self.tables[:b, :nb].copy_(table, non_blocking=True)
         if (b, nb) not in self.graphs:
             self._capture(b, nb)

@@ -25,11 +25,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ..errors import UserError
+from ..policy.machine import BatchReport
 from .block_manager import BlockManager
 from .build import build_weights, default_num_blocks, default_tokenizer, resolve_model
 from .config import ModelConfig
@@ -114,7 +116,7 @@ class LLMEngine:
         self.stashed: list[RequestOutput] = []  # outputs that go out with the next step
         self.current_batch: list[tuple[Sequence, int]] = []  # the step being run
         self.last_shape: list[tuple[int, int]] = []  # the last step run: (KV tokens before, tokens) per sequence
-        self.on_schedule = None  # called with each step's StepReport before the step runs (a serving worker)
+        self.on_schedule: Callable[[BatchReport], None] | None = None  # called with each step's StepReport before the step runs (a serving worker)
         self.connector = connector
 
     @property
@@ -224,11 +226,11 @@ class LLMEngine:
         exports = [(seq.request_id, self.kv.slots(self.blocks.block_table(seq.request_id), 0, seq.prefix_len))
                    for seq, n in batch if seq.prefill_only and seq.export_kv and seq.num_computed + n >= seq.prefix_len]
         try:
-            if self.group is not None:
+            if self.ranks is not None:  # rank 0 of a group: every follower runs the same step
                 self.ranks.check()
                 inp.saves = [s.tolist() for s in self.stream.saves.values()]
                 inp.exports = [slots for _, slots in exports]
-                self.group.send(("step", inp))
+                self.ranks.group.send(("step", inp))
             logits = execute(self.model, self.kv, self.graphs, self.device, inp)
             for rid, slots in exports:  # every rank gathers its heads of each, in this order
                 self.stream.exports[rid] = KVExport(self.shards.gather(None, self.shards.slot_tensor(slots)))
@@ -237,6 +239,8 @@ class LLMEngine:
         for seq, n in batch:
             seq.num_computed += n
         self.scheduler.step_done()
+        if logits is None:  # no row samples a token or scores a prompt
+            return []
         if inp.prompt_rows:
             score_prompts(scored, logits[len(inp.rows):])
         if not samplers:
@@ -248,12 +252,12 @@ class LLMEngine:
                     s.logits.append(rows[i])
         tokens = self.sampler(self.grammars.mask(logits[:len(inp.rows)], samplers), samplers)
         consume(samplers, tokens)
-        scored_out = [i for i, s in enumerate(samplers) if s.params.logprobs is not None]
-        if scored_out:  # one pass over their rows, each keeping its own top N
-            recs = records(logits[scored_out], [tokens[i] for i in scored_out],
-                           max(samplers[i].params.logprobs for i in scored_out))
+        wanted = {i: k for i, s in enumerate(samplers) if (k := s.params.logprobs) is not None}
+        if wanted:  # one pass over their rows, each keeping its own top N
+            scored_out = list(wanted)
+            recs = records(logits[scored_out], [tokens[i] for i in scored_out], max(wanted.values()))
             for i, (tok, lp, rank, top) in zip(scored_out, recs):
-                samplers[i].logprobs.append((tok, lp, rank, top[:samplers[i].params.logprobs]))
+                samplers[i].logprobs.append((tok, lp, rank, top[:wanted[i]]))
         return [self._append_token(seq, tok) for seq, tok in zip(samplers, tokens)]
 
     def _append_token(self, seq: Sequence, tok: int) -> RequestOutput:

@@ -116,6 +116,12 @@ class KVConnector(ABC):
 
     host: KVHost | None = None
 
+    def bound(self) -> KVHost:
+        """The host this connector is bound to (RuntimeError before the engine binds it)."""
+        if self.host is None:
+            raise RuntimeError(f"{type(self).__name__} is not bound to an engine (engine.connector = c)")
+        return self.host
+
     def bind(self, host: KVHost) -> None:
         """The engine attaching this connector (`engine.connector = c`): the host to reserve and
         write through. Called once, before any other method."""

@@ -59,7 +59,7 @@ class InMemoryConnector(KVConnector):
     # ---- routing: called by whoever pairs the engines ----------------------------------------
     def reserve(self, request_id: str, prompt_ids: list[int], params=None, isolated: bool = False) -> InMemoryWhere:
         """Token side: reserve room for the request's KV now (UserError if it does not fit)."""
-        self.host.reserve_kv(prompt_ids, params, request_id, isolated)
+        self.bound().reserve_kv(prompt_ids, params, request_id, isolated)
         deadline = time.monotonic() + self.timeout_s if self.timeout_s is not None else float("inf")
         self.incoming[request_id] = _Incoming(len(prompt_ids), deadline)
         return InMemoryWhere(self, request_id)
@@ -81,8 +81,9 @@ class InMemoryConnector(KVConnector):
         if inc is None:
             self.stray += 1
             return
-        skip = self.host.kv_cached(rid)  # positions its prefix cache holds: not written again
-        self.host.write_kv_layer(rid, layer, kv[:, skip:], skip)
+        host = self.bound()
+        skip = host.kv_cached(rid)  # positions its prefix cache holds: not written again
+        host.write_kv_layer(rid, layer, kv[:, skip:], skip)
         inc.got.add(layer)
 
     def _done(self, rid: str, first_token: int, mode: str) -> None:
@@ -90,7 +91,7 @@ class InMemoryConnector(KVConnector):
         if inc is None:
             self.stray += 1
             return
-        layers = self.host.kv_layout.num_layers
+        layers = self.bound().kv_layout.num_layers
         if len(inc.got) != layers:
             self._finished.freed.append(rid)
             self.events.append(("kv_fail", rid, f"{len(inc.got)} of {layers} layers arrived"))

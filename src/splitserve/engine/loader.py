@@ -52,7 +52,7 @@ def _target(model: CausalLM, name: str) -> tuple[torch.Tensor, slice | None, tup
     m = _LAYER.fullmatch(name)
     if not m or int(m.group(1)) >= cfg.num_layers:
         return None
-    layer, rest = model.layers[int(m.group(1))], m.group(2)
+    layer, rest = model.decoder_layers()[int(m.group(1))], m.group(2)
     q, kv, inter = shard.heads * cfg.head_dim, shard.kv_heads * cfg.head_dim, shard.inter
     module, kind = rest.rsplit(".", 1)  # kind: weight | bias
     part, columns = shard.hf_slice(cfg, module, kind)

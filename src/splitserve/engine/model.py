@@ -12,6 +12,8 @@ the rank's partial product goes through `reduce` (the group's all-reduce) before
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -95,6 +97,8 @@ class Attention(nn.Module):
         q = apply_rotary(q.view(t, self.nh, self.hd), cos, sin)
         k = apply_rotary(k.view(t, self.kvh, self.hd), cos, sin)
         v = v.view(t, self.kvh, self.hd)
+        if self.k_cache is None or self.v_cache is None:
+            raise RuntimeError("the model's KV cache is not bound (CausalLM.bind_kv_cache)")
         o = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window)
         return self.o_proj(o.reshape(t, self.nh * self.hd))
 
@@ -152,8 +156,12 @@ class CausalLM(nn.Module):
             if isinstance(m, RowLinear):
                 m.reduce = reduce
 
+    def decoder_layers(self) -> list[DecoderLayer]:
+        """`layers`, typed (iterating an nn.ModuleList gives plain Modules)."""
+        return [cast(DecoderLayer, layer) for layer in self.layers]
+
     def bind_kv_cache(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        for layer, (k, v) in zip(self.layers, layers, strict=True):
+        for layer, (k, v) in zip(self.decoder_layers(), layers, strict=True):
             layer.self_attn.k_cache, layer.self_attn.v_cache = k, v
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:

@@ -32,7 +32,7 @@ class RequestOutput:
 class PrefillResult:
     request_id: str
     token: int  # the first generated token
-    kv: KVExport  # K/V of the prompt's positions (not of `token`)
+    kv: KVExport | None  # K/V of the prompt's positions (not of `token`); None: a connector streamed it
     finished: bool  # generation already over (first token was EOS/stop, or max_tokens == 1)
     finish_reason: str | None
     logits: list[torch.Tensor] | None = None

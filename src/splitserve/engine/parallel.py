@@ -31,10 +31,13 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 
+from .config import ModelConfig
 from .cpu_allreduce import ShmAllReduce
 from .sharding import Shard
 
@@ -53,7 +56,7 @@ class RankSpec:
     """What a follower builds (rank 0 decides it all, so every rank holds the same model, cache
     layout and block count)."""
 
-    model: object          # preset name, checkpoint directory or ModelConfig
+    model: str | Path | ModelConfig  # preset name, checkpoint directory or ModelConfig
     device_type: str       # cpu | cuda
     device_base: int       # rank r runs on cuda:(base + r)
     dtype: torch.dtype
@@ -78,21 +81,42 @@ def die_with_parent() -> None:
         pass
 
 
+class Collectives(Protocol):
+    """The calls this module makes on a process-group backend (ProcessGroupGloo, ProcessGroupNCCL;
+    torch's stubs leave them out of `Backend`, which has them at runtime)."""
+
+    def broadcast(self, tensor: torch.Tensor, root: int) -> dist.Work: ...
+
+    def allreduce(self, tensors: list[torch.Tensor]) -> dist.Work: ...
+
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor]) -> dist.Work: ...
+
+
+def gloo(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> Collectives:
+    """A gloo process group of the ranks on 127.0.0.1."""
+    opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # torch's stubs lack _Options
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+    opts._timeout = timeout
+    return dist.ProcessGroupGloo(store, rank, size, opts)  # type: ignore[return-value]  # see Collectives
+
+
+def nccl(store: dist.Store, rank: int, size: int) -> Collectives:
+    """An NCCL process group of the ranks, with NCCL's default options."""
+    return dist.ProcessGroupNCCL(store, rank, size)  # type: ignore[call-arg,return-value]  # stubs: options required
+
+
 class Group:
-    def __init__(self, store, rank: int, size: int, device: torch.device) -> None:
+    def __init__(self, store: dist.Store, rank: int, size: int, device: torch.device) -> None:
         self.rank, self.size, self.device = rank, size, device
-        opts = dist.ProcessGroupGloo._Options()
-        opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
-        opts._timeout = CTL_TIMEOUT
-        self.ctl = dist.ProcessGroupGloo(dist.PrefixStore("ctl", store), rank, size, opts)
+        self.store: dist.Store | None = None  # rank 0's rendezvous, kept alive with the group (start_group)
+        self.shm_reduce: ShmAllReduce | None = None
+        self.ctl: Collectives | None = gloo(dist.PrefixStore("ctl", store), rank, size, CTL_TIMEOUT)
+        self.dev: Collectives | None
         if device.type == "cuda":
             torch.cuda.set_device(device)
-            self.dev = dist.ProcessGroupNCCL(dist.PrefixStore("dev", store), rank, size)
+            self.dev = nccl(dist.PrefixStore("dev", store), rank, size)
         else:
-            opts = dist.ProcessGroupGloo._Options()
-            opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
-            opts._timeout = DEV_TIMEOUT
-            self.dev = dist.ProcessGroupGloo(dist.PrefixStore("dev", store), rank, size, opts)
+            self.dev = gloo(dist.PrefixStore("dev", store), rank, size, DEV_TIMEOUT)
             self.shm_reduce = ShmAllReduce(self.dev, rank, size)
 
     def close(self) -> None:
@@ -101,24 +125,38 @@ class Group:
         teardown (std::terminate, status -6)."""
         self.ctl = self.dev = self.shm_reduce = None
 
+    def _ctl(self) -> Collectives:
+        if self.ctl is None:
+            raise GroupFailed("the tensor-parallel group is closed")
+        return self.ctl
+
+    def _dev(self) -> Collectives:
+        if self.dev is None:
+            raise GroupFailed("the tensor-parallel group is closed")
+        return self.dev
+
     # ---- rank 0's commands ------------------------------------------------------------------
     def send(self, cmd: tuple) -> None:
+        ctl = self._ctl()
         raw = torch.frombuffer(bytearray(pickle.dumps(cmd)), dtype=torch.uint8)
-        self.ctl.broadcast(torch.tensor([raw.numel()], dtype=torch.long), 0).wait()
-        self.ctl.broadcast(raw, 0).wait()
+        ctl.broadcast(torch.tensor([raw.numel()], dtype=torch.long), 0).wait()
+        ctl.broadcast(raw, 0).wait()
 
     def receive(self) -> tuple:
+        ctl = self._ctl()
         n = torch.zeros(1, dtype=torch.long)
-        self.ctl.broadcast(n, 0).wait()
+        ctl.broadcast(n, 0).wait()
         raw = torch.empty(int(n), dtype=torch.uint8)
-        self.ctl.broadcast(raw, 0).wait()
+        ctl.broadcast(raw, 0).wait()
         return pickle.loads(raw.numpy().tobytes())
 
     # ---- collectives on the devices ---------------------------------------------------------
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        if self.device.type == "cpu":
-            return self.shm_reduce(x)  # ranks of one host: shared memory, not loopback TCP
-        self.dev.allreduce([x]).wait()
+        if self.device.type == "cpu":  # ranks of one host: shared memory, not loopback TCP
+            if self.shm_reduce is None:
+                raise GroupFailed("the tensor-parallel group is closed")
+            return self.shm_reduce(x)
+        self._dev().allreduce([x]).wait()
         return x
 
     def gather_heads(self, local: torch.Tensor, owners: list[int]) -> torch.Tensor:
@@ -126,11 +164,11 @@ class Group:
         once (`owners`: the ranks whose heads make the whole)."""
         local = local.contiguous()
         parts = [torch.empty_like(local) for _ in range(self.size)]
-        self.dev.allgather([parts], [local]).wait()
+        self._dev().allgather([parts], [local]).wait()
         return torch.cat([parts[r] for r in owners], dim=-2)
 
     def broadcast(self, x: torch.Tensor) -> torch.Tensor:
-        self.dev.broadcast(x, 0).wait()
+        self._dev().broadcast(x, 0).wait()
         return x
 
 
@@ -175,7 +213,7 @@ def start_group(spec: RankSpec, size: int) -> Ranks:
             p.kill()
         raise
     group.store = store  # the followers' rendezvous: kept alive with the group
-    if spec.device_type == "cpu":
+    if group.shm_reduce is not None:  # a CPU group
         group.shm_reduce.alive = lambda: all(p.poll() is None for p in procs)
     return Ranks(group, procs)
 

@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
     store = torch.distributed.TCPStore("127.0.0.1", port, size, False)
     try:
         group = Group(store, rank, size, torch.device(argv[3]))
-        if group.device.type == "cpu":
+        if group.shm_reduce is not None:  # a CPU group
             parent = os.getppid()
             group.shm_reduce.alive = lambda: os.getppid() == parent
         _, spec = group.receive()

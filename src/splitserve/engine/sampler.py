@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Protocol
+from typing import Protocol
 
 import torch
 
@@ -159,7 +160,7 @@ def apply_bias(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tens
     return logits.index_put((lt(rows), lt(toks)), bias, accumulate=True)
 
 
-def apply_penalties(logits: torch.Tensor, rows: list[Row]) -> torch.Tensor:
+def apply_penalties(logits: torch.Tensor, rows: Sequence[Row]) -> torch.Tensor:
     """`logits` (float32) with each row's repetition penalty (over its prompt and output tokens),
     then frequency and presence penalties (over its output tokens) applied (a new tensor). Only
     the penalized rows are touched; the result is clamped to float32's finite range."""
@@ -185,7 +186,7 @@ class Sampler:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
     @torch.no_grad()
-    def __call__(self, logits: torch.Tensor, rows: list[Row]) -> list[int]:
+    def __call__(self, logits: torch.Tensor, rows: Sequence[Row]) -> list[int]:
         """One token per row of `logits` (B, vocab); `rows[i]` is the request of row i (its
         parameters, and its prompt and output tokens for the penalties and the seed's index).
         `logits` is not modified."""
@@ -204,7 +205,7 @@ class Sampler:
         is_greedy = torch.tensor([p.greedy for p in params], device=logits.device)
         return torch.where(is_greedy, greedy, self._sample(logits, rows)).tolist()
 
-    def _sample(self, logits: torch.Tensor, rows: list[Row]) -> torch.Tensor:
+    def _sample(self, logits: torch.Tensor, rows: Sequence[Row]) -> torch.Tensor:
         """A token per row drawn at the row's temperature from its top-k / top-p nucleus (greedy
         rows draw nothing; their result is ignored)."""
         params = [r.params for r in rows]

@@ -19,6 +19,7 @@ as one pool before each step (`_sync_pools`), so a guest writes into blocks its 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Hashable
 
 from ..errors import UserError
 from ..policy.kv_allocation import configure
@@ -37,6 +38,13 @@ HERE, ELSEWHERE = 0, -1  # the engine's machine id in its own view; where a rese
 class NoRoom(UserError):
     """A reservation for KV about to arrive does not fit now (the router's view thought it would:
     its reports lag the engine); it may fit later."""
+
+
+def shadow_of(seq: Sequence) -> Request:
+    """`seq`'s policy request: set from when the scheduler takes it in (`add`, `reserve`)."""
+    if seq.shadow is None:
+        raise AssertionError(f"request {seq.request_id!r} was never given to the scheduler")
+    return seq.shadow
 
 
 class Scheduler:
@@ -84,7 +92,7 @@ class Scheduler:
     def arrived(self, seq: Sequence) -> None:
         """`seq`'s KV and first token (made where its prompt ran) arrived: it decodes from the next step."""
         seq.status = Status.RUNNING
-        kv_arrived(self.m, seq.shadow)
+        kv_arrived(self.m, shadow_of(seq))
 
     # ---- views -----------------------------------------------------------------------------------
     @property
@@ -96,7 +104,7 @@ class Scheduler:
     def running(self) -> list[Sequence]:
         """Sequences that hold KV here and run: prefilling, ready to decode or decoding."""
         return sorted((s for s in self.seqs.values()
-                       if s.shadow.phase in (Phase.PREFILL, Phase.READY, Phase.DECODE, Phase.WAITING)),
+                       if shadow_of(s).phase in (Phase.PREFILL, Phase.READY, Phase.DECODE, Phase.WAITING)),
                       key=lambda s: s.arrival)
 
     # ---- a step ----------------------------------------------------------------------------------
@@ -154,26 +162,29 @@ class Scheduler:
         """Set each family's pool to its reserved, unwritten blocks (a scheduler that pools KV, as
         ecoserve: its members' kv_held less their blocks); returns the pool of each of their sequences."""
         bs, blocks = self.blocks.block_size, self.blocks
-        want: dict[str, int] = {}
+        want: dict[Hashable, int] = {}   # a pool's key (its holder's request id) -> blocks
         pool_of: dict[str, str] = {}
         kv_pool = self.sched.kv_pool
         for seq in self.seqs.values():
-            r = seq.shadow
+            r = shadow_of(seq)
             if not r.kv_held or r.phase not in (Phase.PREFILL, Phase.DECODE, Phase.WAITING):
                 continue
-            key = self.seqs[kv_pool(r).id].request_id
+            holder = kv_pool(r)
+            if holder is None:
+                raise AssertionError(f"{type(self.sched).__name__} pools KV but gave {seq.request_id!r} no pool")
+            key = self.seqs[holder.id].request_id
             pool_of[seq.request_id] = key
             have = len(blocks.block_table(seq.request_id)) if blocks.has(seq.request_id) else 0
             want[key] = want.get(key, 0) + r.kv_held // bs - have
         pools = blocks.pools.sizes()
-        for key, n in pools.items():   # shrink first: the free list then has room to grow others
-            if want.get(key, 0) < n:
-                blocks.pools.set(key, max(want.get(key, 0), 0))
-        for key, n in want.items():
+        for pool, n in pools.items():   # shrink first: the free list then has room to grow others
+            if want.get(pool, 0) < n:
+                blocks.pools.set(pool, max(want.get(pool, 0), 0))
+        for pool, n in want.items():
             if n < 0:
-                raise AssertionError(f"family of {key!r} wrote {-n} blocks more than it holds")
-            if n > blocks.pools.size(key):
-                blocks.pools.set(key, n)
+                raise AssertionError(f"family of {pool!r} wrote {-n} blocks more than it holds")
+            if n > blocks.pools.size(pool):
+                blocks.pools.set(pool, n)
         return pool_of
 
     def attach_cached(self, seq: Sequence, n: int) -> int:

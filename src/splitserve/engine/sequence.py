@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .sampler import SamplingParams
+
+if TYPE_CHECKING:
+    from ..policy.state import Request
+    from .structured import Matcher
 
 
 class Status(enum.Enum):
@@ -31,13 +36,13 @@ class Sequence:
     logits: list = field(default_factory=list)
     preemptions: int = 0  # times preempted (KV dropped, recomputed later)
     isolated: bool = False  # suspect: never shares a step with another request (see Scheduler)
-    shadow: object = None   # its policy Request in the scheduler's view of the engine
+    shadow: Request | None = None  # its policy Request in the scheduler's view of the engine
     block_hashes: list[int] = field(default_factory=list)  # names of its full blocks (policy/prefix_cache.py)
     registered: int = 0     # its leading blocks that are in the prefix cache
     num_cached: int = 0     # prompt tokens its latest prefill took from the prefix cache
     logprobs: list = field(default_factory=list)         # its generated tokens' records (logprobs.py)
     prompt_logprobs: list = field(default_factory=list)  # its prompt positions 1.. records
-    matcher: object = None  # params.grammar's matcher, at its tokens so far (structured.py)
+    matcher: Matcher | None = None  # params.grammar's matcher, at its tokens so far (structured.py)
     resumed: int = 0        # outputs it came with (made before a preemption elsewhere)
 
     @property

@@ -13,23 +13,46 @@ that would be the only token left. A sequence that starts from a first token sam
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
 
 from ..errors import UserError
 
+if TYPE_CHECKING:
+    import llguidance
+
+    from .tokenizer import Tokenizer
+
+
+class Matcher(Protocol):
+    """What the engine calls on a grammar's matcher (llguidance.LLMatcher)."""
+
+    def consume_token(self, token: int) -> bool: ...
+
+    def compute_bitmask(self) -> bytes: ...
+
+    def is_stopped(self) -> bool: ...
+
+
+class Guided(Protocol):
+    """A sequence as the grammar steps read it: its matcher, None when it has no grammar."""
+
+    matcher: Matcher | None
+
 
 class Grammars:
     """An engine's grammar matchers, over its tokenizer (made on first use: engines of a split
     cluster often run without a tokenizer of their own)."""
 
-    def __init__(self, load_tokenizer: Callable[[], object], vocab_size: int, eos_ids: tuple[int, ...]) -> None:
+    def __init__(self, load_tokenizer: Callable[[], Tokenizer | None], vocab_size: int,
+                 eos_ids: tuple[int, ...]) -> None:
         self._load, self.vocab_size, self.eos_ids = load_tokenizer, vocab_size, eos_ids
-        self._tok = None
+        self._tok: llguidance.LLTokenizer | None = None
 
-    def matcher(self, grammar: str, made: list[int] = ()):
+    def matcher(self, grammar: str, made: Sequence[int] = ()) -> Matcher:
         """A new matcher of `grammar`, past the tokens `made` already (a resumed request's); UserError
         if the grammar is invalid or there is no tokenizer."""
         import llguidance
@@ -47,7 +70,7 @@ class Grammars:
             m.consume_token(t)
         return m
 
-    def mask(self, logits: torch.Tensor, seqs: list) -> torch.Tensor:
+    def mask(self, logits: torch.Tensor, seqs: Sequence[Guided]) -> torch.Tensor:
         """`logits` (one row per sequence of `seqs`, in order) with each guided sequence's forbidden
         tokens at -inf: a copy when any sequence is guided, else `logits` itself."""
         guided = [(i, s.matcher) for i, s in enumerate(seqs) if s.matcher is not None]
@@ -62,19 +85,19 @@ class Grammars:
         return out
 
 
-def allowed(matcher, vocab_size: int) -> torch.Tensor:
+def allowed(matcher: Matcher, vocab_size: int) -> torch.Tensor:
     """The tokens `matcher` allows next, as a bool tensor over the vocabulary."""
     bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
     return torch.from_numpy(bits[:vocab_size].astype(bool))
 
 
-def consume(seqs: list, tokens: list[int]) -> None:
+def consume(seqs: Sequence[Guided], tokens: list[int]) -> None:
     """Each guided sequence's matcher takes its sampled token."""
     for s, tok in zip(seqs, tokens):
         if s.matcher is not None:
             s.matcher.consume_token(tok)
 
 
-def complete(seq) -> bool:
+def complete(seq: Guided) -> bool:
     """Its grammar is complete: nothing but EOS could follow."""
     return seq.matcher is not None and seq.matcher.is_stopped()
