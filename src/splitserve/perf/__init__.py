@@ -17,11 +17,11 @@ asks them through perf/step.py's `StepModel`, one per machine (`PerfStep` wraps 
 from __future__ import annotations
 
 import os
-from typing import Protocol
 
 from splitserve.catalog import HardwareSpec, ModelSpec
 from splitserve.errors import UserError
 from splitserve.perf.decode_lookup import with_decode_lookup
+from splitserve.perf.model import PerfModel, PowerModel
 from splitserve.perf.operator_perf import OperatorPerfModel, operator_gpu
 from splitserve.perf.pipeline import PipelinePerf
 from splitserve.perf.power import AnalyticalPowerModel, ProfilePowerModel
@@ -35,24 +35,6 @@ PERF_MODELS = ("auto", "operators", "roofline")
 ROOFLINE_FIT = frozenset({("llama2-70b", 8), ("bloom-176b", 8)})
 """(model, tp) of the Splitwise profile rows hardware.toml's [fit] roofline constants were fitted on:
 there the roofline stands in for that profile (the package never reads it); docs/perf-model.md."""
-
-
-class PerfModel(Protocol):
-    source: str    # which model answers: "profile:<path>", "operators" or "roofline"
-
-    def prompt_time(self, tokens: int) -> float: ...
-
-    def token_time(self, batch: int, context: int) -> float: ...
-
-    def mixed_time(self, prompt_tokens: int, batch: int, context: int) -> float: ...
-
-
-class PowerModel(Protocol):
-    def prompt_power_w(self, tokens: int) -> float: ...
-
-    def token_power_w(self, batch: int) -> float: ...
-
-    def idle_power_w(self) -> float: ...
 
 
 def make_perf_model(
@@ -96,15 +78,16 @@ def check_perf_model(kind: str) -> None:
         raise UserError(f"--perf-model must be auto, operators or roofline, got {kind!r}")
 
 
-def _one_stage_group(model: ModelSpec, hw: HardwareSpec, tp: int, profile, ep: int, kind: str) -> tuple[PerfModel, PowerModel]:
+def _one_stage_group(model: ModelSpec, hw: HardwareSpec, tp: int, profile: str | os.PathLike[str] | None, ep: int,
+                     kind: str) -> tuple[PerfModel, PowerModel]:
     if profile is not None and not os.path.isfile(profile):
         raise UserError(f"profile {os.fspath(profile)!r} is not a readable file")
     if profile is not None and hw.profile_name is not None:
         rows = read_profile_rows(profile, model.name, hw.profile_name, tp)
         if rows:
             perf = ProfilePerfModel.from_rows(rows, source=f"profile:{os.fspath(profile)}")
-            power = ProfilePowerModel.from_rows(rows, hw, tp, others_idle=False)
-            return perf, (power if power.has_data else AnalyticalPowerModel(hw, tp, others_idle=False))
+            measured = ProfilePowerModel.from_rows(rows, hw, tp, others_idle=False)
+            return perf, (measured if measured.has_data else AnalyticalPowerModel(hw, tp, others_idle=False))
     power = AnalyticalPowerModel(hw, tp, others_idle=False)
     if kind == "operators":
         if ep != 1:

@@ -29,6 +29,7 @@ from typing import Any
 
 from splitserve.errors import UserError
 from .mixed import MixedBatching
+from .model import PerfModel
 from .profile_fit import read_profile_rows
 
 DECODE_LOOKUPS = ("batch-size", "batch-tokens")
@@ -70,7 +71,7 @@ class BatchTokensDecode(MixedBatching):
 
     __slots__ = ("base", "source", "attention", "additive", "xs", "ys")
 
-    def __init__(self, base: Any, xs: Sequence[float], ys: Sequence[float]) -> None:
+    def __init__(self, base: PerfModel, xs: Sequence[float], ys: Sequence[float]) -> None:
         self.base, self.xs, self.ys = base, list(xs), list(ys)
         self.source = f"{base.source}+decode-lookup:batch-tokens"
         self.attention, self.additive = base.attention, base.additive
@@ -84,8 +85,8 @@ class BatchTokensDecode(MixedBatching):
         return extrapolating_line(self.xs, self.ys, float(batch))
 
 
-def with_decode_lookup(perf: Any, lookup: str, profile: str | os.PathLike[str] | None, model: str,
-                       hardware: str | None, tp: int) -> Any:
+def with_decode_lookup(perf: PerfModel, lookup: str, profile: str | os.PathLike[str] | None, model: str,
+                       hardware: str | None, tp: int) -> PerfModel:
     """`perf` with decode times read by `lookup` (DECODE_LOOKUPS); "batch-tokens" needs `profile`
     rows for (model, hardware, tp)."""
     check_decode_lookup(lookup)

@@ -10,8 +10,12 @@ for an engine that runs the decodes' attention and sampling after the prefill's,
 (splitserve's own engine on a CPU; the profile measures which rule fits, twin/machine.py).
 """
 
+from __future__ import annotations
 
-def prompt_alone(perf, tokens: int) -> float:
+from .model import PerfModel
+
+
+def prompt_alone(perf: PerfModel, tokens: int) -> float:
     """One prompt of `tokens` tokens alone: the prefill with its own attention term."""
     return perf.prompt_time(tokens) + perf.attention * tokens * tokens
 
@@ -19,6 +23,14 @@ def prompt_alone(perf, tokens: int) -> float:
 class MixedBatching:
     attention = 0.0  # seconds per squared prompt token; 0: prefill time depends on the token count only
     additive = False  # compose a mixed step by sum (see above), not by max
+
+    def prompt_time(self, tokens: int) -> float:
+        """A prompt-only batch of `tokens` prompt tokens (each model has its own)."""
+        raise NotImplementedError
+
+    def token_time(self, batch: int, context: int) -> float:
+        """One decode iteration of `batch` requests over `context` KV tokens (each model has its own)."""
+        raise NotImplementedError
 
     def mixed_time(self, prompt_tokens: int, batch: int, context: int, prompt_sq: int = 0) -> float:
         if batch <= 0:

@@ -19,6 +19,7 @@ import json
 import math
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from splitserve.catalog import HardwareSpec, ModelSpec
 from splitserve.errors import UserError
@@ -33,15 +34,17 @@ ATTN_RATE_TOKENS = 4096
 
 
 @lru_cache(maxsize=1)
-def load_step_overheads() -> dict:
+def load_step_overheads() -> dict[str, Any]:
     """The committed step coefficients per GPU (package data), with the GPU names they cover."""
     text = resources.files("splitserve.perf").joinpath("data/step_overheads.json").read_text()
-    return json.loads(text)
+    data: dict[str, Any] = json.loads(text)
+    return data
 
 
 def operator_gpu(hw: HardwareSpec) -> str | None:
     """The operator fit's name for `hw`'s GPU (a100, h100), None when neither fit covers it."""
-    return load_step_overheads()["gpus_by_name"].get(hw.gpu)
+    gpu: str | None = load_step_overheads()["gpus_by_name"].get(hw.gpu)
+    return gpu
 
 
 def layer_shape(model: ModelSpec) -> LayerShape:
@@ -54,7 +57,7 @@ class OperatorPerfModel(MixedBatching):
                  "_gpu_coef", "_o", "_s", "_knee", "_o_seq", "_kv", "_s_cap", "_L", "_pcache", "_dcache")
 
     def __init__(self, model: ModelSpec, hw: HardwareSpec, tp: int | None = None,
-                 ops: OperatorModel | None = None, step: dict | None = None) -> None:
+                 ops: OperatorModel | None = None, step: dict[str, float] | None = None) -> None:
         """`ops` / `step`: the operator fit and the step coefficients ({o_layer, o_ar, s0, s1,
         knee, o_seq}, seconds); the committed ones when None (fit_step_overheads.py passes zeros)."""
         tp = hw.gpus if tp is None else tp

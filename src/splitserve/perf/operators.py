@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from splitserve.errors import UserError
 
@@ -123,7 +124,7 @@ class OperatorModel:
         self.gpus = gpus
 
     @classmethod
-    def from_dict(cls, data: dict) -> "OperatorModel":
+    def from_dict(cls, data: dict[str, Any]) -> "OperatorModel":
         gpus = {}
         for name, g in data["gpus"].items():
             ar = {int(w): (float(v[0]), float(v[1])) for w, v in g["all_reduce"].items()}

@@ -15,6 +15,7 @@ docs/perf-model.md ("Pipeline parallelism") has the details.
 from __future__ import annotations
 
 from splitserve.catalog import HardwareSpec, ModelSpec
+from .model import PerfModel
 
 # ESTIMATE: the order of a NCCL point-to-point send of a small message between GPUs; it matters
 # only for decode batches of a few tokens.
@@ -27,7 +28,7 @@ class PipelinePerf:
 
     __slots__ = ("base", "pp", "source", "attention", "additive", "_hops", "_inv_pp")
 
-    def __init__(self, base, model: ModelSpec, hw: HardwareSpec, tp: int, pp: int) -> None:
+    def __init__(self, base: PerfModel, model: ModelSpec, hw: HardwareSpec, tp: int, pp: int) -> None:
         self.base, self.pp = base, pp
         self.source = f"{base.source}, {pp} pipeline stages"
         self.attention = base.attention           # the simulator passes prompt_sq when set

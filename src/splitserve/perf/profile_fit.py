@@ -44,7 +44,7 @@ def read_profile_rows(
         missing = need - set(reader.fieldnames or ())
         if missing:
             raise UserError(f"profile {os.fspath(path)!r} lacks columns: {', '.join(sorted(missing))}")
-        seen: set[tuple] = set()
+        seen: set[tuple[object, ...]] = set()
         rows: list[dict[str, Any]] = []
         for lineno, raw in enumerate(reader, start=2):
             if model is not None and raw["model"] != model:
@@ -77,14 +77,14 @@ def isotonic_increasing(ys: Sequence[float], weights: Sequence[float]) -> list[f
 
     Points that are already in order keep their values exactly.
     """
-    blocks: list[list[float]] = []  # [value, weight, count]
+    blocks: list[tuple[float, float, int]] = []  # (value, weight, count)
     for y, w in zip(ys, weights):
-        blocks.append([float(y), float(w), 1])
+        blocks.append((float(y), float(w), 1))
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
             v2, w2, n2 = blocks.pop()
             v1, w1, n1 = blocks.pop()
             w = w1 + w2
-            blocks.append([(v1 * w1 + v2 * w2) / w, w, n1 + n2])
+            blocks.append(((v1 * w1 + v2 * w2) / w, w, n1 + n2))
     out: list[float] = []
     for v, _, n in blocks:
         out.extend([v] * n)

@@ -11,9 +11,12 @@ never changed. These sit on the simulator's hot path: no allocation, nothing loo
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, cast
 
-from . import PerfModel, PowerModel
+from ..policy.machine import Batch
+from ..policy.state import Machine
+from .model import PerfModel, PowerModel
+from .pipeline import PipelinePerf
 
 
 class StepModel(Protocol):
@@ -21,17 +24,31 @@ class StepModel(Protocol):
     power: PowerModel     # its watts
     kv_capacity: int      # KV tokens one instance holds
 
-    def batch_time(self, m, batch) -> float:
+    def batch_time(self, m: Machine, batch: Batch) -> float:
         """Seconds one iteration of `batch` takes on machine `m`, with the cluster as it is now."""
 
-    def stage_time(self, batch) -> float:
+    def stage_time(self, batch: Batch) -> float:
         """Seconds one pipeline stage of a pipelined instance takes over `batch` (perf/pipeline.py)."""
 
-    def context(self, batch) -> int:
+    def context(self, batch: Batch) -> int:
         """KV tokens the batch's decodes read (what the trace records)."""
 
 
-def prompt_squares(batch) -> int:
+class SharedStep(StepModel, Protocol):
+    """The step model of a host whose workers share CPU cores (`shares_cores`; twin/host_step.py
+    HostStep): a step is an amount of work, done at a speed that changes while it runs
+    (sim/sharing.py)."""
+
+    shares_cores: bool
+
+    def work(self, m: Machine, batch: Batch) -> float:
+        """Seconds the step takes alone."""
+
+    def speed(self, m: Machine, batch: Batch) -> float:
+        """The step's work done per second with the host's workers busy as they are now."""
+
+
+def prompt_squares(batch: Batch) -> int:
     """The attention term of a batch's prompts (perf/mixed.py): each chunk of n tokens attends to
     its own, n * n; a first chunk whose first c tokens a prefix cache gave computes n * n - c * c."""
     sq = 0
@@ -57,13 +74,14 @@ class PerfStep:
         self._mixed = perf.mixed_time
         self._attention = perf.attention
 
-    def batch_time(self, m, batch) -> float:
+    def batch_time(self, m: Machine, batch: Batch) -> float:
         sq = prompt_squares(batch) if self._attention else 0
         return self._mixed(batch.prompt_tokens - batch.cached, batch.decodes, batch.context, sq)
 
-    def stage_time(self, batch) -> float:
+    def stage_time(self, batch: Batch) -> float:
         sq = prompt_squares(batch) if self._attention else 0
-        return self.perf.stage_time(batch.prompt_tokens - batch.cached, batch.decodes, batch.context, sq)
+        perf = cast(PipelinePerf, self.perf)   # a pipelined instance's (make_perf_model)
+        return perf.stage_time(batch.prompt_tokens - batch.cached, batch.decodes, batch.context, sq)
 
-    def context(self, batch) -> int:
+    def context(self, batch: Batch) -> int:
         return batch.context
