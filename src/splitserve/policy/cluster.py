@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .latency import BatchLatency
 from .predictor import LengthPredictor, predict
-from .state import Machine, Phase, Request
+from .state import Machine, Phase, Pool, Request
 from .kv_allocation import check_fits
 from .transitions import admit_waiting, enqueue_prompt, reserve_decode
 
@@ -55,13 +55,23 @@ class RoutingConfig:
                                          # pending tokens pass the least's by more (-1: off)
 
 
+@dataclass(frozen=True, slots=True)
+class Flip:
+    """An instance's change of role (policy/instance_flip.py)."""
+
+    at: float          # the watcher's time of the flip (s)
+    machine: int
+    to: Pool
+    selected_at: float  # when it was selected and left its pool (drain time: at - selected_at)
+
+
 class ClusterScheduler:
     """What the simulator and the live router need of a cluster-level scheduler: every hook, with
     its default (a subclass overrides what it does)."""
 
     borrowed: int = 0                # machines moved into the mixed pool so far
     watch_interval: float = 0.0      # seconds between two `watch` calls (0: no watcher)
-    flips: Sequence = ()             # role changes made so far (policy/instance_flip.py Flip)
+    flips: Sequence[Flip] = ()       # role changes made so far (policy/instance_flip.py)
 
     def route(self, r: Request) -> tuple[Machine, Machine]:
         """(prompt machine, token machine) for a new request; the same machine: unsplit."""
@@ -96,7 +106,7 @@ class ClusterScheduler:
         """The simulator's batch latencies (its machines' perf models), for a scheduler that places
         by them (policy/aladdin.py); the live router keeps the scheduler's own."""
 
-    def activity(self, end: float) -> dict | None:
+    def activity(self, end: float) -> dict[str, object] | None:
         """A scaling scheduler's report until `end` (seconds each worker was on; policy/aladdin.py);
         None: it scales nothing."""
         return None

@@ -19,7 +19,7 @@ import inspect
 import json
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, overload
 
 from ..errors import UserError
 from .cluster import RoutingConfig
@@ -179,7 +179,17 @@ SERVING = {"batching.kv_allocation": "on-demand"}   # the live system's defaults
                                                    # know output lengths, so it allocates on demand
 
 
-def policy_options(command: Callable | None = None, *, defaults: dict[str, Any] | None = None) -> Callable:
+@overload
+def policy_options(command: Callable[..., Any], *, defaults: dict[str, Any] | None = None) -> Callable[..., Any]: ...
+
+
+@overload
+def policy_options(command: None = None, *,
+                   defaults: dict[str, Any] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+
+
+def policy_options(command: Callable[..., Any] | None = None, *,
+                   defaults: dict[str, Any] | None = None) -> Callable[..., Any]:
     """Give a typer command one option per policy setting; it receives them as `policy=PolicyConfig`
     (UserError for a value out of range). `defaults`: the command's own, where it differs from the
     dataclasses' (SERVING; make_policy). As `@policy_options` or `@policy_options(defaults=...)`."""
@@ -192,7 +202,7 @@ def policy_options(command: Callable | None = None, *, defaults: dict[str, Any] 
               if p.name != "policy"]
 
     @functools.wraps(command)
-    def wrapper(**kw):
+    def wrapper(**kw: Any) -> Any:
         given = {o: kw.pop(o.name.replace("-", "_")) for o in OPTIONS}   # a switch: given when on
         values = {o.path: o.given(True) if o.flag else v for o, v in given.items()
                   if (v is True if o.flag else v is not None)}
@@ -202,7 +212,7 @@ def policy_options(command: Callable | None = None, *, defaults: dict[str, Any] 
     extra = [_param(o, own) for o in OPTIONS] + [inspect.Parameter(
         "policy_system", inspect.Parameter.KEYWORD_ONLY, annotation=str,
         default=typer.Option("", "--policy", help=SYSTEM_HELP, show_default=False, rich_help_panel="Policy"))]
-    wrapper.__signature__ = sig.replace(parameters=params + extra)
+    wrapper.__signature__ = sig.replace(parameters=params + extra)  # type: ignore[attr-defined]  # typeshed's _Wrapped lacks it
     wrapper.__annotations__ = {p.name: p.annotation for p in params + extra}
     return wrapper
 
@@ -217,8 +227,8 @@ def make_policy(values: dict[str, Any], system: str = "", defaults: dict[str, An
         from .systems import apply
         base = apply(system, base)
     values = {**_own_allocation(base, {**base, **values}), **values}
-    sections: dict[str, dict] = {"batching": {}, "routing": {}}
-    top = {}
+    sections: dict[str, dict[str, Any]] = {"batching": {}, "routing": {}}
+    top: dict[str, Any] = {}
     for path, v in values.items():
         section, _, field = path.rpartition(".")
         (sections[section] if section else top)[field] = v

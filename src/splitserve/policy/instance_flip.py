@@ -38,22 +38,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from .cluster import RoutingConfig
+from .cluster import Flip, RoutingConfig
 from .pools import SplitwiseScheduler
 from .state import Machine, Pool
 
 FLIP_CHECK_S = 0.1          # the cluster monitor's sampling period (§3.2: "e.g., every 100 ms")
 OTHER = {Pool.PROMPT: Pool.TOKEN, Pool.TOKEN: Pool.PROMPT}
-
-
-@dataclass(frozen=True, slots=True)
-class Flip:
-    at: float          # the watcher's time of the flip (s)
-    machine: int
-    to: Pool
-    selected_at: float  # when it was selected and left its pool (drain time: at - selected_at)
 
 
 def drained(m: Machine) -> bool:
@@ -91,14 +82,14 @@ class InstanceFlipScheduler(SplitwiseScheduler):
                 elif m.id in idle:
                     del idle[m.id]
         if not self.draining and not flipped:
-            m = self._candidate(now)
-            if m is not None:
-                self.pools[m.pool].remove(m)
-                self.draining.append(m)
-                self.selected_at[m.id] = now
-                if drained(m) and (quiet is None or quiet(m)):
-                    self._flip(m, now)
-                    flipped.append(m)
+            c = self._candidate(now)
+            if c is not None:
+                self.pools[c.pool].remove(c)
+                self.draining.append(c)
+                self.selected_at[c.id] = now
+                if drained(c) and (quiet is None or quiet(c)):
+                    self._flip(c, now)
+                    flipped.append(c)
         return flipped
 
     def _candidate(self, now: float) -> Machine | None:

@@ -50,13 +50,21 @@ class LinearLatency:
 LIVE_FIT = LinearLatency(k1=6.81e-06, c1=0.000452, k2=3.29e-08, c2=7.61e-06, c3=0.000428)
 
 
+class PhaseTimes(Protocol):
+    """What PerfLatency reads of a machine's perf model (perf/ PerfModel)."""
+
+    def prompt_time(self, tokens: int) -> float: ...
+
+    def token_time(self, batch: int, context: int) -> float: ...
+
+
 class PerfLatency:
     """The simulator's latency model: each machine's perf model (perf/), the one that times its
     batches."""
 
     __slots__ = ("perfs",)
 
-    def __init__(self, perfs: Sequence) -> None:
+    def __init__(self, perfs: Sequence[PhaseTimes]) -> None:
         self.perfs = perfs
 
     def prefill_time(self, m: Machine, tokens: int) -> float:

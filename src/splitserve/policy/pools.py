@@ -33,6 +33,7 @@ admitted, so the prompt side is chosen by the load of that moment (policy/cluste
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import attrgetter
 
 from .cluster import ClusterScheduler, RoutingConfig
@@ -43,6 +44,7 @@ from .state import Machine, Pool, Request
 from .tetriinfer import Registry, pick_decode
 
 _pending = attrgetter("pending")        # pending tokens: the JSQ queue length
+Full = Callable[[Machine, Request], bool]   # whether a side's machine is too full to take a request
 
 
 def move(pools: dict[Pool, list[Machine]], m: Machine, to: Pool) -> None:
@@ -93,7 +95,7 @@ class SplitwiseScheduler(ClusterScheduler):
         return self.lat.decode_time(m, batch, m.context_tokens + r.prompt_tokens) > slo
 
     # ---- the authors' rule (borrow_rule="authors") ------------------------------------------------
-    def _shortest(self, pool: Pool, r: Request, full, exclude: int = -1) -> Machine | None:
+    def _shortest(self, pool: Pool, r: Request, full: Full, exclude: int = -1) -> Machine | None:
         """The shortest queue of `pool` (but machine `exclude`), or None if none or it is `full`."""
         ms = [m for m in self.pools[pool] if m.id != exclude] if exclude >= 0 else self.pools[pool]
         if not ms:
@@ -112,7 +114,7 @@ class SplitwiseScheduler(ClusterScheduler):
         self.borrowed += 1
         return m
 
-    def _side(self, own: Pool, r: Request, full, exclude: int = -1) -> Machine | None:
+    def _side(self, own: Pool, r: Request, full: Full, exclude: int = -1) -> Machine | None:
         """A side's machine by the authors' rule, borrowing nothing: its pool's shortest queue,
         else the mixed pool's, each only if not `full`."""
         m = self._shortest(own, r, full, exclude)

@@ -31,9 +31,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
+from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from ..errors import UserError
+from .machine import BatchingConfig
 from .schedulers import SCHEDULERS
 from .state import Request
 
@@ -60,7 +62,8 @@ class Prediction(NamedTuple):
 
 
 class LengthPredictor(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def predict(self, rid: int, prompt_tokens: int, output_tokens: int) -> Prediction: ...
 
@@ -116,7 +119,7 @@ class RelativePredictor:
 
 
 # name -> (predictor, its source); `make_predictor` adds the seed
-PRESETS = {
+PRESETS: dict[str, tuple[Callable[[int], LengthPredictor], str]] = {
     "oracle": (lambda seed: OraclePredictor(), "the true output length"),
     "tetriinfer-100": (lambda seed: BucketPredictor(100, 0.589, seed), "TetriInfer: 58.9% at 100-token buckets"),
     "tetriinfer-200": (lambda seed: BucketPredictor(200, 0.749, seed), "TetriInfer: 74.9% at 200-token buckets"),
@@ -135,7 +138,22 @@ def make_predictor(name: str, seed: int = 0) -> LengthPredictor:
     return PRESETS[name][0](seed)
 
 
-def arrival_predictor(policy) -> LengthPredictor | None:
+class _Routing(Protocol):
+    @property
+    def predictor(self) -> str: ...
+
+
+class _Policy(Protocol):
+    """What arrival_predictor reads of a PolicyConfig (policy/config.py, which imports this module)."""
+
+    @property
+    def batching(self) -> BatchingConfig: ...
+
+    @property
+    def routing(self) -> _Routing: ...
+
+
+def arrival_predictor(policy: _Policy) -> LengthPredictor | None:
     """The output-length predictor whose estimate a request carries from its arrival under
     `policy` (a PolicyConfig: `routing.predictor`, seed 0 as the other predictive policies), None
     when its machine scheduler does not schedule by predicted lengths. The simulator predicts at

@@ -18,15 +18,19 @@ def release(r: Request, p: Machine | None, t: Machine | None) -> None:
         return
     if r.phase is Phase.DECODE:
         m = t if t is not None else p
+        assert m is not None, "a decode's machine is in the view"
         m.running.remove(r)
         end_decode(m, r)
         return
     if r.phase is Phase.WAITING:
-        drop_waiting(t if t is not None else p, r)
+        m = t if t is not None else p
+        assert m is not None, "a waiting decode's machine is in the view"
+        drop_waiting(m, r)
         r.preemptions -= 1
         r.phase = Phase.DONE
         return
     if r.phase is Phase.READY:
+        assert t is not None, "a ready request's token machine is in the view"
         t.ready.remove(r)
         if r.isolated:
             t.isolated -= 1

@@ -60,7 +60,7 @@ def pick_decode(tokens: Sequence[Machine], r: Request, predictor: LengthPredicto
         two = [alpha[i], alpha[j + (j >= i)]]
     h = heavy(p)
 
-    def share(t: Machine) -> tuple:
+    def share(t: Machine) -> tuple[float, int, int]:
         nh, nl = registry.counts(t)
         nh += h
         return nh / (nh + nl + (not h)), t.pending, t.id

@@ -16,6 +16,8 @@ T_TOKEN = 0.05          # s, a token's mean latency (ASSUMED)
 DEADLINE_BUCKET = 0.5   # s
 KV_BUCKET = 128         # tokens
 
+PromptKey = tuple[int, int, float, int]   # deadline bucket, -prefill tokens, arrival, id
+
 
 @dataclass(slots=True, eq=False)
 class Gen:
@@ -24,12 +26,12 @@ class Gen:
     host: Request | None = None   # the request whose reserved KV it decodes into (itself: it reserved
                                   # its own; None: not decoding in a reservation, or it lost its KV)
     deadline: float = -1.0        # when its SLO ends, seconds (-1: not yet set)
-    pkey: tuple = ()              # its prompt_key, for a prefill of pkey_len tokens
-    pkey_len: int = -1
+    pkey: PromptKey = (0, 0, 0.0, 0)   # its prompt_key, for a prefill of pkey_len tokens
+    pkey_len: int = -1                 # -1: not yet keyed
 
 
 def gen(r: Request) -> Gen:
-    s = r.sched
+    s: Gen | None = r.sched
     if s is None:
         s = r.sched = Gen()
     return s
@@ -63,7 +65,7 @@ def deadline(r: Request) -> float:
     return s.deadline
 
 
-def prompt_key(r: Request) -> tuple:
+def prompt_key(r: Request) -> PromptKey:
     """The prompt queue's order: deadline bucket, longer prefill first, then arrival. Kept in its
     Gen (the deadline is fixed once set; the prefill grows only when a preempted request is
     requeued), so sorting a long queue again costs no key per request."""
@@ -74,7 +76,7 @@ def prompt_key(r: Request) -> tuple:
     return s.pkey
 
 
-def gt_key(r: Request) -> tuple:
+def gt_key(r: Request) -> tuple[int, int, int, float, int]:
     return (int(deadline(r) // DEADLINE_BUCKET), -(r.kv_held // KV_BUCKET), -left(r) // GROUP, r.arrival, r.id)
 
 

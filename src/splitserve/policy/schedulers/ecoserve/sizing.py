@@ -10,7 +10,7 @@ id), and the router's view applies it with the same calls (view.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from ...state import Machine, Request
 from ...sized_kv import grow_kv, note, park_decode, resume_decode
@@ -28,12 +28,12 @@ class Sizing:
     resumed: list[tuple[Request, int, Request]] = field(default_factory=list)   # (GT, KV held, host)
     planned: list[Request] = field(default_factory=list)      # prompts that reserve their prefill only
 
-    def encode(self, rid: Callable[[Request], str]) -> list | None:
+    def encode(self, rid: Callable[[Request], str]) -> list[list[Any]] | None:
         """What was recorded, each request by its id `rid(r)` ([rehosted, parked, grown, resumed,
         planned]; None when nothing was), and forget it."""
         if not (self.rehosted or self.parked or self.grown or self.resumed or self.planned):
             return None
-        out = [[[rid(g), rid(h)] for g, h in self.rehosted], [rid(r) for r in self.parked],
+        out: list[list[Any]] = [[[rid(g), rid(h)] for g, h in self.rehosted], [rid(r) for r in self.parked],
                [[rid(h), n] for h, n in self.grown], [[rid(r), held, rid(h)] for r, held, h in self.resumed],
                [rid(r) for r in self.planned]]
         for part in (self.rehosted, self.parked, self.grown, self.resumed, self.planned):
@@ -53,9 +53,9 @@ def park(m: Machine, r: Request) -> None:
         m.sched.parked.append(r)
 
 
-def resume(m: Machine, r: Request, held: int, host: Request) -> None:
+def resume(m: Machine, r: Request, held: int, host: Request | None) -> None:
     """Waiting `r` decodes from now on, holding `held` KV tokens, in `host`'s reservation (itself: its
-    own)."""
+    own; None: a view's, whose host it no longer has: schedulers/ecoserve/view.py)."""
     resume_decode(m, r, held)
     gen(r).host = host
     if m.sched is not None:
