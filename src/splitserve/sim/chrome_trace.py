@@ -9,7 +9,10 @@ so a datacenter-scale run cannot fill the disk; the first part of the run is wha
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
+
+from ..policy.state import Machine
 
 MACHINES, TRANSFERS = 1, 2  # the two processes of the trace
 DEFAULT_MAX_EVENTS = 500_000
@@ -20,7 +23,7 @@ class ChromeTrace:
         if max_events < 1:
             raise ValueError("max_events must be at least 1")
         self.max_events = max_events
-        self.events: list[dict] = []
+        self.events: list[dict[str, object]] = []
         self.dropped = 0
         self.names: dict[tuple[int, int], str] = {}
 
@@ -28,13 +31,13 @@ class ChromeTrace:
         """The label of one lane (a machine, or a machine's outgoing transfers)."""
         self.names[pid, tid] = name
 
-    def name_machines(self, machines) -> None:
+    def name_machines(self, machines: Iterable[Machine]) -> None:
         """Label each machine's lanes: its id, home pool and hardware; its outgoing transfers."""
         for m in machines:
             self.name(MACHINES, m.id, f"m{m.id} {m.home.name.lower()} {m.hardware}")
             self.name(TRANSFERS, m.id, f"from m{m.id}")
 
-    def _add(self, ev: dict) -> None:
+    def _add(self, ev: dict[str, object]) -> None:
         if len(self.events) < self.max_events:
             self.events.append(ev)
         else:

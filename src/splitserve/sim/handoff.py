@@ -16,7 +16,7 @@ from .chrome_trace import ChromeTrace
 from .events import TRANSFER_END
 from .hosts import Hosts
 from .kv_transfer import Link, layerwise_done, serialized_done
-from .state import SimState
+from .state import Layerwise, SimState
 
 
 class KVHandoff:
@@ -43,13 +43,13 @@ class KVHandoff:
             link = self.links[key] = self.hosts.kv_link(src.hardware, dst.hardware)
         return link
 
-    def streamed(self, mid: int, batch: Batch) -> list[Request] | tuple:
+    def streamed(self, mid: int, batch: Batch) -> Layerwise:
         """The prompts of `batch`, starting on machine `mid`, whose KV streams to their token
         machines layer by layer while the batch runs (a large batch: policy/kv_transfer.py; their
         prefill ends in it, and their KV there is reserved), or ()."""
         if choose_mode(batch.prompt_tokens, self.layerwise_threshold) is not TransferMode.LAYERWISE:
             return ()
-        layerwise: list[Request] | tuple = ()
+        layerwise: Layerwise = ()
         for r, n in zip(batch.prompts, batch.chunks):
             if r.token_machine != mid and r.prefilled + n == r.prefill_len and r.kv_on_token_machine:
                 if not isinstance(layerwise, list):

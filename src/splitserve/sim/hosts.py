@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..catalog import Catalog, ModelSpec, kv_capacity_tokens, load_hardware
-from ..cluster.instance import Instance, instance_spec
+from ..cluster.instance import Instance, InstanceSpec, instance_spec
 from ..perf import PerfModel, make_perf_model
 from ..perf.step import PerfStep, StepModel
+from ..policy.state import Machine
 from .kv_transfer import Link, link_between
 
 REFERENCE_HARDWARE = "dgx-a100"     # SLOs are slowdowns against an uncontended DGX-A100 (Table VI)
@@ -23,7 +24,7 @@ class Hosts(Protocol):
     # (optional) reserves_between_steps: a split request's prompt waits for its token machine's
     # step in flight to end, as serve's reservation does (sim/reservation.py); absent: at once
 
-    def instance(self, inst: Instance, machines: list) -> tuple[object, StepModel]:
+    def instance(self, inst: Instance, machines: list[Machine]) -> tuple[object, StepModel]:
         """(its spec, with cost_per_hour and power_kw, for the report; the step-time model) of an
         instance kind; `machines`: the simulation's machines (filled as it builds them)."""
 
@@ -47,15 +48,9 @@ class CatalogHosts:
         self.decode_lookup = decode_lookup
         self.reference, _ = make_perf_model(model, load_hardware(REFERENCE_HARDWARE), None, profile, kind=perf_model,
                                             decode_lookup=decode_lookup)
-        self.specs: dict = {}
+        self.specs: dict[str, InstanceSpec] = {}
 
-    @classmethod
-    def of(cls, model: ModelSpec, cfg) -> "CatalogHosts":
-        """The catalog's machines as a SimConfig `cfg` sets them up."""
-        return cls(model, cfg.profile, cfg.memory_utilization, cfg.colocated, cfg.catalog, cfg.perf_model,
-                   cfg.decode_lookup)
-
-    def instance(self, inst: Instance, machines: list) -> tuple[object, StepModel]:
+    def instance(self, inst: Instance, machines: list[Machine]) -> tuple[object, StepModel]:
         spec = instance_spec(inst, self.catalog)
         perf, power = make_perf_model(self.model, spec.hw, inst.tp, self.profile, inst.pp, inst.ep, self.perf_model,
                                       self.decode_lookup)

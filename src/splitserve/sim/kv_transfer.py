@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..catalog import builtin_catalog
+from ..catalog import Catalog, HardwareSpec, builtin_catalog
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,8 @@ def layerwise_done(link: Link, nbytes: float, layers: int, start: float, end: fl
     return done + link.overhead
 
 
-def link_between(src, dst, colocated: bool = False, catalog=None) -> Link:
+def link_between(src: HardwareSpec, dst: HardwareSpec, colocated: bool = False,
+                 catalog: Catalog | None = None) -> Link:
     """The link a KV transfer from machine kind `src` to `dst` (HardwareSpecs) gets: the machines'
     network (`ib_gbs`), or with `colocated` (the prompt and token instances share a node, as
     DistServe's low node-affinity placement puts them, provision/placement/) one GPU's NVLink,

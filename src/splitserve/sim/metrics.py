@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..cluster.designs import ClusterSpec
 from ..policy.machine import Batch
 from ..policy.state import Request
+from ..report.goodput import GoodputSLO
 from ..report.histogram import BUCKETS_PER_LOG, LOW, Histogram
 
 
@@ -64,7 +65,8 @@ class Metrics:
     last_completion: float = 0.0
     machines: list[MachineStats] = field(default_factory=list)
 
-    def complete(self, r: Request, now: float, path_s: float, prompt_ref: float, goodput) -> None:
+    def complete(self, r: Request, now: float, path_s: float, prompt_ref: float,
+                 goodput: GoodputSLO | None) -> None:
         """`r` made its last token at `now` (the client sees it `path_s` later): its E2E, against
         its reference (`prompt_ref`: its prompt alone, then uncontended decodes), and the goodput
         SLOs (report/goodput.py GoodputSLO, or None)."""
@@ -171,5 +173,5 @@ class SimResult:
     borrowed: int
     perf_sources: dict[str, str]
     requests: list[Request] = field(default_factory=list)
-    hardware: dict = field(default_factory=dict)  # name -> spec with cost_per_hour and power_kw
-    scaling: dict | None = None                   # a scaling scheduler's activity (policy/aladdin.py)
+    hardware: dict[str, object] = field(default_factory=dict)  # name -> spec with cost_per_hour and power_kw
+    scaling: dict[str, object] | None = None                   # a scaling scheduler's activity (policy/aladdin.py)

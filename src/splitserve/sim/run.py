@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Literal, Protocol, overload
 
 from ..catalog import Catalog, ModelSpec, load_model
 from ..cluster.designs import ClusterSpec, Parallelism, load_designs, make_cluster
@@ -30,8 +30,10 @@ from ..workload import make_workload
 from ..workload.conversations import SHAPES
 from ..workload.synthetic import SYNTHETIC
 from .chrome_trace import ChromeTrace
+from .config import SimConfig
 from .hosts import Hosts
-from .simulator import SimConfig, Simulation
+from .metrics import SimResult
+from .simulator import Simulation
 
 DEFAULT_SPLIT = (4, 1)
 DEFAULT_MACHINES = 5
@@ -64,6 +66,16 @@ def arrival_defaults(workload: str, rps: float | None, duration: float | None,
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise UserError(msg)
+
+
+def _machines(count: int | str | None, default: int) -> int:
+    """A count of a measured machine's cluster (`default` when not given): a number, as its
+    machines are all of one kind."""
+    if not count:
+        return default
+    if not isinstance(count, int):
+        raise UserError(f"a measured machine's counts are numbers of machines, got {count!r}")
+    return count
 
 
 @dataclass(slots=True, kw_only=True)
@@ -121,7 +133,8 @@ class SimRequest:
         p, t, m = self.prompt_machines, self.token_machines, self.machines
         if self.machine is not None:       # every machine is the measured one
             cluster = self.machine.cluster("splitwise" if self.design.startswith("splitwise") else "baseline",
-                                           prompt=p or 1, token=t or 1, machines=m or 2)
+                                           prompt=_machines(p, 1), token=_machines(t, 1),
+                                           machines=_machines(m, 2))
             spec = self.machine.model
         else:
             designs = load_designs(self.catalog)
@@ -142,7 +155,7 @@ class SimRequest:
 
 
 def simulate(req: SimRequest, *, progress: bool = False, record_requests: bool = False,
-             trace: ChromeTrace | None = None):
+             trace: ChromeTrace | None = None) -> tuple[dict[str, Any], SimResult]:
     """Run `req`; returns (summary.json's dict, the SimResult). `progress`: a bar on a terminal;
     `record_requests`: keep every request with its token times; `trace`: every batch and transfer."""
     cluster, spec = req.cluster()
@@ -165,8 +178,19 @@ def simulate(req: SimRequest, *, progress: bool = False, record_requests: bool =
     return simulation_summary(result, wl, goodput=req.goodput), result
 
 
+@overload
+def run_simulation(*, progress: bool = False, record_requests: bool = False, return_result: Literal[False] = False,
+                   trace: ChromeTrace | None = None, **settings: Any) -> dict[str, Any]: ...
+
+
+@overload
+def run_simulation(*, progress: bool = False, record_requests: bool = False, return_result: Literal[True],
+                   trace: ChromeTrace | None = None, **settings: Any) -> tuple[dict[str, Any], SimResult]: ...
+
+
 def run_simulation(*, progress: bool = False, record_requests: bool = False, return_result: bool = False,
-                   trace: ChromeTrace | None = None, **settings):
+                   trace: ChromeTrace | None = None,
+                   **settings: Any) -> dict[str, Any] | tuple[dict[str, Any], SimResult]:
     """`simulate(SimRequest(**settings))` for callers that name the settings as keywords
     (provisioning's jobs, compare, the reproductions, tests): the summary, or (summary, SimResult)
     with `return_result`."""
@@ -175,7 +199,7 @@ def run_simulation(*, progress: bool = False, record_requests: bool = False, ret
     return (summary, result) if return_result else summary
 
 
-def _run_with_progress(sim, duration: float):
+def _run_with_progress(sim: Simulation, duration: float) -> SimResult:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     with Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f} s"),

@@ -10,7 +10,7 @@ start."""
 
 from __future__ import annotations
 
-from ..perf.step import StepModel
+from ..perf.step import SharedStep
 from ..policy.machine import Batch
 from ..policy.state import Machine
 from .events import SHARED_END
@@ -21,7 +21,7 @@ class SharedCores:
     """For each machine, the work its step in flight has left (seconds alone), since when, at which
     speed, and the version of its pending end (a SHARED_END event of (machine, version))."""
 
-    def __init__(self, state: SimState, steps: list[StepModel]) -> None:
+    def __init__(self, state: SimState, steps: list[SharedStep]) -> None:
         n = len(state.machines)
         self.state = state
         self.steps = steps
@@ -31,11 +31,11 @@ class SharedCores:
         """Machine `m` starts `batch` (already busy): its work, and its time at the host's speeds
         now; `reshare` pushes its end once the batch is in flight."""
         step = self.steps[m.id]
-        work = step.work(m, batch)  # type: ignore[attr-defined]  # a HostStep
+        work = step.work(m, batch)
         self.left[m.id] = work
         self.since[m.id] = now
         self.speed[m.id] = 0.0     # not yet timed
-        return work / step.speed(m, batch)  # type: ignore[attr-defined]
+        return work / step.speed(m, batch)
 
     def reshare(self, now: float) -> None:
         """Re-time every step in flight whose speed the host's busy workers changed."""
@@ -47,7 +47,7 @@ class SharedCores:
                 continue
             m = state.machines[j]
             batch, start, dur, _, layerwise = b
-            sp: float = self.steps[j].speed(m, batch)  # type: ignore[attr-defined]
+            sp: float = self.steps[j].speed(m, batch)
             old = self.speed[j]
             if sp == old:
                 continue

@@ -19,12 +19,13 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from ..catalog import ModelSpec
 from ..cluster.designs import ClusterSpec
 from ..errors import UserError
 from ..perf.mixed import prompt_alone
-from ..perf.step import StepModel
+from ..perf.step import SharedStep, StepModel
 from ..policy.cluster import admit_freed, arrive, readmit
 from ..policy.cluster_schedulers import make_cluster_scheduler
 from ..policy.kv_allocation import DoesNotFit
@@ -37,7 +38,7 @@ from ..policy.state import Machine, Phase, Request
 from ..policy.transitions import kv_landed
 from ..workload.conversations import Conversations
 from .config import SimConfig
-from .events import ARRIVAL, ITER_END, SHARED_END, STAGE_FREE, TRANSFER_END, TURN, WATCH
+from .events import ARRIVAL, ITER_END, SHARED_END, STAGE_FREE, TRANSFER_END, TURN, WATCH, Arrival
 from .handoff import KVHandoff
 from .hosts import CatalogHosts, Hosts
 from .machines import build_machines
@@ -46,21 +47,23 @@ from .prefix import PrefixCaches
 from .reservation import StepReservations
 from .sharing import SharedCores
 from .stages import PipelineStages
-from .state import SimState
+from .state import Layerwise, SimState
 
-_NONE: tuple = ()    # no prompt of the batch streams its KV layer by layer
+_NONE: tuple[Request, ...] = ()    # no prompt of the batch streams its KV layer by layer
 
 
 class Simulation:
     """One run of `workload` on `cluster`: its machines (each with its step-time model and power),
     the cluster scheduler, and its parts (the module's docstring)."""
 
-    def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Iterable, cfg: SimConfig = SimConfig()):
+    def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Iterable[Arrival],
+                 cfg: SimConfig = SimConfig()) -> None:
         self.cluster, self.model, self.workload, self.cfg = cluster, model, workload, cfg
         self.batching = cfg.policy.batching
         self.form_batch = batch_former(self.batching)   # the machine scheduler's form_batch, looked up once
         self.metrics = Metrics()
-        self.hosts: Hosts = cfg.machine if cfg.machine is not None else CatalogHosts.of(model, cfg)
+        self.hosts: Hosts = cfg.machine if cfg.machine is not None else CatalogHosts(
+            model, cfg.profile, cfg.memory_utilization, cfg.colocated, cfg.catalog, cfg.perf_model, cfg.decode_lookup)
         built = build_machines(cluster, self.hosts, self.batching, cfg.block_size, self.metrics.machines)
         self.machines, self.steps, self.power = built.machines, built.steps, built.power
         self.hw, self.perf_sources = built.hw, built.perf_sources
@@ -78,13 +81,13 @@ class Simulation:
         self.handoff = KVHandoff(state, self.hosts, self.trace, model, cfg.block_size,
                                  cfg.policy.layerwise_threshold)
         self.stages = PipelineStages(state)
-        self.shared = SharedCores(state, self.steps) \
-            if any(getattr(s, "shares_cores", False) for s in self.steps) else None
+        self.shared = SharedCores(state, cast(list[SharedStep], self.steps)) \
+            if any(getattr(s, "shares_cores", False) for s in self.steps) else None   # a measured host's: all its steps
         self.reservations = StepReservations(state) \
             if getattr(self.hosts, "reserves_between_steps", False) else None
         self.kept: list[Request] = []
 
-    def _arrive(self, spec, now: float) -> None:
+    def _arrive(self, spec: Arrival, now: float) -> None:
         mt = self.metrics
         r = Request(mt.requests, spec.arrival, spec.prompt_tokens, spec.output_tokens)
         mt.requests += 1
@@ -132,7 +135,7 @@ class Simulation:
         if self.trace is not None:
             self.trace.batch(mid, now, end - now, batch.prompt_tokens, batch.decodes, step.context(batch),
                              len(batch.preempted))
-        layerwise: list[Request] | tuple = _NONE
+        layerwise: Layerwise = _NONE
         if batch.prompts:
             self.metrics.prompts_started(batch, now)
             layerwise = self.handoff.streamed(mid, batch)
@@ -156,7 +159,9 @@ class Simulation:
         if m.stages > 1:
             batch, start, dur, _, layerwise = self.stages.flight[m.id].popleft()
         else:
-            batch, start, dur, _, layerwise = self.state.running[m.id]  # type: ignore[misc]  # set by _start
+            run = self.state.running[m.id]
+            assert run is not None   # set by _start
+            batch, start, dur, _, layerwise = run
             self.state.running[m.id] = None
         mt = self.metrics
         tbt, slow = mt.tbt, mt.slow_tbt

@@ -13,7 +13,7 @@ from ..perf.step import StepModel
 from ..policy.machine import Batch
 from ..policy.state import Machine
 from .events import STAGE_FREE
-from .state import SimState
+from .state import InFlight, SimState
 
 
 class PipelineStages:
@@ -23,7 +23,7 @@ class PipelineStages:
     def __init__(self, state: SimState) -> None:
         self.state = state
         piped = [m for m in state.machines if m.stages > 1]
-        self.flight: dict[int, deque] = {m.id: deque() for m in piped}
+        self.flight: dict[int, deque[InFlight]] = {m.id: deque() for m in piped}
         self.stage_free: dict[int, list[float]] = {m.id: [0.0] * m.stages for m in piped}
 
     def through_stages(self, mid: int, step: StepModel, batch: Batch, now: float) -> tuple[float, float]:

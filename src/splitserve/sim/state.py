@@ -6,9 +6,18 @@ own state besides."""
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
-from ..policy.state import Machine
+from ..policy.machine import Batch
+from ..policy.state import Machine, Request
 from .metrics import Metrics
+
+# the prompts of a batch whose KV streams to their token machines layer by layer (sim/handoff.py)
+Layerwise = list[Request] | tuple[Request, ...]
+# a machine's step in flight: (batch, start, seconds, end, its prompts whose KV streams layer by layer)
+InFlight = tuple[Batch, float, float, float, Layerwise]
+# an event on the heap: (time, seq, kind, object), the object what its kind says (sim/events.py)
+Event = tuple[float, int, int, Any]
 
 
 class SimState:
@@ -19,8 +28,8 @@ class SimState:
     def __init__(self, machines: list[Machine], metrics: Metrics) -> None:
         self.machines = machines
         self.metrics = metrics
-        self.running: list[tuple | None] = [None] * len(machines)
-        self.heap: list = []
+        self.running: list[InFlight | None] = [None] * len(machines)
+        self.heap: list[Event] = []
         self.seq = 0    # events pushed: the heap's tie-break
 
     def push(self, t: float, kind: int, obj: object) -> None:
