@@ -1,32 +1,23 @@
-"""Aladdin's cluster scheduler (Nie et al., 2024): joint request placement and
-worker scaling for SLOs (`--cluster-scheduler aladdin`, `--policy aladdin`).
+"""Aladdin's cluster scheduler (Nie et al., 2024): joint request placement and worker scaling for
+SLOs (`--cluster-scheduler aladdin`, `--policy aladdin`).
 
-Placement (§4.2, Algorithm 1). Each arriving request has a predicted output length `pred`
+Placement (§4.2, Algorithm 1). Each request has a predicted output length `pred`
 (policy/predictor.py; the midpoint of the predicted range). The workers taking new requests
-(ACTIVE) are sorted by capacity_norm, the L2 norm of (batch size, weighted context
-sum(l_in + GAMMA * pred)) of the requests placed on them and not finished, largest first; the
-request goes to the first one where, with it added:
-  (b) ATGT: decode_time(b, sum(l_in + GAMMA * pred) / theta) <= T_dec (Eq. 3 and 4: a batch of b
-      whose weighted context is within theta of the limit l_d(b); theta the paper's knob for
-      prediction error, `--aladdin-theta`: 0.9 by default, ASSUMED: 0 < theta < 1 in the paper);
+(ACTIVE), sorted by capacity_norm (the L2 norm of batch size and weighted context
+sum(l_in + GAMMA * pred) of the requests placed on them), largest first, take it at the first one
+where, with it added:
+  (b) ATGT: decode_time(b, sum(l_in + GAMMA * pred) / theta) <= T_dec (Eq. 3 and 4; theta, the
+      slack for prediction error, is `--aladdin-theta`, 0.9 by default: ASSUMED);
   (c) TTFT: prefill_time(prompt tokens not yet prefilled there + l_in) <= T_pre (Eq. 2);
-  (e) KV: the worker's predicted KV demand, every placed request growing one token per iteration
-      from prompt + generated to prompt + pred and then freeing it (the paper's w vectors), never
-      passes its KV capacity at any future iteration.
-  (d) colocated only: the prefill of its prompt tokens not yet prefilled stalls the worker's
-      decodes, so it may take at most theta of each running decode's time saved against the ATGT,
-      T_dec * generated - (now - its first token) (the paper's literal form; a decode with no
-      first-token time, as in clockless tests, is not counted). The simulator keeps token times;
-      the live router sets the first token's time when it reaches it.
-That is best fit: the most loaded worker that still meets every constraint. When none does, a new
-bin opens (§4.2 "open a new bin"): a draining worker comes back, else one that is off (lowest id).
-When every worker is already active and none fits: the least loaded one (ASSUMED; the paper's
-cluster always has a new bin), where the machine's own admission makes it wait for KV memory.
-Without (d) packing to the ATGT limit misses it: on 8 llama2-13b workers at 6 req/s of sharegpt,
-25% of requests met both SLOs with vLLM's prefill-first iterations and 90% with mixed ones; with
-(d), 100% (max ATGT 41.5 ms for an SLO of 41.6 ms). With split designs (§5.1, Figure 5) the
-prompt side is placed by (c) over the prompt pool and the token side by (b) and (e) over the
-token pool, each best fit with the same fallback.
+  (d) colocated only: the prefill of its prompt stalls the worker's decodes, so it may take at
+      most theta of each running decode's time saved against the ATGT, T_dec * generated -
+      (now - its first token); without it, packing to the ATGT limit misses the ATGT;
+  (e) KV: the worker's predicted KV demand (each placed request growing to prompt + pred, then
+      freed) never passes its capacity.
+That is best fit. When none fits, a new bin opens (§4.2): a draining worker comes back, else one
+that is off; when every worker is active, the least loaded takes it (ASSUMED: the paper's cluster
+always has a new bin) and its KV admission makes it wait. Split designs (§5.1) place the prompt
+side by (c) over the prompt pool and the token side by (b) and (e) over the token pool.
 
 The parts (each owns its state): `Slos` (policy/aladdin_slos.py: T_pre, T_dec per worker, and
 the latency model), `Corrections` (policy/aladdin_corrections.py: the predictions, the demand
@@ -121,7 +112,7 @@ class AladdinScheduler(ClusterScheduler):
             return False
         if not self.split:              # (d): the decodes' time saved against the ATGT covers the stall
             now = self.scaling.now
-            for q in m.running:
+            for q in m.running:   # a decode with no first-token time (clockless) is not counted
                 if q.first_token_at >= 0 and stall > self.theta * (t_dec * q.generated - (now - q.first_token_at)):
                     return False
         return self.demand.kv_fits(m, r, pred)

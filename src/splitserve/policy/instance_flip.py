@@ -1,37 +1,23 @@
-"""TetriInfer's instance flip (Hu et al., 2024; §3.2 cluster monitor, §3.5 instance
-flip, §5.1 setting): prefill and decode instances are roles, not machines; a transition watcher
-moves an instance from one role to the other as the load changes, within fixed hardware.
+"""TetriInfer's instance flip (Hu et al., 2024; §3.2 cluster monitor, §3.5 instance flip, §5.1
+setting): prefill and decode instances are roles, not machines; a transition watcher moves an
+instance from one role to the other as the load changes, within fixed hardware.
 
 `InstanceFlipScheduler` (`--cluster-scheduler tetriinfer`) routes as `SplitwiseScheduler`
 (policy/pools.py) with no mixed pool and TetriInfer's decode dispatch (policy/tetriinfer.py), and
-adds the watcher:
+adds the watcher, `watch(now)`, which the simulator calls every FLIP_CHECK_S of simulated time and
+the live router every FLIP_CHECK_S of wall-clock time, so the same loads give the same flips:
 
-- how load is measured: an instance's load is its pending tokens (the JSQ queue length the
-  global scheduler balances on: queued and running prefill tokens, decode tokens to make, KV
-  on its way). The cluster monitor samples every instance every FLIP_CHECK_S = 0.1 s (the paper's
-  instances report their load "e.g., every 100 ms", §3.2); an instance is idle since the first
-  sample that saw its load at 0, and busy again at the first that sees it above 0.
-- when an instance flips (§5.1: "We flip an instance once it becomes idle for a minute"): it has
-  been idle for `RoutingConfig.flip_idle_s` (60 s) of samples, and
-  * ASSUMED (the paper names no target): every instance of the other role has load, so one more
-    there helps; an idle instance whose other role also has an idle instance stays;
-  * ASSUMED: its role keeps at least one instance that is not flipping (a request always has a
-    prompt and a token machine);
-  * ASSUMED: one instance flips at a time (none is selected while one drains, or in the sample
-    one flipped in); of several candidates, the one idle longest, then the lowest id.
-- what it must drain first (§3.5 mechanism, Figure 10): once selected, the global scheduler stops
-  forwarding to it (it leaves its pool: no route, no decode dispatch picks it); it flips when it
-  holds nothing at all: no queued, running, ready or waiting request and no KV (a prompt instance
-  still holding prefilled KV that is on its way to a token instance waits for it to land). The
-  flip itself takes no time (the paper: 5 to 7 ms, a variable; ASSUMED 0 here). The live router
-  also waits for the worker's own report of holding nothing (serve/cluster_state.py `watch`).
-- after a flip, the instance is idle in its new role from that sample on: it may flip back only
-  after another `flip_idle_s`. Its `home` becomes its new role (a replacement of a dead flipped
-  worker joins that role).
-
-`watch(now)` is the watcher: the simulator calls it every FLIP_CHECK_S of simulated time while it
-has events (sim/simulator.py), the live router every FLIP_CHECK_S of wall-clock time
-(serve/router.py); both pass their clock, so the same loads give the same flips.
+- load: an instance's pending tokens (the JSQ queue length), sampled every FLIP_CHECK_S (§3.2:
+  "e.g., every 100 ms"); an instance is idle from the first sample that sees it at 0.
+- when (§5.1: "once it becomes idle for a minute"): idle for `RoutingConfig.flip_idle_s`, and
+  (ASSUMED: the paper names no target) every instance of the other role has load, its own role
+  keeps an instance that is not flipping, and no other flips at the same time (the one idle
+  longest first, then the lowest id).
+- drain first (§3.5, Figure 10): once selected it leaves its pool (nothing more is routed to it)
+  and flips when it holds nothing, no request and no KV; the flip itself takes no time (ASSUMED;
+  the paper: 5 to 7 ms). Live, the router also waits for the worker's own report of holding
+  nothing (serve/cluster_state.py `watch`).
+- after: its `home` is its new role, where it may flip back only after another `flip_idle_s`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,15 @@
 """How much KV memory a request holds on a machine, and when a machine admits one: the two rules.
 
-- **reserve** (`--kv-allocation reserve`; the Splitwise authors' simulator, and splitserve's one
-  rule before): a request holds its prompt and every token it may generate from its admission, in
-  whole blocks. A running batch never outgrows memory; only a starting prompt preempts decodes.
+- **reserve** (`--kv-allocation reserve`; the Splitwise authors' simulator): a request holds its
+  prompt and every token it may generate from its admission, in whole blocks. A running batch
+  never outgrows memory; only a starting prompt preempts decodes.
 - **on demand** (`--kv-allocation on-demand`; vLLM v1, SGLang, TensorRT-LLM: what PagedAttention
   exists for): a request holds the blocks of the tokens it has. A prompt starts when its prefill's
   blocks and a watermark are free, and preempts nobody; a token machine reserves an arriving
   prompt's blocks (and its first token's) the same way. Each step a decode takes the block its
-  next token needs; one that finds none preempts the decode that joined the batch last among those
-  not yet grown, itself last (policy/preemption.py), so the oldest always runs; the preempted one's
-  blocks go and it is recomputed later: through the prompt pool when its prompt ran on another
-  machine (`--recompute auto`, the default; benchmarks/sim/README.md measured it against
-  recomputing in place), else in place.
+  next token needs; one that finds none preempts (policy/preemption.py), and the preempted one
+  recomputes later: through the prompt pool when its prompt ran on another machine
+  (`--recompute auto`, the default), else in place.
 
 The simulator, the engine's view of itself (engine/scheduler.py) and the router's view of each
 worker (serve/cluster_state.py) configure their machines here (`configure`) and the transitions of

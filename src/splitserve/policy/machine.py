@@ -3,31 +3,23 @@
 One rule set serves every machine, because a machine's queues say what it is:
 - a prompt machine has only prompts: FCFS, at most `prompt_token_cap` prefill tokens a batch
   (2048 in the paper; a single larger prompt still runs alone);
-- a token machine has only decodes: FCFS admission, as many as KV memory holds, all in one batch;
+- a token machine has only decodes: FCFS admission, as many as KV memory holds, in one batch;
 - a mixed machine (Splitwise's mixed pool, or an unsplit baseline) runs prompts and decodes in the
-  same iteration (mixed continuous batching). Prompts take priority: when a prompt lacks KV memory,
-  running decodes are preempted (their KV dropped, recomputed later, ahead of younger prompts).
-  A decode's priority grows with its age, so the youngest go first, and none is preempted more
-  than `preemption_limit` times, so no request starves.
+  same iteration. Prompts take priority: a prompt that lacks KV memory preempts running decodes,
+  youngest first, none more than `preemption_limit` times, so no request starves;
 - with `chunk_size` > 0 (Sarathi-style chunked prefill), an iteration holds at most `chunk_size`
-  tokens: every running decode (one each) first, then prompt chunks FCFS in what is left.
+  tokens: every running decode first, then prompt chunks FCFS in what is left;
+- a pipelined machine (`stages` > 1) has up to one batch in flight per stage; a new batch takes
+  the work no batch in flight holds;
+- an isolated request (a suspect of a failed engine step, serve/router.py) never shares an
+  iteration: iterations alternate between the oldest isolated request alone and the rest.
 
-- a pipelined machine (`stages` > 1, pipeline parallel) has several batches in flight at once,
-  one per stage at most; a new batch takes the decodes and prompts that no batch in flight holds
-  (a decode makes one token per pass through every stage).
+These are the "splitwise" scheduler (form_mixed), the default; `BatchingConfig.scheduler` names
+another (policy/schedulers/), each built from the helpers here.
 
-- the rules above are the "splitwise" scheduler (form_mixed), the default; `BatchingConfig.scheduler`
-  names another machine-level scheduler (vllm, orca, sarathi, fastertransformer, lightllm, ...),
-  each a small module of policy/schedulers/ built from the helpers here; policy/schedulers/
-  form_batch runs the one named.
-
-- an isolated request (a suspect: it was in an engine step that failed, serve/router.py) never
-  shares an iteration: while a machine holds one, iterations alternate between the oldest
-  isolated request alone and everything else.
-
-The caller owns time: it asks for a batch, runs it for however long it takes, then reports the
-iteration done. Nothing here reads a clock, and nothing here changes a counter: form_batch and
-finish_iteration decide, and the transitions of policy/transitions.py carry the decisions out.
+The caller owns time: it asks for a batch, runs it, then reports the iteration done. Nothing here
+reads a clock or changes a counter: form_batch and finish_iteration decide, and the transitions
+of policy/transitions.py carry the decisions out.
 """
 
 from __future__ import annotations

@@ -1,34 +1,27 @@
 """Splitwise's pools (paper §IV-A) and the unsplit JSQ baseline, as cluster schedulers.
 
-`SplitwiseScheduler` keeps a prompt, a token and a mixed pool. On arrival it picks the pair at
-once, each by Join-the-Shortest-Queue over pending tokens. A machine past a threshold counts as
-full (by default the authors' rule, as their simulator's `MixedPoolScheduler.is_queue_long`: a
-prompt machine with prompts queued whose queued and running prompt tokens plus the arriving
-prompt's pass it; `overflow_rule="queued"`: its queued prompt tokens alone pass it; a token
-machine: decode tokens wait for its KV memory; with `token_tbt_slo`, also when its next decode step with
-the arriving request would take longer than that, by the latency model the simulator binds, its
-machines' step times, or the live router's fit, `LIVE_FIT`). Two borrowing rules (RoutingConfig.borrow_rule):
+`SplitwiseScheduler` keeps a prompt, a token and a mixed pool, and picks each arriving request's
+pair at once, each by Join-the-Shortest-Queue over pending tokens. A machine past a threshold is
+full: a prompt machine by `overflow_rule` ("authors", as their simulator's
+`MixedPoolScheduler.is_queue_long`: its queued and running prompt tokens plus the arriving
+prompt's, with prompts queued; "queued": its queued prompt tokens alone); a token machine when
+decode tokens wait for its KV memory, or with `token_tbt_slo` when its next decode step with the
+request would take longer (by the simulator's step times, or the live router's fit `LIVE_FIT`).
+Two borrowing rules (RoutingConfig.borrow_rule):
 
 - "authors" (default; their simulator's `MixedPoolScheduler.schedule`, which produced the paper's
-  numbers): the prompt machine is the shortest queue of the prompt pool, else of the mixed pool,
-  each only if not full; the token machine likewise from the token pool, else the mixed pool.
-  With no prompt machine, the shortest queue of the token pool is borrowed into the mixed pool
-  (its last machine too), and with no token machine one of the prompt pool; when a side still has
-  none (its lender is empty), the request runs whole on the shortest queue of all machines. The
-  two machines are picked apart: a borrowed machine prefills a request whose token machine is
-  another (unless the same machine was picked for both). A machine of the mixed pool goes home
-  only once it holds no work at all (`notify_free_instance`: idle).
-- "splitserve" (splitserve's earlier rule): a full pool sends the request to the least-loaded
-  mixed-pool machine, which runs it whole; when the mixed pool is full too, a machine of the
-  opposite pool is borrowed (never a pool's last); when every candidate is full, JSQ runs over
-  the pool and the mixed pool together. A mixed machine returns to its own pool once it holds no
-  work of the opposite kind.
+  numbers): each side takes the shortest queue of its pool, else of the mixed pool, each only if
+  not full; a side with none borrows the other pool's shortest queue into the mixed pool (its last
+  machine too), and when the lender is empty the request runs whole on the shortest queue of all.
+  The two sides are picked apart; a mixed machine goes home only once it holds no work at all.
+- "splitserve": a full pool sends the request to the least-loaded mixed machine, which runs it
+  whole; when that is full too, a machine of the opposite pool is borrowed (never a pool's last);
+  when every candidate is full, JSQ over the pool and the mixed pool together. A mixed machine
+  goes home once it holds no work of the opposite kind.
 
-A mixed machine runs whatever it holds with mixed batching, like an unsplit machine. A request
-whose token machine has no KV memory yet waits there and picks its prompt machine when it is
-admitted, so the prompt side is chosen by the load of that moment (policy/cluster.py admit_freed).
-
-`JSQScheduler` is the unsplit baseline: every machine mixed, JSQ over all of them.
+A mixed machine runs what it holds with mixed batching, as an unsplit one. A request waiting for
+its token machine's KV memory picks its prompt machine when admitted (policy/cluster.py
+admit_freed). `JSQScheduler` is the unsplit baseline: every machine mixed, JSQ over all.
 """
 
 from __future__ import annotations

@@ -2,28 +2,21 @@
 
 TetriInfer, Aladdin and EcoServe schedule by a predicted output length. A predictor answers
 `predict(rid, prompt_tokens, output_tokens) -> Prediction(lo, hi)`, the range it believes the
-output falls in. `output_tokens` is the truth: the simulator knows it, the live router knows it
-as max_tokens when the client asks for that many tokens (`ignore_eos`); a learned predictor would
-ignore it and read the prompt. Predictions are a function of (seed, request id) only, never of the
-order of calls, so the simulator and the live router predict alike for the same requests.
+output falls in. `output_tokens` is the truth (the simulator knows it; the live router knows it
+as max_tokens under `ignore_eos`); a learned predictor would read the prompt instead. Predictions
+are a function of (seed, request id) only, never of the order of calls, so the simulator and the
+live router predict alike for the same requests.
 
 - `OraclePredictor`: the truth (lo = hi = output_tokens).
-- `BucketPredictor(granularity, accuracy)`: TetriInfer's classifier (§3.3.2 of its paper): the
-  output's bucket of `granularity` tokens with probability `accuracy`, else a neighbouring bucket
-  (above or below, at random; the first bucket's only neighbour is above). TetriInfer reports
-  58.9%, 74.9% and 85.0% for 100-, 200- and 400-token buckets (OPT-125M on ShareGPT, the
-  "length predictor" of its evaluation); where its wrong answers fall is not stated:
-  the neighbouring bucket is OUR ASSUMPTION.
-- `RelativePredictor(accuracy, padding)`: EcoServe's fine-tuned OPT-13B (EcoServe §2.3): its
-  estimate times (1 + padding) covers the true length for `accuracy` of requests: 77.5%, 73.2%,
-  69.8% at padding 10%, 15%, 20% for Alpaca, ShareGPT, BookCorpus. We model the estimate as the
-  truth times a lognormal error exp(N(0, s^2)), s chosen so that P(estimate * (1 + padding) >=
-  truth) = accuracy, i.e. s = ln(1 + padding) / Phi^-1(accuracy) (OUR MODEL of its figures; the
-  paper gives no error distribution). lo = hi = the padded estimate.
-
-Measured over 20,000 lengths (tests/policy/test_predictor.py): bucket accuracy 75.1% for
-tetriinfer-200; coverage 77.4%, 72.8%, 69.2% for the three EcoServe presets. A prediction costs
-1.1 us (bucket) and 1.8 us (relative) on the dev VM (`python -m timeit`).
+- `BucketPredictor(granularity, accuracy)`: TetriInfer's classifier (§3.3.2): the output's bucket
+  of `granularity` tokens with probability `accuracy` (its reported 58.9%, 74.9%, 85.0% for 100-,
+  200- and 400-token buckets), else a neighbouring bucket, above or below at random (ASSUMED: the
+  paper does not say where wrong answers fall).
+- `RelativePredictor(accuracy, padding)`: EcoServe's fine-tuned OPT-13B (§2.3): its estimate times
+  (1 + padding) covers the true length for `accuracy` of requests (77.5%, 73.2%, 69.8% at 10%,
+  15%, 20% padding for Alpaca, ShareGPT, BookCorpus). ASSUMED error model (the paper gives none):
+  the estimate is the truth times exp(N(0, s^2)), s = ln(1 + padding) / Phi^-1(accuracy), so that
+  P(estimate * (1 + padding) >= truth) = accuracy; lo = hi = the padded estimate.
 """
 
 from __future__ import annotations

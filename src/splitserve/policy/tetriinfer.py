@@ -3,7 +3,7 @@ selection"): which token machine decodes a prefilled request, by its predicted o
 
 1. alpha: the token machines with KV memory free for the request's prompt and predicted output
    (the upper end of the predicted range, policy/predictor.py); when none has it, all of them
-   (the paper does not say: ASSUMED; the request then waits for memory where it goes, as today).
+   (ASSUMED: the paper does not say; the request then waits for memory where it goes).
 2. power of two: two machines of alpha at random (one if alpha has one).
 3. of the two, the one with the lowest share of heavy decodes once this request is counted
    (heavy: predicted output over 128 tokens, §5.1 "as ShareGPT answers' median length is 128";

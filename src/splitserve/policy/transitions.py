@@ -2,7 +2,7 @@
 counters. The simulator (through form_batch / finish_iteration and its events), the live router
 (through its view of the cluster, serve/cluster_state.py) and each live worker's engine (through
 its view of itself, engine/scheduler.py) all call these same functions; nothing else does
-arithmetic on `Machine` state. docs/architecture.md shows where each one is called from.
+arithmetic on `Machine` state (docs/architecture.md shows where each is called from).
 
 A request's life on its machines:
 
@@ -10,25 +10,17 @@ A request's life on its machines:
     token side    reserve_decode (or wait: admit_waiting later) -> join_decode (its KV landed;
                   kv_arrived in a token engine's view of itself) -> start_decode -> decode_tokens
                   ... (its last token frees its KV); on demand grow_decode before each step
-                  (policy/kv_allocation.py sizes what each holds; policy/preemption.py decides)
     preempted     preempt -> requeue_preempted (in place) or leave_preempted, then admitted again
                   through the prompt pool (policy/cluster.py readmit)
     hand-over     first_token leaves it in HANDOFF on the prompt machine; kv_landed frees the
                   prompt machine's copy and joins it on the token machine
-    early end     release: undo whatever it holds (aborted, failed, or stopped before its last token)
-                  (policy/release.py)
-    sized by a scheduler (ecoserve)  plan_kv before the prefill -> first_token -> park_decode (the
-                  decode queue) -> resume_decode (a reservation for the predicted output, or none: it
-                  decodes into another's) -> grow_kv (under-predicted) / park_decode again (regrouped)
-                  / preempt; drop_waiting (a waiting one recomputes later) (policy/sized_kv.py)
+    early end     release (policy/release.py): undo whatever it holds
+    sized by a scheduler (ecoserve, policy/sized_kv.py)  plan_kv -> first_token -> park_decode ->
+                  resume_decode -> grow_kv / park_decode again / preempt; drop_waiting
 
-This module holds the shared path; policy/sized_kv.py the transitions of KV sized by a machine
-scheduler, policy/release.py the early end (and `unreserve`): together they are the only counter
-arithmetic.
-
-`pending` (the JSQ queue length) is the sum of five counters and moves with them. `isolated`
-counts the isolated requests a machine holds (queued, prefilling, ready or decoding), so that
-batching can keep them alone (policy/machine.py).
+Together with policy/sized_kv.py and policy/release.py this is all the counter arithmetic.
+`pending` (the JSQ queue length) is the sum of five counters and moves with them; `isolated`
+counts the isolated requests a machine holds, so that batching keeps them alone (policy/machine.py).
 """
 
 from __future__ import annotations

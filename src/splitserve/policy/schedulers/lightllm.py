@@ -1,30 +1,21 @@
 """LightLLM's router (ModelTC/lightllm, router/req_queue.py `_can_add_new_req`; Vidur's
-LightLLMReplicaScheduler models it): continuous batching, prefill first (as vllm.py: an iteration
-of prefills only, or of decodes only), KV allocated on demand as tokens are made, and a new request
-admitted, FCFS, only while LightLLM's estimate of the peak KV of the running requests and the new
-ones fits the machine's KV capacity. Each request counts as (used, left): KV tokens it holds now
-(prompt + tokens generated) and tokens it may still generate; its KV grows one token a step until
-it is done. Sorted by `left`, longest first, the requests 0..i all still run when request i ends,
-so the peak is max over i of (used_0 + ... + used_i) + left_i * (i + 1) (peak_kv). The estimate
-can refuse what a prompt-block admission (vllm.py) would take, and take what whole reservations
-(prompt + output each) would refuse, since requests end at different times. `max_seqs` is
-LightLLM's running_max_req_size and `prompt_token_cap` its batch_max_tokens.
-
-It allocates on demand by its own rule (`allocation`; policy/config.py refuses `--kv-allocation
-reserve` with it and defaults to on-demand): under a reservation the estimate, never more than the
-sum of the reservations, would refuse nothing.
+LightLLMReplicaScheduler models it): continuous batching, prefill first (as vllm.py), KV allocated
+on demand, and a new request admitted, FCFS, only while LightLLM's estimate of the peak KV of the
+running requests and the new ones fits the machine's KV capacity. Each request counts as (used,
+left): KV tokens it holds now and tokens it may still generate; sorted by `left`, longest first,
+requests 0..i all still run when request i ends, so the peak is max over i of
+(used_0 + ... + used_i) + left_i * (i + 1) (peak_kv). `max_seqs` is LightLLM's
+running_max_req_size and `prompt_token_cap` its batch_max_tokens. It allocates on demand by its
+own rule (`allocation`): under reservations the estimate would refuse nothing.
 
 Where it differs from LightLLM, and why:
-- KV comes in blocks of the machine's block size (LightLLM's TokenAttention: one token); the
-  prompt's blocks and the watermark must also be free (policy/kv_allocation.py fits), and a decode
-  that finds no block preempts (policy/preemption.py), which the estimate makes rare.
-- `left` is output_tokens - generated, so a request's estimated final KV is its prompt + output;
-  LightLLM counts max_new_tokens - generated - 1.
-- LightLLM runs a few decode steps (max_wait_tokens) before it tries to admit again while a
-  batch runs; here admission is tried before every iteration, as in vllm.py.
-- Requests this machine does not list (a prompt machine's prefills being handed off, a token
-  machine's KV in transfer) are not in the estimate; they hold their blocks.
-- The cluster's token-side admission does not use the estimate.
+- KV comes in blocks of the machine's block size (LightLLM: one token), the prompt's blocks and
+  the watermark must be free too (policy/kv_allocation.py), and a decode that finds no block
+  preempts (policy/preemption.py), which the estimate makes rare.
+- `left` is output_tokens - generated (LightLLM: max_new_tokens - generated - 1).
+- admission is tried before every iteration, as in vllm.py (LightLLM: every max_wait_tokens steps).
+- requests this machine does not list (prefills being handed off, KV in transfer) are not in the
+  estimate; they hold their blocks. The cluster's token-side admission does not use it.
 """
 
 from __future__ import annotations

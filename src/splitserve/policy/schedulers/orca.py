@@ -1,24 +1,20 @@
 """Orca (Yu et al., OSDI'22): iteration-level scheduling with selective batching, and admission
 that reserves the maximum length. Every iteration runs every running decode and, beside them,
-FCFS prompts (Orca's Algorithm 1: the request pool in arrival order, up to the maximum batch
-size `max_seqs`); a new request is admitted only if the KV slots reserved for the requests that
-hold KV here plus its own fit the machine's KV capacity: with `max_len` > 0 each request reserves
-max_len tokens ((holders + 1) * max_len <= capacity); with `max_len` 0 (the default) each reserves
-its own prompt + output (kv_need), which is what splitserve reserves anyway. The first prompt
-that does not fit stops admission (FCFS). No preemption: a request holds what it may ever need,
-so none is ever needed.
+FCFS prompts (Orca's Algorithm 1: the request pool in arrival order, up to `max_seqs`); a new
+request is admitted only if the KV slots of the requests holding KV here plus its own fit the
+machine's capacity: each reserves `max_len` tokens ((holders + 1) * max_len <= capacity), or with
+`max_len` 0 (the default) its own prompt + output (kv_need). The first prompt that does not fit
+stops admission. No preemption: a request holds what it may ever need.
 
 Where it differs from Orca, and why:
-- the max_len slots are counted on top of the reservations policy/transitions.py keeps (a request
-  holds its kv_need there; the difference max(max_len, its need) - its need is added up here from
-  the requests the machine lists: running decodes and prefills in progress). KV this machine holds
-  for requests it does not list (a prompt machine's prefills being handed off, a token machine's
-  reservations for KV still in transfer) counts at its real size. A slot is at most the capacity,
-  so a request alone on a machine always starts.
-- Orca caps only the batch size; here a batch's prefill tokens are also capped by
-  `prompt_token_cap` (a longer prompt runs alone); set --prompt-cap high for Orca's behaviour.
-- Orca has no phase-split cluster; on a token machine of a split design, decodes arrive reserved
-  by the cluster (policy/cluster.py) and max_len applies only to prompts admitted here.
+- the max_len slots are counted on top of the reservations policy/transitions.py keeps (each
+  request's kv_need; the rest up to max_len is added here for the requests the machine lists);
+  KV held for requests it does not list counts at its real size. A slot is at most the capacity,
+  so a request alone always starts.
+- a batch's prefill tokens are also capped by `prompt_token_cap` (set --prompt-cap high for Orca's
+  behaviour).
+- on a token machine of a split design decodes arrive reserved by the cluster (policy/cluster.py):
+  max_len applies only to prompts admitted here.
 """
 
 from __future__ import annotations

@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 from ...state import Machine, Request
 
-GROUP = 32              # predicted lengths in one GROUP-token step form a time-synced group
-RESERVE = 0.03          # share of KV that reservations for predicted outputs leave free
-BUFFER = 0.15           # b, as a share of the host's predicted length
-SLO_SCALE = 2.0
-T_PROMPT = 0.1          # s, a prompt's mean latency (ASSUMED)
+GROUP = 32              # predicted lengths in one GROUP-token step form a time-synced group (§2.1's block)
+RESERVE = 0.03          # share of KV that reservations for predicted outputs leave free (§2.2, §4: 2-4%)
+BUFFER = 0.15           # b, as a share of the host's predicted length (§4: 10-15%)
+SLO_SCALE = 2.0         # a deadline: arrival + SLO_SCALE x (T_PROMPT + T_TOKEN x predicted) (§4)
+T_PROMPT = 0.1          # s, a prompt's mean latency (ASSUMED: measured per dataset, not given)
 T_TOKEN = 0.05          # s, a token's mean latency (ASSUMED)
-DEADLINE_BUCKET = 0.5   # s
-KV_BUCKET = 128         # tokens
+DEADLINE_BUCKET = 0.5   # s (ASSUMED: the paper's example ranges 0.2-0.5 s, 0.5-2 s)
+KV_BUCKET = 128         # tokens (ASSUMED)
 
 PromptKey = tuple[int, int, float, int]   # deadline bucket, -prefill tokens, arrival, id
 

@@ -1,5 +1,5 @@
-"""How EcoServe sized KV in a step, recorded for a view of the machine kept elsewhere, and the calls
-that size it (schedulers/ecoserve/: "Live, the router keeps its own view").
+"""How EcoServe sized KV in a step, recorded for a view of the machine kept elsewhere (the router's),
+and the calls that size it.
 
 A machine whose `sched` is a `Sizing` (the engine's view of itself: EcoServe.record) records in it
 what form_batch did to KV beyond the batch's chunks, preemptions and joins; `encode` makes it the
