@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from array import array
 from operator import countOf
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .kinds import OutItem, StepChunk
 
@@ -161,6 +161,7 @@ _new = tuple.__new__
 
 
 def out_items(v: Any) -> list[OutItem]:
+    out: list[OutItem]
     if type(v) is list:  # the common case, as msgpack gives it: one pass, no copies
         out = []
         append = out.append
@@ -215,7 +216,7 @@ def _records(v: Any) -> list:
     return out
 
 
-def _pair(p: Any) -> tuple:
+def _pair(p: Any) -> Sequence[Any]:
     if (type(p) is list or isinstance(p, tuple)) and len(p) == 2 and type(p[0]) is int and p[0] >= 0:
         return p
     raise BadValue("a top entry")

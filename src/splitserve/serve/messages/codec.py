@@ -173,8 +173,7 @@ def decode(header: dict, kinds: Container[str] | None = None) -> Message:
     if type(header) is not dict:
         raise MalformedMessage(f"a header must be a map, got {type_name(header)}")
     t = header.get("t")
-    cls = MESSAGES.get(t) if type(t) is str else None
-    if cls is None:
+    if type(t) is not str or (cls := MESSAGES.get(t)) is None:
         raise MalformedMessage(f"unknown type {t!r}", None, "t")
     if kinds is not None and t not in kinds:
         raise _fail(t, None, f"unexpected type {t!r} here", header)
@@ -187,10 +186,11 @@ def decode(header: dict, kinds: Container[str] | None = None) -> Message:
     return msg
 
 
-def _encoder(cls: type) -> Callable[[Any], dict]:
+def _encoder(cls: type[Message]) -> Callable[[Any], dict]:
     """The function msg -> header of `cls`, compiled once from its fields: a dict display of "t"
     and the fields without a None default, then one `if` per field with a None default."""
-    always, optional = [], []
+    always: list[tuple[str, str]] = []
+    optional: list[tuple[str, str]] = []
     for f in fields(cls):
         wire = WIRE_NAMES.get(f.name, f.name)
         value = "m.params.to_wire()" if f.name == "params" else f"m.{f.name}"
@@ -204,7 +204,7 @@ def _encoder(cls: type) -> Callable[[Any], dict]:
     return ns["enc"]
 
 
-_ENCODERS = {cls: _encoder(cls) for cls in MESSAGE_CLASSES}
+_ENCODERS: dict[type[Message], Callable[[Any], dict]] = {cls: _encoder(cls) for cls in MESSAGE_CLASSES}
 
 
 def encode(msg: Message) -> dict:

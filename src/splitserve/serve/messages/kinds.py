@@ -3,11 +3,13 @@ the records inside them. The table of docs/architecture.md describes every field
 
 from __future__ import annotations
 
-from dataclasses import field
-from typing import ClassVar, Literal, NamedTuple
+from dataclasses import Field, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 from .params import WireParams
 from .params import message_class as _msg
+
+KvMode = Literal["layerwise", "serialized"]  # how a transfer's KV went: layer by layer, or whole
 
 # Python attribute -> wire name, for the attributes named differently (the same in every message)
 WIRE_NAMES: dict[str, str] = {
@@ -49,6 +51,8 @@ class Message:
 
     __slots__ = ()
     T: ClassVar[str]
+    if TYPE_CHECKING:  # every message class is a dataclass (message_class): dataclasses.fields() takes it
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
 
 # ---- router -> worker ------------------------------------------------------------------------
@@ -163,7 +167,7 @@ class KvIn(Message):
     rid: str
     first_token: int
     nbytes: int
-    mode: Literal["layerwise", "serialized"]
+    mode: KvMode
     seconds: float
     exposed: float
     lp: list | None = None  # the first token's logprob records, as KvDone brought them
@@ -226,7 +230,7 @@ class KvDone(Message):
     rid: str
     first_token: int
     prefill_end: float
-    mode: Literal["layerwise", "serialized"]
+    mode: KvMode
     sent_at: float
     meta: dict | None = None
     inplace_bytes: int | None = None

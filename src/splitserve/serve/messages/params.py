@@ -4,10 +4,16 @@ the dataclass form every message class shares."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, dataclass_transform
 
-# the form of every message class: frozen, slotted, keyword-only
-message_class = dataclass(slots=True, frozen=True, kw_only=True)
+_C = TypeVar("_C")
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True)
+def message_class(cls: type[_C]) -> type[_C]:
+    """The form of every message class: a frozen, slotted, keyword-only dataclass (a function
+    under dataclass_transform, so that type checkers know the fields and the keyword __init__)."""
+    return dataclass(slots=True, frozen=True, kw_only=True)(cls)
 
 
 @message_class
