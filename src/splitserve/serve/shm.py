@@ -49,11 +49,14 @@ import secrets
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..errors import UserError
+
+if TYPE_CHECKING:
+    from multiprocessing.shared_memory import SharedMemory
 
 SEGMENT_PREFIX = "splitserve-kv-"
 SHM_DIR = Path("/dev/shm")
@@ -91,6 +94,7 @@ class RegionHandle:
         """Identifies the allocation: a restarted peer has a new one."""
         if self.kind == "shm":
             return self.name
+        assert self.cuda is not None  # kind "cuda": its IPC fields
         return bytes(self.cuda["handle"]).hex() + f"+{self.cuda['storage_offset_bytes']}"
 
     @property
@@ -134,7 +138,7 @@ def _pid_alive(pid: int) -> bool:
 def sweep_stale(shm_dir: Path = SHM_DIR, prefix: str = SEGMENT_PREFIX) -> list[str]:
     """Unlink every segment `<prefix><pid>-*` in `shm_dir` whose owner pid is not alive; returns
     their names. (Segments of a SIGKILLed worker whose resource tracker died with it.)"""
-    gone = []
+    gone: list[str] = []
     try:
         entries = list(shm_dir.iterdir())
     except OSError:
@@ -176,7 +180,7 @@ class SharedKVRegion:
         self.shm_dir, self.prefix = shm_dir, prefix
         self.handle: RegionHandle | None = None
         self.swept: list[str] = []
-        self._shm = None
+        self._shm: SharedMemory | None = None
 
     def __call__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         if self.handle is not None:
@@ -187,8 +191,8 @@ class SharedKVRegion:
             raise UserError(f"--transport local does not support KV dtype {dname}")
         shape = tuple(int(s) for s in shape)
         if device.type == "cpu":
-            t = self._alloc_shm(shape, dtype)
-            self.handle = RegionHandle("shm", host_id(), shape, dname, name=self._shm.name)
+            t, shm = self._alloc_shm(shape, dtype)
+            self.handle = RegionHandle("shm", host_id(), shape, dname, name=shm.name)
         elif device.type == "cuda":
             t = torch.zeros(shape, dtype=dtype, device=device)
             self.handle = RegionHandle("cuda", host_id(), shape, dname, cuda=_cuda_fields(t))
@@ -196,7 +200,8 @@ class SharedKVRegion:
             raise UserError(f"--transport local needs a cpu or cuda device, not {device.type}")
         return t
 
-    def _alloc_shm(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    def _alloc_shm(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, SharedMemory]:
+        """A zeroed tensor of `shape` in a new shared-memory segment (kept in `_shm`), and the segment."""
         from multiprocessing.shared_memory import SharedMemory
 
         self.swept = sweep_stale(self.shm_dir, self.prefix)
@@ -219,7 +224,7 @@ class SharedKVRegion:
                                 f"--num-blocks, or use --transport tcp") from None
             raise
         self._shm = shm
-        return torch.frombuffer(shm.buf, dtype=dtype, count=numel).view(shape)
+        return torch.frombuffer(shm.buf, dtype=dtype, count=numel).view(shape), shm
 
     def close(self) -> None:
         """Unlink the segment (its name); the memory lives on until every mapping is closed.

@@ -7,10 +7,15 @@ limits: shm.py's docstring."""
 from __future__ import annotations
 
 import os
+import sys
+from typing import TYPE_CHECKING
 
 import torch
 
 from .shm import DTYPES, RegionHandle, RegionUnavailable, host_id
+
+if TYPE_CHECKING:
+    from multiprocessing.shared_memory import SharedMemory
 
 
 class MappedRegion:
@@ -19,7 +24,8 @@ class MappedRegion:
 
     def __init__(self, handle: RegionHandle) -> None:
         self.handle = handle
-        self._shm = None
+        self._shm: SharedMemory | None = None
+        self.tensor: torch.Tensor | None  # None once closed
         if handle.host != host_id():
             raise RegionUnavailable(f"the peer's KV cache is on another host ({handle.host.split('/')[0]}); "
                                     f"--transport local needs every worker on one host: use --transport tcp")
@@ -41,15 +47,16 @@ class MappedRegion:
         from multiprocessing.shared_memory import SharedMemory
 
         try:
-            try:
-                shm = SharedMemory(name=h.name, track=False)  # Python 3.13+
-            except TypeError:
+            if sys.version_info >= (3, 13):
+                shm = SharedMemory(name=h.name, track=False)
+            else:
                 shm = SharedMemory(name=h.name)
                 if h.name.rsplit("-", 2)[-2:-1] != [str(os.getpid())]:  # <prefix><owner pid>-<hex>
                     from multiprocessing import resource_tracker
                     # 3.12 and older register an attachment like a creation: were this process to
-                    # die, its tracker would unlink the peer's segment
-                    resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+                    # die, its tracker would unlink the peer's segment. `_name` (private, so not in
+                    # typeshed) is the name as the tracker registered it, with its leading slash.
+                    resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]  # noqa: SLF001
         except FileNotFoundError:
             raise RegionUnavailable(f"shared-memory segment {h.name} not found: its worker exited, or "
                                     f"this worker does not share /dev/shm with it (another container): "

@@ -33,7 +33,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import msgpack
 import zmq
@@ -52,12 +52,21 @@ if TYPE_CHECKING:
 WAKE = b""  # a one-frame message from our own waker socket (a signed message has at least two)
 
 
+class KvDesc(TypedDict):
+    """The descriptor frame of a K/V message: its pair, sequence number there, shape and dtype."""
+
+    p: str
+    s: int
+    shape: list[int]
+    dtype: str
+
+
 @dataclass(slots=True, eq=False)
 class Held:
     """A message from a sender, held until its K/V is in (`state`: "wait" | "ok" | "fail")."""
 
     header: dict
-    desc: dict | None = None
+    desc: KvDesc | None = None
     buf: torch.Tensor | None = None
     state: str = "ok"
     posted: bool = False
@@ -136,7 +145,9 @@ class CollectiveTransport(TcpTransport):
             try:
                 link = connect(region["store"], self.codec.name, self.backend, self.device, self.host_addr,
                                self.timeout_s)
-            except Exception as e:  # whatever joining raised (torch.distributed's errors vary): one TransportError
+            except (OSError, RuntimeError, ValueError) as e:
+                # the peer's store refused or timed out (OSError), torch.distributed's errors
+                # (RuntimeError, its DistError kinds), a group that could not be made (ValueError)
                 raise TransportError(f"cannot join a KV pair with worker {target.peer} at {region['store']}: "
                                      f"{type(e).__name__}: {str(e)[:200]}") from None
             self.out[key] = link
@@ -186,10 +197,11 @@ class CollectiveTransport(TcpTransport):
             return Held(header)
         try:
             d = msgpack.unpackb(bytes(data[0]))
-            d = {"p": str(d["p"]), "s": int(d["s"]), "shape": [int(x) for x in d["shape"]], "dtype": str(d["dtype"])}
+            desc: KvDesc = {"p": str(d["p"]), "s": int(d["s"]), "shape": [int(x) for x in d["shape"]],
+                            "dtype": str(d["dtype"])}
         except (ValueError, TypeError, KeyError, msgpack.UnpackException):
             return Held(header, state="fail", why="malformed KV descriptor")
-        return Held(header, d, state="wait")
+        return Held(header, desc, state="wait")
 
     def _post(self, h: Held, sender: str) -> None:
         """Post the receive `h` waits for, once its pair is joined (or fail it)."""
@@ -198,14 +210,16 @@ class CollectiveTransport(TcpTransport):
         from ..shm import DTYPES
         from .pairs import LinkBroken
 
-        link = self.pairs.links.get(h.desc["p"])
+        desc = h.desc
+        assert desc is not None  # a message waits only on its descriptor (_hold)
+        link = self.pairs.links.get(desc["p"])
         if link is None:  # the listener is still joining that pair: it wakes us when it has
             if time.monotonic() - h.since > self.timeout_s:
-                h.state, h.why = "fail", f"KV pair {h.desc['p']} never joined"
+                h.state, h.why = "fail", f"KV pair {desc['p']} never joined"
             return
-        dtype = DTYPES.get(h.desc["dtype"])
+        dtype = DTYPES.get(desc["dtype"])
         numel = 1
-        for s in h.desc["shape"]:
+        for s in desc["shape"]:
             numel *= s
         if link.sender != sender or dtype is None or numel * dtype.itemsize > self.max_message or numel < 0:
             h.state, h.why = "fail", "KV descriptor for another sender's pair, or of a bad size"
@@ -214,7 +228,7 @@ class CollectiveTransport(TcpTransport):
         if link.broken:
             h.state, h.why = "fail", link.broken
             return
-        h.buf = torch.empty(h.desc["shape"], dtype=dtype, device=self.device if self.backend == "nccl" else "cpu")
+        h.buf = torch.empty(desc["shape"], dtype=dtype, device=self.device if self.backend == "nccl" else "cpu")
         h.posted = True
 
         def done(err: str | None) -> None:
@@ -225,8 +239,8 @@ class CollectiveTransport(TcpTransport):
         except LinkBroken as e:
             h.state, h.why = "fail", str(e)
             return
-        if seq != h.desc["s"]:  # a message of this pair was lost: nothing matches any more
-            link.breaks(f"KV message {seq} of pair {link.id} missing (got {h.desc['s']})")
+        if seq != desc["s"]:  # a message of this pair was lost: nothing matches any more
+            link.breaks(f"KV message {seq} of pair {link.id} missing (got {desc['s']})")
 
     def _deliver(self) -> list[tuple[dict, list]]:
         out = []

@@ -61,8 +61,10 @@ def new_group(store, rank: int, backend: str, device: torch.device, host: str, t
     """A two-rank process group on `store` (already prefixed), connected, warmed up."""
     import torch.distributed as dist
 
+    pg: dist.ProcessGroupGloo | dist.ProcessGroupNCCL
     if backend == "gloo":
-        opts = dist.ProcessGroupGloo._Options()
+        # the options that take devices: private, so not in torch's stubs
+        opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
         opts._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
         opts._timeout = timeout
         pg = dist.ProcessGroupGloo(store, rank, 2, opts)
@@ -76,8 +78,9 @@ def new_group(store, rank: int, backend: str, device: torch.device, host: str, t
             pg = dist.ProcessGroupNCCL(store, rank, 2, opts)
             pg.eager_connect_single_device(device)
             one = torch.zeros(1, device=device)
-    # the p2p path's first operation connects the pair: do it now, from both sides at once
-    work = pg.send([one], 1, 0) if rank == 0 else pg.recv([one], 0, 0)
+    # the p2p path's first operation connects the pair: do it now, from both sides at once (a
+    # c10d Backend has send/recv at runtime; torch's stubs declare them on ProcessGroup only)
+    work = pg.send([one], 1, 0) if rank == 0 else pg.recv([one], 0, 0)  # type: ignore[union-attr]
     wait(work, backend, time.monotonic() + timeout.total_seconds())
     return pg
 

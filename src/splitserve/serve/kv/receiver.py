@@ -37,10 +37,15 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ...engine.kv_connector import KVFinished, TokenSideOnly
 from ...errors import UserError
-from ..messages import KV, KvDone, KvDrop, KvFail, KvIn, KvLayer, MalformedMessage, Message, decode
+from ..messages import KV, KvDone, KvDrop, KvFail, KvIn, KvLayer, KvStart, MalformedMessage, Message, decode
+from ..messages.kinds import KvMode
+
+if TYPE_CHECKING:
+    from ...engine.kv_connector import KVHost
 
 
 
@@ -81,7 +86,7 @@ class Landed:
     """Every layer is in; the engine has not started the request yet. The figures of `kv_in`."""
 
     first: int
-    mode: str
+    mode: KvMode
     nbytes: int
     seconds: float
     exposed: float
@@ -109,6 +114,13 @@ class KVReceiver(TokenSideOnly):
         self.forced = 0  # held blocks freed at hold_s without the writer's word
         self.malformed: Counter[str] = Counter()  # rejected KV messages, by reason ("kvl.layer", ...)
 
+    @property
+    def _host(self) -> KVHost:
+        """The engine's host, bound before any other call (KVConnector.bind)."""
+        host = self.host
+        assert host is not None, "the connector is not bound to an engine"
+        return host
+
     # ---- the router's word --------------------------------------------------------------------
     def expect(self, rid: str, prompt_ids: list[int], params, writer: int | None = None,
                isolated: bool = False, resumed: int = 0) -> dict:
@@ -116,8 +128,9 @@ class KVReceiver(TokenSideOnly):
         `reserved` answer's fields that tell a writer where to write ({"blocks": ids} one-sided)
         and from which prompt position ({"skip": n}: the tokens before it are in this worker's
         prefix cache already). UserError when it does not fit."""
-        blocks = self.host.reserve_kv(prompt_ids, params, rid, isolated, resumed)
-        skip = self.host.kv_cached(rid)
+        host = self._host
+        blocks = host.reserve_kv(prompt_ids, params, rid, isolated, resumed)
+        skip = host.kv_cached(rid)
         self.inbound[rid] = Inbound(rid, len(prompt_ids), time.monotonic() + max(self.start_s, self.timeout_s), writer,
                                     skip=skip)
         return {"blocks": blocks, "skip": skip} if self.one_sided else {"skip": skip}
@@ -175,6 +188,7 @@ class KVReceiver(TokenSideOnly):
         except MalformedMessage as e:
             self._reject(e.kind, e.field or "type")
             return
+        assert isinstance(msg, (KvStart, KvLayer, KvDone, KvDrop))  # the kinds of KV (decode checked them)
         rid = msg.rid
         inb = self.inbound.get(rid)
         if inb is None:
@@ -193,7 +207,8 @@ class KVReceiver(TokenSideOnly):
         # KvStart: the progress is all
 
     def _layer(self, inb: Inbound, msg: KvLayer, data: list) -> None:
-        layout = self.host.kv_layout
+        host = self._host
+        layout = host.kv_layout
         if msg.layer >= layout.num_layers:
             self._reject("kvl", "layer")
             return
@@ -203,7 +218,7 @@ class KVReceiver(TokenSideOnly):
                 self._reject("kvl", "size")
                 return
             try:
-                self.host.write_kv_layer(inb.rid, msg.layer, kv, inb.skip)
+                host.write_kv_layer(inb.rid, msg.layer, kv, inb.skip)
             except UserError:
                 self._reject("kvl", "write")
                 return
@@ -221,7 +236,8 @@ class KVReceiver(TokenSideOnly):
         if msg.fail is not None:
             self._fail(rid, f"the prompt worker could not put the KV: {msg.fail}")
             return
-        layout = self.host.kv_layout
+        host = self._host
+        layout = host.kv_layout
         if data:
             from ...engine.kv_cache import KVExport
             from ..shm import DTYPES
@@ -238,7 +254,7 @@ class KVReceiver(TokenSideOnly):
             kv = KVExport(whole)
             try:
                 for i in range(kv.num_layers):
-                    self.host.write_kv_layer(rid, i, kv.layer(i), inb.skip)
+                    host.write_kv_layer(rid, i, kv.layer(i), inb.skip)
                     inb.got.add(i)
             except UserError as e:
                 self._fail(rid, str(e))

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from ...engine.kv_connector import PromptChunk, PromptSideOnly
 from ...policy.kv_transfer import TransferMode, choose_mode
 from ..messages import KvDone, KvDrop, KvLayer, KvStart, encode
+from ..messages.kinds import KvMode
 from .transports import KVTransport, Put, Target, TransportError
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ class KVSender(PromptSideOnly):
         if plan is None:
             return
         end = time.time()
-        mode = "layerwise" if plan.layerwise else "serialized"
+        mode: KvMode = "layerwise" if plan.layerwise else "serialized"
         put = None
         if not plan.layerwise and export is not None and not plan.error:
             plan.sent_at = end

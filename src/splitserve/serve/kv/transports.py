@@ -165,7 +165,7 @@ class TcpTransport(KVTransport):
         return Put([buf.view(torch.uint8).numpy()], meta=meta)  # raw bytes: numpy has no bfloat16
 
     def recv_all(self) -> list[tuple[dict, list]]:
-        out = []
+        out: list[tuple[dict, list]] = []
         while True:
             try:
                 frames = self.inbound.recv_multipart(flags=zmq.NOBLOCK, copy=False)
@@ -250,6 +250,7 @@ class LocalTransport(TcpTransport):
 
         m, blocks = self._mapped(target)
         dst = m.tensor
+        assert dst is not None  # open: _mapped drops a closed region
         lead = (dst.shape[0], 2) if layer is None else (2,)
         if (kv.dtype != dst.dtype or tuple(kv.shape[:len(lead)]) != lead
                 or tuple(kv.shape[-2:]) != tuple(dst.shape[-2:]) or (layer is not None and layer >= dst.shape[0])):
