@@ -62,12 +62,13 @@ class RouterChannel:
             self.curve.server(self.sock)
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
-        self.loop.add_reader(self.sock.getsockopt(zmq.FD), self.kick)
+        self.loop.add_reader(self.sock.fileno(), self.kick)
         return self.address
 
     def close(self) -> None:
         if self.sock is not None:
-            self.loop.remove_reader(self.sock.getsockopt(zmq.FD))
+            if self.loop is not None:  # set with the socket, in open
+                self.loop.remove_reader(self.sock.fileno())
             self.sock.close(linger=0)
             self.sock = None
         if self.ctx is not None:

@@ -39,6 +39,8 @@ deadlines); this view never takes from its queues, only their members and counte
 
 from __future__ import annotations
 
+from typing import Any, Callable, Sequence
+
 from ..policy.cluster import RoutingConfig, admit_freed, arrive, readmit
 from ..policy.schedulers import SCHEDULERS
 from ..policy.state import Machine, Phase, Pool, Request
@@ -55,6 +57,11 @@ from .cluster_view import ClusterView
 
 class NoWorkers(RuntimeError):
     """No live worker can take this request now."""
+
+
+def _unknown(rid: str) -> Request | None:
+    """step_started's `get` where the caller knows no requests: every id is unknown."""
+    return None
 
 
 class LiveCluster:
@@ -89,7 +96,8 @@ class LiveCluster:
 
     # ---- a worker's step ------------------------------------------------------------------------
     def step_started(self, wid: int, chunks: list[tuple[Request, int]], preempted: list[Request],
-                     joined: list[Request], report=None, get=None, grown: list[Request] = ()) -> list[Request]:
+                     joined: list[Request], report: Any = None, get: Callable[[str], Request | None] = _unknown,
+                     grown: Sequence[Request] = ()) -> list[Request]:
         """Worker `wid` formed a step: what form_batch did for it. `report`: its scheduler's own
         report of the step (the `step` message's `sched`; `get`: request id -> this view's request,
         None when it has none), applied by the scheduler in its order (ecoserve: re-hosted guests,

@@ -119,5 +119,6 @@ class CurveKeys:
 
 def _room_for_overhead(sock: zmq.Socket) -> None:
     limit = sock.getsockopt(zmq.MAXMSGSIZE)
+    assert isinstance(limit, int)  # an int64 option (pyzmq types every option's value as int | bytes)
     if limit >= 0:  # -1: no limit
         sock.setsockopt(zmq.MAXMSGSIZE, limit + CURVE_FRAME_OVERHEAD)

@@ -28,11 +28,23 @@ import os
 import signal
 import subprocess
 import sys
+from typing import Any, Protocol
 
 from ..errors import UserError
 from .protocol import SECRET_ENV
 
 logger = logging.getLogger(__name__)
+
+
+class Launcher(Protocol):
+    """What the supervisor asks of a launcher. A handle is the launcher's own (a Popen; a Ray
+    actor and its calls' refs): the supervisor keeps it in WorkerInfo.handle and hands it back."""
+
+    def start(self, wid: int, argv: list[str]) -> Any: ...
+    def alive(self, handle: Any) -> bool: ...
+    def pid(self, handle: Any) -> int | None: ...
+    def kill(self, handle: Any) -> None: ...
+    def close(self) -> None: ...
 
 
 class LocalLauncher:
@@ -145,7 +157,7 @@ class RayLauncher:
                 from splitserve.serve.worker_args import set_host
                 return main(set_host(argv, ray.util.get_node_ip_address()) if node_ip else argv)
 
-        self.actor_cls = WorkerActor
+        self.actor_cls: Any = WorkerActor  # a Ray ActorClass (mypy does not apply class decorators)
 
     def start(self, wid: int, argv: list[str]):
         from .worker_args import parse_args
@@ -174,7 +186,9 @@ class RayLauncher:
         _, actor, _, _ = handle
         try:
             self.ray.kill(actor, no_restart=True)
-        except Exception as e:  # Ray's errors have no common base: an actor gone already is fine
+        except (self.ray.exceptions.RayError, ValueError, OSError) as e:
+            # an actor gone already is fine: Ray's own errors, and the ValueError and OSError its core
+            # worker raises for what it cannot do
             logger.debug("router: Ray could not kill an actor: %r", e)
 
     def close(self) -> None:
@@ -184,7 +198,7 @@ class RayLauncher:
             logger.info("router: Ray workers stopped; Ray shut down")
 
 
-def make_launcher(backend: str, secret: bytes, ray_address: str | None):
+def make_launcher(backend: str, secret: bytes, ray_address: str | None) -> Launcher:
     if backend == "ray":
         return RayLauncher(secret, ray_address)
     return LocalLauncher(secret)

@@ -54,7 +54,7 @@ class Recovery:
         prompt-pool`): it is routed again as at its arrival, its prompt and the tokens it made
         prefilled anew (LiveRequest.work); no worker for it: it starts again from the start."""
         try:
-            go = self.state.cluster.arrive(req.pr, again=True)
+            go = self.state.policy_view.arrive(req.routed, again=True)
         except NoWorkers as e:
             self.restart(req, str(e), penalty=False)
             return
@@ -73,9 +73,9 @@ class Recovery:
             s.chan.drain_all()  # read what is queued before judging anyone silent
             now = time.monotonic()
             if now - tick > MONITOR_S + PAUSE_S:  # this loop stood still: a pause of ours is no one's silence
-                s.sup.paused(now - tick - MONITOR_S)
+                s.supervisor.paused(now - tick - MONITOR_S)
             tick = now
-            s.sup.check(now)
+            s.supervisor.check(now)
             self.watch.tick(now)
             if now >= next_ping:
                 next_ping = now + PING_S
@@ -96,7 +96,7 @@ class Recovery:
     def worker_down(self, w: WorkerInfo, why: str) -> None:
         """The supervisor took w out (dead or hung): restart what it held, tell its peers."""
         s = self.state
-        s.cluster.view.down(w.id)
+        s.policy_view.view.down(w.id)
         for req in s.reqs.on_worker(w.id):
             self.restart(req, f"worker {w.id} failed ({why})")
         for other in s.workers:

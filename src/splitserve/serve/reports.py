@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import time
 
-from .messages import (Cancel, Err, Heartbeat, Hello, KvFail, KvIn, Message, Out, Reserved, Stage, Step,
+from ..policy.state import Request
+from .messages import (Cancel, Err, Heartbeat, Hello, KvFail, KvIn, Message, Out, OutItem, Reserved, Stage, Step,
                        StepFailed)
 from .recovery import Recovery
 from .request_flow import RequestFlow
@@ -58,7 +59,8 @@ class ReportReader:
                 self.flow.fail(req, f"worker {w.id} rejected the request: {msg.msg}", 400)
         elif type(msg) is Hello:
             self.on_hello(w, msg)
-        else:
+        else:  # the one kind of TO_ROUTER left (the channel decodes no other)
+            assert type(msg) is Heartbeat
             self.on_heartbeat(w, msg)
 
     def on_heartbeat(self, w: WorkerInfo, msg: Heartbeat) -> None:
@@ -69,19 +71,24 @@ class ReportReader:
         """w's engine formed a step: the policy view's transitions (LiveCluster.step_started)."""
         s = self.state
         get = s.reqs.by_wire.get
-        bad = s.cluster.sched.check_report(msg.sched)   # the machine scheduler's own report
+        cluster = s.policy_view
+        bad = cluster.sched.check_report(msg.sched)   # the machine scheduler's own report
         if bad is not None:
             s.chan.malformed += 1
             logger.warning("router: worker %d sent a malformed message: step: %s", w.id, bad)
             return
-        live = lambda rids: [q.pr for q in map(get, rids) if q is not None]  # noqa: E731
+
+        def live(rids: list[str]) -> list[Request]:  # the policy requests of those tracked, with a try
+            return [q.pr for q in map(get, rids) if q is not None and q.pr is not None]
+
         chunks = [(q, n) for q, n in ((get(rid), n) for rid, n in msg.chunks) if q is not None]
         self._scheduled(w, msg, [q for q, _ in chunks])
         self._cached(w, msg)
         s.metrics.step(w.id, w.home, sum(n for _, n in msg.chunks), len(msg.preempted))
-        back = s.cluster.step_started(w.id, [(q.pr, n) for q, n in chunks], live(msg.preempted), live(msg.joined),
-                                      msg.sched, lambda rid: q.pr if (q := get(rid)) is not None else None,
-                                      live(msg.grown or ()))
+        back = cluster.step_started(w.id, [(q.pr, n) for q, n in chunks if q.pr is not None],
+                                    live(msg.preempted), live(msg.joined), msg.sched,
+                                    lambda rid: q.pr if (q := get(rid)) is not None else None,
+                                    live(msg.grown or []))
         if msg.preempted:
             recomputes = s.metrics.splitwise.recomputes
             recomputes.labels("in_place").inc(len(msg.preempted) - len(back))
@@ -109,25 +116,25 @@ class ReportReader:
             s.metrics.prefix_hit(k)
             if (q := s.reqs.by_wire.get(rid)) is not None:
                 q.cached_tokens = k
-                s.cluster.prefixes.reported(w.id, q.pr, sizes.get(rid, 0), k)  # the view corrected
+                s.policy_view.prefixes.reported(w.id, q.routed, sizes.get(rid, 0), k)  # the view corrected
 
     def on_reserved(self, msg: Reserved, req: LiveRequest | None) -> None:
         """The token worker answered `expect`: the prompt worker's `gen` goes, or the request waits."""
         if req is None or req.stage is not Stage.RESERVING:
             return
-        cluster = self.state.cluster
+        cluster = self.state.policy_view
         if msg.ok:
-            cluster.prefixes.reserved(req.pr, msg.skip)
+            cluster.prefixes.reserved(req.routed, msg.skip)
             self.flow.send_prefill(req, msg.blocks, msg.skip)
         elif msg.full:  # on demand: no room there now after all; it waits, no try lost
-            cluster.wait_for_room(req.pr)
+            cluster.wait_for_room(req.routed)
             req.stage = Stage.WAITING
         else:
             self.recovery.restart(req, f"token worker could not reserve KV: {msg.msg}")
 
     def on_hello(self, w: WorkerInfo, msg: Hello) -> None:
         s = self.state
-        if not s.sup.hello(w, msg.pid, time.monotonic()):
+        if not s.supervisor.hello(w, msg.pid, time.monotonic()):
             return  # not the process we started
         w.kv_addr, w.blocks, w.block_size, w.kv_region = msg.kv_addr, msg.blocks, msg.block_size, msg.region
         w.same_clock = msg.boot is not None and msg.boot == s.boot
@@ -145,37 +152,39 @@ class ReportReader:
         if req is None:
             return
         if req.stage is Stage.PREFILL:  # the token worker may report before the prompt worker's word
-            s.cluster.first_from_token_worker(req.pr)
+            s.policy_view.first_from_token_worker(req.routed)
             req.stage = Stage.HANDOFF
             self.flow.deliver(req, [msg.first_token], msg.lp)
         if req.stage is Stage.HANDOFF:
-            self.flow.dispatch_all(s.cluster.kv_landed(req.pr))
+            self.flow.dispatch_all(s.policy_view.kv_landed(req.routed))
             req.stage = Stage.DECODE
 
-    def on_step_end(self, w: WorkerInfo, items: list, lps: dict) -> None:
+    def on_step_end(self, w: WorkerInfo, items: list[OutItem], lps: dict) -> None:
         """A step of w's ended with these tokens: the view's transitions for the whole step first
         (as the simulator's iteration end), then each request's tokens go to its client."""
         s = self.state
-        mine, made, prefills = [], 0, 0
+        cluster = s.policy_view
+        mine: list[tuple[LiveRequest, list[int], bool, str | None]] = []
+        made, prefills = 0, 0
         for rid, toks, finished, reason in items:
             req = s.reqs.by_wire.get(rid)
             made += len(toks)
-            if reason == "prefill" or req is not None and s.cluster.awaiting_first(req.pr):
+            if reason == "prefill" or req is not None and cluster.awaiting_first(req.routed):
                 prefills += 1  # the token that ends a prefill (metrics: not a decode token)
             if req is None or (reason == "prefill" and req.stage is not Stage.PREFILL):
                 continue  # gone, or its first token came with its KV already (kv_in)
             mine.append((req, toks, finished, reason))
         s.metrics.step_out(w.id, w.home, made, prefills)
-        admitted = s.cluster.end_step(w.id, [(req.pr, len(toks), finished) for req, toks, finished, _ in mine])
+        admitted = cluster.end_step(w.id, [(req.routed, len(toks), finished) for req, toks, finished, _ in mine])
         for req, toks, finished, reason in mine:
             if reason == "prefill":
                 req.stage = Stage.HANDOFF
             elif req.stage is Stage.PREFILL:
                 if req.split and finished:  # it ended at its first token: the token worker's blocks go
-                    s.chan.send(s.workers[req.pr.token_machine], Cancel(rid=req.wire))
+                    s.chan.send(s.workers[req.routed.token_machine], Cancel(rid=req.wire))
                 req.stage = Stage.DECODE
             if self.flow.deliver(req, toks, lps.get(req.wire)) and finished:
-                s.cluster.prefixes.finished(req.pr, req.prompt_ids, req.delivered)  # its worker's cache holds them
+                cluster.prefixes.finished(req.routed, req.prompt_ids, req.delivered)  # its worker's cache holds them
                 self.flow.complete(req, reason or "stop")
         self.flow.dispatch_all(admitted)
 

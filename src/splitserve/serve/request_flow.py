@@ -33,9 +33,9 @@ class RequestFlow:
     def begin(self, req: LiveRequest) -> None:
         """Route one try of `req` and send it on its way (or park it / let it wait for memory)."""
         s = self.state
-        r = s.reqs.new_try(req, time.perf_counter(), s.cluster.view.prefix)
+        r = s.reqs.new_try(req, time.perf_counter(), s.policy_view.view.prefix)
         try:
-            go = s.cluster.arrive(r)
+            go = s.policy_view.arrive(r)
         except NoWorkers as e:
             self.park(req, str(e))
             return
@@ -58,7 +58,7 @@ class RequestFlow:
 
     def dispatch(self, req: LiveRequest) -> None:
         s = self.state
-        r = req.pr
+        r = req.routed
         p, t = s.workers[r.prompt_machine], s.workers[r.token_machine]
         req.split = moves_kv(r)
         ids, params, resumed = req.work()
@@ -74,15 +74,15 @@ class RequestFlow:
 
     def queried(self, req: LiveRequest) -> None:
         """Its prompt goes to a worker that looks it up in its prefix cache (a scored prompt is not)."""
-        cluster = self.state.cluster
+        cluster = self.state.policy_view
         if cluster.view.prefix is not None and req.params.prompt_logprobs is None:
             self.state.metrics.prefix_queried(len(req.prompt_ids))
-            cluster.prefixes.sent(req.pr)   # what the router's view expects the worker's cache to give
+            cluster.prefixes.sent(req.routed)   # what the router's view expects the worker's cache to give
 
     def send_prefill(self, req: LiveRequest, blocks: list[int] | None = None, skip: int | None = None) -> None:
         """The prompt worker's `gen` (kind prefill): the KV to the token worker (`blocks`: one-sided; `skip`: held)."""
         s = self.state
-        r = req.pr
+        r = req.routed
         t = s.workers[r.token_machine]
         req.stage = Stage.PREFILL
         self.queried(req)
@@ -129,7 +129,7 @@ class RequestFlow:
         metrics = self.state.metrics
         if not req.delivered:
             req.first_at = now
-            req.pr.first_token_at = now   # the policy view's token time: Aladdin's (d) reads it
+            req.routed.first_token_at = now   # the policy view's token time: Aladdin's (d) reads it
             metrics.first_token(now - req.created, len(req.prompt_ids), len(fresh))
         else:
             metrics.tokens(now - req.last_at, len(fresh))
@@ -155,7 +155,7 @@ class RequestFlow:
         r = req.pr
         if r is None or req.wire not in s.reqs.by_wire:
             return
-        admitted = s.cluster.release(r, req.prompt_ids + req.delivered[:req.produced])
+        admitted = s.policy_view.release(r, req.prompt_ids + req.delivered[:req.produced])
         for wid in {r.prompt_machine, r.token_machine}:
             if 0 <= wid < len(s.workers) and s.workers[wid].up:
                 # prefill_sent: the prompt worker may have written (one-sided) into the token worker's blocks

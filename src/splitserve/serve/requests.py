@@ -7,9 +7,13 @@ import asyncio
 import dataclasses
 import itertools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..policy.state import Request
 from .messages import Stage, WireParams
+
+if TYPE_CHECKING:
+    from .prefix_view import PrefixView
 
 
 @dataclass(eq=False)
@@ -39,6 +43,14 @@ class LiveRequest:
     prompt_logprobs: list | None = None  # its prompt's logprob records, where it asked (with its first token)
     blocks: list[int] | None = None  # its prompt's full blocks' names (serve/prefix_view.py), for every try
 
+    @property
+    def routed(self) -> Request:
+        """`pr`, for the router's parts that act on a routed try (a request in `RequestTable.by_wire`,
+        or one handed to them after `RequestTable.new_try`)."""
+        pr = self.pr
+        assert pr is not None, f"request {self.name} has no try yet"
+        return pr
+
     def work(self) -> tuple[list[int], WireParams, int | None]:
         """What a worker runs of it: its prompt, or after a preemption that sent it back through the
         prompt pool (`--recompute prompt-pool`) its prompt and the `resumed` tokens its try made
@@ -63,14 +75,15 @@ class RequestTable:
     def __len__(self) -> int:
         return len(self.active)
 
-    def new(self, name: str, prompt_ids: list[int], params: WireParams, now: float, queue=None) -> LiveRequest:
+    def new(self, name: str, prompt_ids: list[int], params: WireParams, now: float,
+            queue: asyncio.Queue | None = None) -> LiveRequest:
         req = LiveRequest(next(self._ids), name, list(prompt_ids), params, now)
         if queue is not None:
             req.queue = queue
         self.active[req.id] = req
         return req
 
-    def new_try(self, req: LiveRequest, now: float, prefix=None) -> Request:
+    def new_try(self, req: LiveRequest, now: float, prefix: PrefixView | None = None) -> Request:
         """A policy request for the next try of `req`, with its own wire id; `prefix`: the router's
         PrefixView (serve/prefix_view.py), which names its prompt's blocks (once), or None."""
         r = Request(next(self._pids), now, len(req.prompt_ids), req.params.max_tokens, isolated=req.isolated)
@@ -87,7 +100,7 @@ class RequestTable:
     def track(self, req: LiveRequest) -> None:
         """Its current try is routed: messages about it can find it."""
         self.by_wire[req.wire] = req
-        self.by_policy[req.pr.id] = req
+        self.by_policy[req.routed.id] = req
 
     def untrack(self, req: LiveRequest) -> None:
         """Its current try is over: what it still says is ignored."""

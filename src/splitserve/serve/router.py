@@ -31,7 +31,7 @@ from .channel import RouterChannel
 from .cluster_state import LiveCluster
 from .config import ServeConfig
 from .curve import CurveKeys
-from .launcher import LocalLauncher, RayLauncher, make_launcher
+from .launcher import Launcher, make_launcher
 from .messages import Stop, WireParams
 from .metrics import ServeMetrics
 from .protocol import ROUTER_NAME, Codec, boot_id, control_message_limit, new_secret
@@ -115,12 +115,12 @@ class Router:
             self._tasks.append(asyncio.create_task(StatsLog(s.metrics).run(self, cfg.log_stats_interval_s)))
         s.ready = True
 
-    async def _workers_up(self, launcher: LocalLauncher | RayLauncher) -> None:
+    async def _workers_up(self, launcher: Launcher) -> None:
         """Launch every worker and wait until each said hello; at start, any failure is fatal (bad config)."""
         s, cfg = self.state, self.cfg
         now = time.monotonic()
         for w in s.workers:
-            s.sup.launch(w, now)
+            s.supervisor.launch(w, now)
         deadline = now + cfg.startup_timeout_s
         while not all(w.up for w in s.workers):
             s.chan.drain_all()

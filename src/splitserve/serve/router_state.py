@@ -30,3 +30,18 @@ class RouterState:
     ready: bool = False             # started: every worker said hello
     draining: bool = False          # shutdown began: admit nothing new
     closing: bool = False           # stopping: the workers are told to stop
+
+    @property
+    def supervisor(self) -> Supervisor:
+        """`sup`, for the parts that run only once `Router.start` made it (launches, hellos, the monitor)."""
+        sup = self.sup
+        assert sup is not None, "the router has not started"
+        return sup
+
+    @property
+    def policy_view(self) -> LiveCluster:
+        """`cluster`, for the parts that run only once `Router.start` made it: routing, and every
+        report about a request (no request is admitted before)."""
+        cluster = self.cluster
+        assert cluster is not None, "the router has not started"
+        return cluster

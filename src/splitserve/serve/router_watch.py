@@ -22,7 +22,7 @@ class RouterWatch:
         holds nothing of it and its own last heartbeat says it runs and reserves nothing; it needs
         no message: a worker runs whatever it is sent (worker.py), its role is the router's."""
         s = self.state
-        view = s.cluster.view
+        view = s.policy_view.view
         interval = view.cls.watch_interval
         if not interval or now < self.next_at:
             return

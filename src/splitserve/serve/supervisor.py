@@ -23,10 +23,13 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .config import ServeConfig
 from .protocol import worker_identity
+
+if TYPE_CHECKING:
+    from .launcher import Launcher
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +84,7 @@ class WorkerInfo:
 
 
 class Supervisor:
-    def __init__(self, cfg: ServeConfig, secret: bytes, launcher, argv: Callable[[WorkerInfo], list[str]],
+    def __init__(self, cfg: ServeConfig, secret: bytes, launcher: Launcher, argv: Callable[[WorkerInfo], list[str]],
                  on_down: Callable[[WorkerInfo, str], None], on_launch: Callable[[WorkerInfo], None]) -> None:
         """argv(w): the worker's command line (without its identity: the worker derives it);
         on_down(w, why): w left UP (the router restarts its requests); on_launch(w): a new

@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING, cast
 
 import zmq
 
@@ -48,6 +49,9 @@ from .worker_args import parse_args
 from .worker_engine import build_engine, item_logprobs, sampling_params
 from .worker_link import RouterLink
 
+if TYPE_CHECKING:
+    import torch
+
 HEARTBEAT_S, MAX_STEP_FAILURES = 0.2, 3
 IDLE_WAIT_MS = 50  # an idle worker wakes at once for a message; this only paces heartbeats and deadlines
 logger = logging.getLogger(__name__)
@@ -56,7 +60,7 @@ logger = logging.getLogger(__name__)
 class Worker:
     def __init__(self, args, engine: Engine, codec: Codec, region=None, curve: CurveKeys | None = None) -> None:
         self.args, self.engine, self.codec = args, engine, codec
-        self.ctx = zmq.Context.instance()
+        self.ctx: zmq.Context = zmq.Context.instance()
         control = codec.max_head = control_message_limit(engine.max_model_len, args.max_num_seqs)
         self.link = RouterLink(self.ctx, codec, args.router, control, args.id, curve)
         self.send = self.link.send  # sign into the outbox; self.link.post() sends it
@@ -64,7 +68,9 @@ class Worker:
         kv_limit = control + engine.max_model_len * engine.kv_host.kv_layout.bytes_per_token
         self.transport = make_transport(args.transport, self.ctx, codec, args.host, region, max_message=kv_limit,
                                         slot_ids=engine.kv_host.kv_slot_ids, curve=curve,
-                                        device=engine.device,  # nccl: its pairs' device
+                                        # nccl: its pairs' device (engine/contract.py types it `object`,
+                                        # keeping torch out of the contract)
+                                        device=cast("torch.device | None", engine.device),
                                         timeout_s=max(30.0, 6 * args.transfer_timeout_s))
         self.sender = KVSender(self.transport, args.debug_layer_delay_s)
         self.receiver = KVReceiver(args.transfer_timeout_s, one_sided=self.transport.one_sided,
@@ -72,7 +78,8 @@ class Worker:
         engine.connector = BothSides(self.sender, self.receiver)  # the engine drives both (engine/kv_connector.py)
         self.kinds: dict[str, str] = {}  # rid -> "full" | "prefill" | "decode"
         self.items: list[OutItem] = []  # tokens for the router, into the outbox once per loop
-        self.item_tokens, self.lps = 0, {}  # and their count; logprob records, rid -> (Out.lp)
+        self.item_tokens = 0  # and their count
+        self.lps: dict[str, list] = {}  # logprob records, rid -> (Out.lp)
         self.running = True
         self.echo = args.worker_mode == "echo"
         self.step_failures = 0  # in a row
@@ -111,6 +118,9 @@ class Worker:
                     return
                 self.kinds[rid] = kind
                 if kind == "prefill":
+                    # decode checked that a prefill names where its KV goes (messages/codec.py _check_gen)
+                    assert (msg.dest is not None and msg.dest_ident is not None and msg.dest_addr is not None
+                            and msg.threshold is not None)
                     self.sender.plan(rid, msg.dest, msg.dest_ident, msg.dest_addr, msg.threshold,
                                      where={"region": msg.region, "blocks": msg.blocks}, skip=msg.skip or 0)
             case Expect(rid=rid):
