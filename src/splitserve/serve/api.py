@@ -23,6 +23,7 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -117,6 +118,12 @@ class App(FastAPI):
                 return
         await super().__call__(scope, receive, send)
 
+    def openapi(self) -> dict[str, Any]:
+        """The schema of openapi_schema (FastAPI's plus the short-path POST routes), made once."""
+        if self.openapi_schema is None:
+            self.openapi_schema = openapi_schema(self)
+        return self.openapi_schema
+
 
 def create_app(cfg: ServeConfig) -> App:
     """The server's app: its router (started and stopped with the app), the endpoints above."""
@@ -134,13 +141,6 @@ def create_app(cfg: ServeConfig) -> App:
     add_small_endpoints(app, router, info, metrics, gen)
     app.fast_routes = {"/v1/completions": gen.handler(False), "/v1/chat/completions": gen.handler(True),
                        "/tokenize": gen.endpoint(gen.tokenize), "/detokenize": gen.endpoint(gen.detokenize)}
-
-    def cached_openapi() -> dict:
-        if app.openapi_schema is None:
-            app.openapi_schema = openapi_schema(app)
-        return app.openapi_schema
-
-    app.openapi = cached_openapi
     return app
 
 

@@ -6,13 +6,12 @@ schema.py checks a body with them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from .openai_io import ApiError, bad
 
-_FINITE = {"allow_inf_nan": False}
 _IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
 _MESSAGES = {"type": "array", "minItems": 1, "items": {
     "type": "object", "required": ["role"],
@@ -31,8 +30,8 @@ Messages = Annotated[Any, WithJsonSchema({**_MESSAGES, "description": "chat mess
 class StreamOptions(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
     include_usage: bool = False
-    continuous_usage_stats: bool = Field(False, description="vLLM's: usage so far in every chunk (with "
-                                                            "include_usage)")
+    continuous_usage_stats: bool = Field(default=False, description="vLLM's: usage so far in every chunk "
+                                                                    "(with include_usage)")
 
 
 class JsonSchemaFormat(BaseModel):
@@ -56,13 +55,13 @@ class Sampling(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="ignore")
     model: str | None = None
-    temperature: float = Field(1.0, ge=0, le=2, **_FINITE)      # 1: the OpenAI default
-    top_p: float = Field(1.0, gt=0, le=1, **_FINITE)
+    temperature: float = Field(1.0, ge=0, le=2, allow_inf_nan=False)  # 1: the OpenAI default
+    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
     top_k: int = Field(0, ge=-1)                                # vLLM: -1 or 0 off; >= vocab off
     seed: int | None = Field(None, ge=-(2 ** 63), le=2 ** 63 - 1)
-    presence_penalty: float = Field(0.0, ge=-2, le=2, **_FINITE)
-    frequency_penalty: float = Field(0.0, ge=-2, le=2, **_FINITE)
-    repetition_penalty: float = Field(1.0, gt=0, le=2, **_FINITE)  # vLLM's extension
+    presence_penalty: float = Field(0.0, ge=-2, le=2, allow_inf_nan=False)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2, allow_inf_nan=False)
+    repetition_penalty: float = Field(1.0, gt=0, le=2, allow_inf_nan=False)  # vLLM's extension
     logit_bias: dict[str, float] | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
@@ -162,7 +161,10 @@ def _validation_error(e: ValidationError) -> ApiError:
     return bad(f"'{where}': {err['msg']} (got {shown})", param, code)
 
 
-def validate(model: type[BaseModel], body: dict):
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(model: type[M], body: dict) -> M:
     """The body checked by `model`; ApiError (400) naming the first field at fault otherwise."""
     try:
         return model.model_validate(body)

@@ -189,13 +189,15 @@ class Completions:
             if raw is None:
                 return  # the client left before sending its request
             left: list[bool] = []
-            watch = asyncio.ensure_future(_cancel_when_gone(receive, asyncio.current_task(), left))
+            task = asyncio.current_task()
+            assert task is not None  # an ASGI handler runs in a task
+            watch = asyncio.ensure_future(_cancel_when_gone(receive, task, left))
             try:
                 resp = await respond(raw)
             except asyncio.CancelledError:
                 if not left:
                     raise
-                asyncio.current_task().uncancel()  # the client left: generate cancelled its request
+                task.uncancel()  # the client left: generate cancelled its request
                 return
             except ApiError as e:
                 resp = error_response(e)

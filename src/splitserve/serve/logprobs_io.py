@@ -18,14 +18,20 @@ multi-byte character decodes to U+FFFD, as in vLLM). A logprob of -inf is writte
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..engine.tokenizer import Tokenizer
+
 FLOOR = -9999.0
 
 
 class TokenTexts:
     """Each token id's own text (cached: a response names the same tokens over and over)."""
 
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer, self.cache = tokenizer, {}
+    def __init__(self, tokenizer: Tokenizer | None) -> None:
+        self.tokenizer = tokenizer
+        self.cache: dict[int, str] = {}
 
     def __call__(self, tok: int) -> str:
         s = self.cache.get(tok)
@@ -42,7 +48,10 @@ def _lp(x: float) -> float:
 def completion_logprobs(text: TokenTexts, recs: list, offset: int, n: int, prompt: tuple | None = None) -> dict:
     """The completions form of `recs` (generated tokens) starting at character `offset`; `prompt`
     (its ids, its records from position 1): the echoed prompt's entries first."""
-    tokens, lps, tops, offsets = [], [], [], []
+    tokens: list[str] = []
+    lps: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    offsets: list[int] = []
     rows = [(t, None) for t in prompt[0][:1]] + [(r[0], r) for r in prompt[1]] if prompt else []
     for tok, r in rows + [(r[0], r) for r in recs]:
         s = text(tok)

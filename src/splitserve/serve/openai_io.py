@@ -20,7 +20,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from ..engine.tokenizer import Tokenizer
+
+orjson: ModuleType | None
 try:  # the serve extra installs orjson: about 10x faster than json on our request and response bodies
     import orjson
 except ImportError:  # pragma: no cover
@@ -77,7 +83,7 @@ def parse_json(raw: bytes) -> dict:
 @dataclass
 class ModelInfo:
     name: str
-    tokenizer: object | None
+    tokenizer: Tokenizer | None
     vocab_size: int
     max_model_len: int             # lowered to what the workers can hold once they are up
     chat_template: str | None = None

@@ -23,10 +23,13 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import UserError
 from .gpus import describe
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
 
 SPLIT = ("prompt", "token")
 
@@ -92,7 +95,7 @@ def read_plan(path: str | Path) -> Plan:
     return plan
 
 
-def _catalog(data: dict):
+def _catalog(data: dict) -> Catalog:
     from ..catalog import load_catalog
 
     where = (data.get("config") or {}).get("catalog")
@@ -154,7 +157,8 @@ LABEL = re.compile(r"(?P<hw>[^/]+)(?:/tp(?P<tp>\d+)pp(?P<pp>\d+)(?:ep\d+)?)?")
 def _from_summary(d: dict) -> Plan:
     from ..policy.config import OPTIONS
 
-    cat, pools = None, {}
+    cat: Catalog | None = None
+    pools: dict[str, Pool] = {}
     for m in d["cluster"]["machines"]:
         if not m["count"]:
             continue

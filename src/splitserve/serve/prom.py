@@ -4,7 +4,10 @@ ladders of the latency and token-count histograms."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 
 
@@ -15,17 +18,18 @@ class Children:
 
     __slots__ = ("_metric", "_children")
 
-    def __init__(self, metric) -> None:
-        self._metric, self._children = metric, {}
+    def __init__(self, metric: MetricWrapperBase) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
 
-    def labels(self, *values):
+    def labels(self, *values: str) -> Any:
         try:
             return self._children[values]
         except KeyError:
             child = self._children[values] = self._metric.labels(*values)
             return child
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._metric, name)
 
 
@@ -62,7 +66,8 @@ class Alias:
 
 def one_two_five(top: int) -> list[float]:
     """1, 2, 5, 10, 20, 50, ... up to `top` (vLLM's buckets for token counts)."""
-    out, scale = [], 1
+    out: list[float] = []
+    scale = 1
     while True:
         for m in (1, 2, 5):
             if m * scale > top:

@@ -39,8 +39,9 @@ UNSUPPORTED = {
     "chat_template_kwargs": (None, {}), "mm_processor_kwargs": (None,), "media_io_kwargs": (None,),
 }
 _STREAM_OPTIONS_UNSUPPORTED = {"include_obfuscation": (None, False)}
-_MESSAGE_UNSUPPORTED = {"name": (None,), "tool_calls": (None, []), "tool_call_id": (None,),
-                        "function_call": (None,), "audio": (None,), "refusal": (None,)}
+_MESSAGE_UNSUPPORTED: dict[str, tuple[object, ...]] = {
+    "name": (None,), "tool_calls": (None, []), "tool_call_id": (None,), "function_call": (None,), "audio": (None,),
+    "refusal": (None,)}
 
 
 def refuse_unsupported(body: dict) -> None:

@@ -102,7 +102,7 @@ class Chunks:
               echoed=None) -> str:
         gen, lp = self.gen, None
         if gen.logprobs is not None and (recs or echoed):
-            lp = chat_logprobs(self.names, recs, gen.logprobs) if self.chat else \
+            lp = chat_logprobs(self.names, recs or [], gen.logprobs) if self.chat else \
                 completion_logprobs(self.names, recs or [], self.at[i], gen.logprobs, echoed)
             if not self.chat:
                 self.at[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])

@@ -21,6 +21,7 @@ length of stop strings, stop token ids and logit-bias entries.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .bodies import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse, ResponseFormat,
                      StreamOptions, TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse, validate)
@@ -29,6 +30,9 @@ from .messages import WireParams
 from .openai_io import ApiError, ModelInfo, bad, dumps, parse_json
 from .prompts import chat_ids, check_text, encode_text, prompt_ids
 from .refusals import refuse_unsupported
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # its typed dict (llguidance does not export it)
 
 
 @dataclass(slots=True)
@@ -89,13 +93,14 @@ def _logit_bias(bias: dict[str, float], info: ModelInfo, limits: RequestLimits) 
     return sorted(out)
 
 
-def _max_tokens(m: CompletionRequest | ChatCompletionRequest, chat: bool, n_prompt: int, info: ModelInfo) -> int:
+def _max_tokens(m: CompletionRequest | ChatCompletionRequest, n_prompt: int, info: ModelInfo) -> int:
     if n_prompt >= info.max_model_len:
         raise bad(f"the prompt has {n_prompt} tokens but the model's context is {info.max_model_len} tokens",
                   "prompt", "context_length_exceeded")
     room = info.max_model_len - n_prompt
+    chat = isinstance(m, ChatCompletionRequest)
     name, mt = "max_tokens", m.max_tokens
-    if chat and m.max_completion_tokens is not None:
+    if isinstance(m, ChatCompletionRequest) and m.max_completion_tokens is not None:
         name, mt = "max_completion_tokens", m.max_completion_tokens
     if mt is None:
         return room if chat else min(16, room)  # OpenAI: 16 for completions; chat: all that fits
@@ -105,10 +110,11 @@ def _max_tokens(m: CompletionRequest | ChatCompletionRequest, chat: bool, n_prom
     return mt
 
 
-def _logprobs(m: CompletionRequest | ChatCompletionRequest, chat: bool, info: ModelInfo) -> tuple:
+def _logprobs(m: CompletionRequest | ChatCompletionRequest, info: ModelInfo) -> tuple[int | None, int | None]:
     """(logprobs N for the output, the prompt's N for the engine): completions' `logprobs` with
     `echo` scores the prompt too (as vLLM); chat's `top_logprobs` needs `logprobs: true`."""
-    if chat:
+    n: int | None
+    if isinstance(m, ChatCompletionRequest):
         if m.top_logprobs and not m.logprobs:
             raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value")
         n = (m.top_logprobs or 0) if m.logprobs else None
@@ -124,7 +130,7 @@ def _logprobs(m: CompletionRequest | ChatCompletionRequest, chat: bool, info: Mo
 
 # JSON output without whitespace between its tokens (llguidance allows any by default): a model
 # cannot stall on whitespace, as small ones do
-COMPACT_JSON = {"whitespace_flexible": False}
+COMPACT_JSON: JsonCompileOptions = {"whitespace_flexible": False}
 
 
 def _grammar(rf: ResponseFormat | None, info: ModelInfo, limits: RequestLimits) -> str | None:
@@ -135,7 +141,8 @@ def _grammar(rf: ResponseFormat | None, info: ModelInfo, limits: RequestLimits) 
     if not info.scores:
         raise bad("response_format needs workers that run the model (--worker-mode engine)", "response_format",
                   "unsupported")
-    schema = {"type": "object"} if rf.type == "json_object" else (rf.json_schema and rf.json_schema.json_schema)
+    schema = ({"type": "object"} if rf.type == "json_object"
+              else rf.json_schema.json_schema if rf.json_schema is not None else None)
     if schema is None:
         raise bad("'response_format.json_schema.schema' is required for type json_schema", "response_format",
                   "missing_field")
@@ -168,7 +175,7 @@ def check_model(name: str | None, info: ModelInfo) -> None:
 def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> GenRequest:
     """The checked request of one raw body (see the module docstring); ApiError otherwise."""
     body = parse_json(raw)
-    m = validate(ChatCompletionRequest if chat else CompletionRequest, body)
+    m = validate(ChatCompletionRequest, body) if chat else validate(CompletionRequest, body)
     check_model(m.model, info)
     refuse_unsupported(body)
     if m.best_of is not None and m.best_of < m.n:
@@ -179,7 +186,7 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
         raise bad("'best_of' needs workers that run the model (--worker-mode engine)", "best_of", "unsupported")
     stop = _stop_strings(m.stop, info, limits)
     echo_text = None
-    if chat:
+    if isinstance(m, ChatCompletionRequest):
         if body.get("echo"):
             raise bad("'echo' is not supported for chat completions", "echo", "unsupported")
         ids = chat_ids(m, info)
@@ -187,8 +194,8 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
         ids, text = prompt_ids(m.prompt, info, m.add_special_tokens)
         if m.echo:
             echo_text = text if text is not None else (info.tokenizer.decode(ids) if info.tokenizer else "")
-    n_lp, prompt_lp = _logprobs(m, chat, info)
-    params = WireParams(max_tokens=_max_tokens(m, chat, len(ids), info), temperature=m.temperature, top_p=m.top_p,
+    n_lp, prompt_lp = _logprobs(m, info)
+    params = WireParams(max_tokens=_max_tokens(m, len(ids), info), temperature=m.temperature, top_p=m.top_p,
                         top_k=m.top_k if 0 < m.top_k < info.vocab_size else 0,  # -1, 0 and >= vocab: off
                         ignore_eos=m.ignore_eos,
                         stop_token_ids=_token_list(m.stop_token_ids or [], info, limits, "stop_token_ids"),
@@ -208,11 +215,18 @@ def tokenize(raw: bytes, info: ModelInfo) -> dict:
     too (ASSUMED: vLLM tokenizes any length; a text refused here could never be served)."""
     body = parse_json(raw)
     chat = "messages" in body
-    m = validate(TokenizeChatRequest if chat else TokenizeCompletionRequest, body)
+    m = validate(TokenizeChatRequest, body) if chat else validate(TokenizeCompletionRequest, body)
     check_model(m.model, info)
     refuse_unsupported(body)
-    ids = chat_ids(m, info) if chat else encode_text(m.prompt, info, "prompt", m.add_special_tokens)
-    strs = [info.tokenizer.tk.id_to_token(t) for t in ids] if m.return_token_strs else None
+    if isinstance(m, TokenizeChatRequest):
+        ids = chat_ids(m, info)
+    else:
+        ids = encode_text(m.prompt, info, "prompt", m.add_special_tokens)
+    strs = None
+    if m.return_token_strs:
+        tok = info.tokenizer
+        assert tok is not None  # encode_text and chat_ids refuse a model without one
+        strs = [tok.tk.id_to_token(t) or "" for t in ids]  # ids of this tokenizer: each has its token
     return TokenizeResponse(count=len(ids), max_model_len=info.max_model_len, tokens=ids,
                             token_strs=strs).model_dump()
 
