@@ -240,7 +240,7 @@ def drive(split, homes, cap, block, routing, batching, events, predictor: str | 
                     live.arrive(b)
                 except NoWorkers:
                     continue
-                raise AssertionError("the live view took a request the simulator refused")
+                raise AssertionError("the live view took a request the simulator refused") from None
             live_reqs[i] = b
             live.arrive(b)
         elif kind == "step":

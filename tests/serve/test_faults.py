@@ -10,7 +10,6 @@ import signal
 import time
 
 import httpx
-import pytest
 
 from .conftest import complete, reference
 

@@ -114,7 +114,7 @@ def test_the_dashboards_figures_equal_what_the_server_did(scraped):
     model = '{model_name="tiny"}'
     assert value(scraped, f"vllm:prompt_tokens_total{model}") == sum(map(len, PROMPTS)) == 84
     assert value(scraped, f"vllm:generation_tokens_total{model}") == sum(MAX_TOKENS) == 28
-    assert value(scraped, f'vllm:request_success_total{{model_name="tiny",finished_reason="length"}}') == 5
+    assert value(scraped, 'vllm:request_success_total{model_name="tiny",finished_reason="length"}') == 5
     assert value(scraped, f"sum(rate(vllm:generation_tokens_total{model}[1m]))") > 0
     assert value(scraped, "sum(splitserve_worker_up)") == 2
     # the dashboard's TTFT P50: a quantile of the 5 requests' first-token times, under the slowest

@@ -196,7 +196,9 @@ class Codec:
         try:
             header = msgpack.unpackb(head, raw=False)
             src, dst, seq, digest = header.pop("_from"), header.pop("_to"), header.pop("_seq"), header.pop("_data")
-        except Exception as e:  # hostile bytes may raise anything in the parser: each is a counted rejection
+        except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException) as e:
+            # a counted rejection: msgpack's errors are ValueErrors (FormatError, StackError,
+            # ExtraData, bad UTF-8); a head that is no map, or lacks a field, raises the others
             raise self._reject("format", f"undecodable head: {e!r}") from None
         if type(src) is not str or type(seq) is not int or "t" not in header or \
                 (digest is not None and type(digest) is not bytes):
