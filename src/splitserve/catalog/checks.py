@@ -10,7 +10,7 @@ type, in its range; a UserError names the file, the entry and the field (`Where`
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import Field, fields, replace
 from typing import Any
 
 from splitserve.errors import UserError
@@ -34,6 +34,13 @@ class Where:
 _KIND = {"int": "an integer", "float": "a number", "str": "a string", "str | None": "a string"}
 
 
+def _annotation(f: Field) -> str:
+    """A field's annotation as written: the catalog's classes are under `from __future__ import annotations`."""
+    if not isinstance(f.type, str):
+        raise TypeError(f"field {f.name}: annotation {f.type!r} is not a string")
+    return f.type
+
+
 def _typed(where: Where, entry: str, cls: type, table: Any, skip: frozenset[str] = frozenset(),
            optional: dict[str, Any] | None = None) -> dict[str, Any]:
     """Constructor arguments of `cls` from a TOML table: every field given (a key of `optional`
@@ -42,7 +49,7 @@ def _typed(where: Where, entry: str, cls: type, table: Any, skip: frozenset[str]
     optional = optional or {}
     if not isinstance(table, dict):
         raise where.fail(entry, None, f"must be a table, got {table!r}")
-    wanted = {f.name: f.type for f in fields(cls) if f.name not in skip}
+    wanted = {f.name: _annotation(f) for f in fields(cls) if f.name not in skip}
     for key in table:
         if key not in wanted and key not in skip:
             raise where.fail(entry, key, f"unknown field (fields: {', '.join(sorted(wanted))})")

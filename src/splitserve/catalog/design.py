@@ -21,3 +21,13 @@ class Design:
     @property
     def split(self) -> bool:
         return self.scheduler == "splitwise"
+
+    def kinds(self) -> list[str]:
+        """The machine kind of each pool: [prompt, token] (Splitwise) or [machine] (baseline)."""
+        if self.split:
+            if self.prompt is None or self.token is None:
+                raise ValueError(f"design {self.name}: a Splitwise design names its prompt and token machines")
+            return [self.prompt, self.token]
+        if self.machine is None:
+            raise ValueError(f"design {self.name}: a baseline design names its machine")
+        return [self.machine]

@@ -90,9 +90,9 @@ def parse_count(flag: str, value: Count, kind: str) -> list[tuple[str, int]]:
             except ValueError:
                 raise UserError(f"{flag} {value!r}: give a count (4) or counts of machine kinds "
                                 f"(4*dgx-a100+2*dgx-h100)") from None
-    for k, n in parts:
-        if n < 1:
-            raise UserError(f"{flag} must be at least 1, got {n}")
+    for _, count in parts:
+        if count < 1:
+            raise UserError(f"{flag} must be at least 1, got {count}")
     return parts
 
 
@@ -115,12 +115,14 @@ def make_cluster(design: str, *, prompt_machines: Count | None = None,
                             f"--token-machines, not --machines")
         if prompt_machines is None or token_machines is None:
             raise UserError(f"{design} needs --prompt-machines N and --token-machines M")
-        return ClusterSpec(d, groups("--prompt-machines", prompt_machines, d.prompt, Pool.PROMPT)
-                           + groups("--token-machines", token_machines, d.token, Pool.TOKEN))
+        prompt, token = d.kinds()
+        return ClusterSpec(d, groups("--prompt-machines", prompt_machines, prompt, Pool.PROMPT)
+                           + groups("--token-machines", token_machines, token, Pool.TOKEN))
     if prompt_machines is not None or token_machines is not None:
         raise UserError(f"{design} is an unsplit baseline: give --machines N, not prompt/token counts")
     if machines is None:
         raise UserError(f"{design} needs --machines N")
     if any(v is not None for v in (parallel.prompt_tp, parallel.prompt_pp, parallel.token_tp, parallel.token_pp)):
         raise UserError(f"{design} is an unsplit baseline: give --tp/--pp, not prompt/token parallelism")
-    return ClusterSpec(d, groups("--machines", machines, d.machine, Pool.MIXED))
+    (machine,) = d.kinds()
+    return ClusterSpec(d, groups("--machines", machines, machine, Pool.MIXED))

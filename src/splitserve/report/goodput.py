@@ -33,7 +33,7 @@ def from_options(ttft_s: float | None, tpot_s: float | None) -> GoodputSLO | Non
     """The SLOs of --goodput-ttft / --goodput-tpot (simulate, provision): both or neither."""
     if (ttft_s is None) != (tpot_s is None):
         raise UserError("give both --goodput-ttft and --goodput-tpot (seconds), or neither")
-    if ttft_s is None:
+    if ttft_s is None or tpot_s is None:  # neither (both or neither, above)
         return None
     if not (ttft_s > 0 and tpot_s > 0):
         raise UserError("--goodput-ttft and --goodput-tpot must be positive seconds")

@@ -6,8 +6,7 @@ memory stays flat however long the run (a 2.5M-request hour costs no more than a
 timestamps by default, time-scaled to `rps` when given, replayed back to back when shorter than
 `duration`). `rate_profile=` (workload/rate.py: "0:5,60:20,120:5" or "sin:10:5:600") makes
 Poisson arrivals non-homogeneous, drawn by thinning with the same seeded generator, block by
-block, so memory stays flat as well. Measured on this project's 2-core dev machine: iterating a synthetic workload costs
-about 0.5 us per request (see tests/workload).
+block, so memory stays flat as well.
 """
 
 from __future__ import annotations
@@ -154,11 +153,24 @@ def make_workload(source: str, *, rps: float | None = None, duration: float | No
             raise UserError(f"{source}: all requests share one timestamp; give --rps or --arrivals poisson")
         mode = "poisson"
     target = rps or native
-    scale = native / target if mode == "trace" else 1.0
+    if target is None:   # --arrivals poisson: a rate it cannot take from one timestamp
+        raise UserError(f"{source}: all requests share one timestamp; give --rps")
+    scale = native / target if mode == "trace" and native is not None else 1.0
     if duration is None and max_requests is None:
         duration = trace.duration * scale + 1e-9 if mode == "trace" else len(trace) / target
     return Workload(Path(source).name, target, duration, seed, mode, max_requests, max_context,
                     trace, scale)
+
+
+def request_workload(source: str, *, rps: float | None = None, duration: float | None = None, seed: int = 0,
+                     arrivals: str = "auto", max_requests: int | None = None, max_context: int | None = None,
+                     rate_profile: str | RateProfile | None = None) -> Workload:
+    """`make_workload` where independent requests are wanted: UserError for a conversation shape."""
+    wl = make_workload(source, rps=rps, duration=duration, seed=seed, arrivals=arrivals, max_requests=max_requests,
+                       max_context=max_context, rate_profile=rate_profile)
+    if not isinstance(wl, Workload):
+        raise UserError(f"{source} is conversations; this takes a workload of independent requests")
+    return wl
 
 
 def _profiled(source, profile, duration, seed, arrivals, max_requests, max_context, rps) -> Workload:

@@ -77,7 +77,8 @@ def parse_shape(base: Shape, text: str) -> Shape:
     return s
 
 
-class Turn(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Turn:
     arrival: float            # seconds from the start of the run
     prompt_tokens: int
     output_tokens: int

@@ -86,7 +86,7 @@ def load_trace(path: str | Path) -> Trace:
             outputs.append(oi)
     if not times:
         raise UserError(f"{path}: the trace has no requests")
-    t = np.asarray(times, dtype=np.float64)
-    order = np.argsort(t, kind="stable")
-    t = t[order] - t[order[0]]
-    return Trace(t, np.asarray(prompts, dtype=np.int64)[order], np.asarray(outputs, dtype=np.int64)[order])
+    stamps = np.asarray(times, dtype=np.float64)
+    order = np.argsort(stamps, kind="stable")
+    stamps = stamps[order] - stamps[order[0]]
+    return Trace(stamps, np.asarray(prompts, dtype=np.int64)[order], np.asarray(outputs, dtype=np.int64)[order])
