@@ -1,7 +1,7 @@
 """The two generation endpoints, `POST /v1/completions` and `POST /v1/chat/completions`, served
 on a short path: `App.__call__` (api.py) hands their POSTs straight to `Completions.handler`,
-without FastAPI's routing, dependency and middleware layers (37% of the profile samples of a
-request's path through the app, benchmarks/serve/README.md). vLLM's `POST /tokenize` and
+without FastAPI's routing, dependency and middleware layers (the larger part of a request's
+cost in the app). vLLM's `POST /tokenize` and
 `POST /detokenize` take the same path (`Completions.endpoint`), so that their bodies are bounded,
 and their API key checked, alike.
 

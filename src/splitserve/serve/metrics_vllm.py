@@ -52,7 +52,7 @@ observed when a request completes (stop or length), as vLLM observes them at a r
 A request is scheduled at its first engine step: when its worker formed the step, by the worker's
 clock where the router shares it (the same boot id, serve/reports.py), else when the router reads
 the step's report. The router can learn of a split request's first token before that report: the
-token worker's `kv_in` can overtake it (two sockets; seen under load on the 2-core dev VM). On a
+token worker's `kv_in` can overtake it (it comes over another socket). On a
 shared clock the step is placed all the same; otherwise such a request has no scheduling moment:
 it is left out of the queue, prefill and inference histograms and counted in
 splitserve_requests_schedule_unseen_total, so those histograms' counts plus that counter equal the

@@ -61,17 +61,8 @@ then the plaintext inside CURVE's boxes.
 
 Message types
 -------------
-Router -> worker: gen (run a request: "full" on this worker, or "prefill" and ship the KV to a
-peer), expect (reserve KV blocks for an incoming transfer), cancel (drop a reservation), abort,
-peer_down, ping, stop. Worker -> router: hello, out (tokens of one engine step), reserved, kv_in
-(a transfer landed; its bytes and times), kv_fail, err, step_failed (an engine step raised; the
-requests it held), hb (heartbeat with KV block counts).
-Worker -> worker (KV transport): kvs (a step of the prompt starts; the receiver's timeout
-restarts), kvl (one layer's KV, or with --transport local the word that layer i has been written
-into the receiver's blocks), kvd (the transfer is complete; with the whole KV in serialized TCP
-mode), kvx (local transport: the writer drops a transfer and will not write into its blocks
-again). With --transport local, hello carries the worker's KV region
-handle, reserved the reserved block ids, and gen (prefill) both of the token worker's.
+What a header may hold, kind by kind: the typed classes of messages/; every message, its direction,
+fields and meaning: the message table of docs/architecture.md (Messages).
 """
 
 from __future__ import annotations

@@ -13,27 +13,26 @@ unlinks the memory (the owner's side); shm_map.py maps and unmaps it (the writer
   start rather than a SIGBUS mid-run.
 - CUDA: the cache is an ordinary CUDA tensor shared with torch's own CUDA IPC mechanism
   (`torch.multiprocessing.reductions.reduce_tensor` on the owner's side, `rebuild_cuda_tensor` on
-  the mapping side). THIS BRANCH HAS NOT BEEN RUN ON A GPU YET (no GPU where it was written); its
-  tests skip without CUDA. Known limits: a process cannot map its own handle (CUDA IPC refuses;
-  a worker never writes to itself); the handle names the owner's device by index, so workers
-  must see the same devices (same CUDA_VISIBLE_DEVICES); the owner's memory must outlive every
-  mapping (the writer drops its mapping on `peer_down`); and torch's IPC reference counter is
-  shared by every mapper of the one handle, which only matters when the owner frees the cache,
-  i.e. when it exits.
+  the mapping side). Not yet run on a GPU: its tests skip without CUDA. Known limits: a process
+  cannot map its own handle (CUDA IPC refuses; a worker never writes to itself); the handle names
+  the owner's device by index, so workers must see the same devices (same CUDA_VISIBLE_DEVICES);
+  the owner's memory must outlive every mapping (the writer drops its mapping on `peer_down`); and
+  torch's IPC reference counter is shared by every mapper of the one handle, which only matters
+  when the owner frees the cache, i.e. when it exits.
 
 Segment lifetime (CPU). A segment is named `splitserve-kv-<owner pid>-<random>` and unlinked by
 its owner: `SharedKVRegion.close()` at the worker's normal exit (the router's `stop`) and on
-SIGTERM (the worker's handler unlinks, then terminates as before). Unlinking right after the peer mapped
-it is not possible: a prompt worker that is restarted (or a second one) must map it again later.
+SIGTERM (the worker's handler unlinks, then terminates). Unlinking right after the peer mapped it
+is not possible: a prompt worker that is restarted (or a second one) must map it again later.
 When the owner is killed with SIGKILL:
   1. Python's resource tracker (a helper process each worker starts with its first segment, which
      outlives a SIGKILL of the worker) unlinks it within moments, with a "leaked shared_memory
      objects" warning on stderr. Mapping processes unregister their attachments from their own
      tracker, so a dying writer never unlinks its peer's segment.
   2. If the tracker is killed too (the worker's whole process group got SIGKILL; or
-     `--backend ray`, whose shutdown kills the actors' processes, trackers included: seen on a
-     local Ray instance), the segment stays in /dev/shm until the next `SharedKVRegion` on this
-     host is created (a restarted worker, or the next cluster): it sweeps every
+     `--backend ray`, whose shutdown kills the actors' processes, trackers included), the segment
+     stays in /dev/shm until the next `SharedKVRegion` on this host is created (a restarted
+     worker, or the next cluster): it sweeps every
      `splitserve-kv-<pid>-*` whose pid is no longer alive. So at most one segment per killed
      worker leaks, until then. This assumes one PID namespace per /dev/shm (a recycled pid keeps
      its dead owner's segment until swept later).

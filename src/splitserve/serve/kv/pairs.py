@@ -16,8 +16,7 @@ no global default group (no `init_process_group`), so any number of pairs live i
   polled: a timed-out wait closes the pair) and calls back when it is done or failed. Any failure
   breaks the link for good (`broken`): its transfers fail and the next one makes a new pair.
   A wait is bounded by the group's timeout; a peer that dies closes its gloo connections at once.
-  NCCL links are aborted on failure and past their deadline (never run on a GPU yet: no machine
-  with two GPUs where it was written).
+  NCCL links are aborted on failure and past their deadline (not yet run on GPUs).
 - Trust: the store listens on the KV address's host only, and neither it nor gloo/NCCL
   authenticates or encrypts. A pair's receives are posted only for descriptors in the signed
   messages of the worker that wrote the pair's record, so a stranger reaching the store can

@@ -48,7 +48,7 @@ Design choices
   that needs the sender reads `header["_from"]` (a message object does not carry it, so that
   messages compare equal and a constructed message needs no sender).
 * A field that is None on the Python side is left out of the header; decode takes a missing
-  optional field or an explicit nil (as senders wrote `"region": None` before) as its default.
+  optional field or an explicit nil as its default.
 * Lists and tuples: msgpack gives lists. Variable-length sequences (prompt_ids, blocks, tokens,
   rids, preempted, joined, items, chunks, stop_token_ids, logit_bias) are stored as lists, as
   msgpack made them (no copy); fixed-shape records are tuples: OutItem and StepChunk (NamedTuples, which msgpack packs
@@ -61,10 +61,6 @@ Design choices
   encoder and a decoder for it (straight-line code: one lookup per field, the common case of each
   check inline, the header's size compared with the fields found to catch unknown ones; objects
   built through their slots, skipping the frozen __init__). Lists of ids are checked at C speed.
-  Measured on one core (CPython 3.11), encode / decode: hb 0.24 / 0.7 us, out 0.1 / 0.6 us plus
-  0.2 us per item, gen with a 100-token prompt 0.4 / 3.7 us; constructing a message costs about
-  0.1 us per field (the frozen dataclass's __init__). Codec.encode + decode of the same header:
-  3.3 to 9 us.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ from enum import StrEnum
 
 
 class Stage(StrEnum):
-    """A request's stage in the router (router.py LiveRequest.stage). A StrEnum: each member is
-    its string (Stage.DECODE == "decode", str() and f-strings give "decode"), so it can replace the
-    strings router.py uses today one place at a time. `Stage.X.__doc__` says what X means."""
+    """A request's stage in the router (requests.py LiveRequest.stage). A StrEnum: each member is
+    its string (Stage.DECODE == "decode", str() and f-strings give "decode"). `Stage.X.__doc__`
+    says what X means."""
 
     def __new__(cls, value: str, doc: str) -> Stage:
         m = str.__new__(cls, value)
