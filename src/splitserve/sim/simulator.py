@@ -25,7 +25,7 @@ from ..catalog import ModelSpec
 from ..cluster.designs import ClusterSpec
 from ..errors import UserError
 from ..perf.mixed import prompt_alone
-from ..perf.step import SharedStep, StepModel
+from ..perf.step import SharedStep
 from ..policy.cluster import admit_freed, arrive, readmit
 from ..policy.cluster_schedulers import make_cluster_scheduler
 from ..policy.kv_allocation import DoesNotFit
