@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from .collector import Collector, RequestRecord
 from .plan import PlannedRequest
@@ -51,6 +52,7 @@ class Target:
 
 def request_body(target: Target, prompt: list[int] | str, max_tokens: int) -> dict:
     """The JSON body of one streaming, greedy request (chat: `prompt` is the user message)."""
+    body: dict[str, Any]
     if target.chat:
         body = {"messages": [{"role": "user", "content": prompt}]}
     else:
@@ -111,6 +113,7 @@ class _Reading:
             rec.cached_tokens = u
         if self.save_outputs:
             ids, text = chunk_output(event)
+            assert rec.output_ids is not None and rec.output_text is not None, "_stream_one starts both"
             rec.output_ids += ids
             rec.output_text += text
         if self.reply is not None:
@@ -199,7 +202,7 @@ async def _run_one(client, target, body, rec, t0, collector: Collector,
         rec.end = time.perf_counter() - t0
         if began:
             collector.active -= 1
-        if held:
+        if held and slots is not None:
             slots.release()
         if rec.outcome == "pending":           # cancelled while waiting for a slot
             rec.outcome, rec.reason = "failed", "client_error: request did not finish"

@@ -98,9 +98,11 @@ class Collector:
         if rec.end is not None:
             self.last_end = rec.end if self.last_end is None else max(self.last_end, rec.end)
         if rec.outcome == "completed":
+            ttft, e2e = rec.ttft, rec.e2e
+            assert ttft is not None and e2e is not None, "a completed request has its first and last token times"
             self.completed += 1
-            self.ttft.add(rec.ttft)
-            self.e2e.add(rec.e2e)
+            self.ttft.add(ttft)
+            self.e2e.add(e2e)
             for g in gaps:
                 self.tbt.add(g)
             rec.max_tbt = max(gaps) if gaps else None
@@ -115,7 +117,7 @@ class Collector:
             elif rec.usage_prompt_tokens != rec.prompt_tokens:
                 self.prompt_tokens_off += 1
             if self.goodput is not None:
-                rec.good = self.goodput.meets(rec.ttft, rec.tpot, rec.max_tbt, rec.e2e)
+                rec.good = self.goodput.meets(ttft, rec.tpot, rec.max_tbt, e2e)
                 self.good += rec.good
             if rec.tokens < rec.max_tokens:
                 self.short_outputs += 1

@@ -31,8 +31,10 @@ def turns_after(conv: Conversations, turn: Turn) -> int:
     """How many turns `turn`'s conversation has after it, replies of their planned length (as
     the server sends with ignore_eos) standing in for the server's."""
     n = 0
-    while (turn := conv.follow(turn, conv.stand_in(turn), turn.arrival)) is not None:
+    nxt = conv.follow(turn, conv.stand_in(turn), turn.arrival)
+    while nxt is not None:
         n += 1
+        nxt = conv.follow(nxt, conv.stand_in(nxt), nxt.arrival)
     return n
 
 
@@ -71,6 +73,7 @@ async def converse(conv: Conversations, target: Target, collector: Collector,
             if rec.outcome != "completed":
                 collector.not_sent += turns_after(conv, turn)
                 return
+            assert rec.end is not None, "_run_one sets when the request ended"
             nxt = conv.follow(turn, reply, rec.end)
             if nxt is not None:
                 launch(nxt)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
-from ..workload.conversations import SHAPES
+from ..workload import request_workload
+from ..workload.conversations import SHAPES, Conversations
 from .options import BenchOptions, check
 from .server_check import check_context
 
@@ -24,7 +25,7 @@ class Plan:
     total: int
     workload: dict                    # summary.json's `workload`: name, rps, duration_s
     arrivals: str
-    conversations: object = None      # multiturn, sysprompt: the Conversations; requests() its first turns
+    conversations: Conversations | None = None  # multiturn, sysprompt; requests() its first turns
 
 
 def _arrival_times(o: BenchOptions) -> list[float]:
@@ -34,22 +35,21 @@ def _arrival_times(o: BenchOptions) -> list[float]:
 
 
 def workload_plan(o: BenchOptions, max_context: int | None) -> Plan:
-    from ..workload import make_workload
     from .plan import Caps, PlannedRequest, plan_requests
 
     caps = Caps(o.max_prompt_tokens, o.max_tokens_cap)
     if o.workload in SHAPES:
         return _conversation_plan(o, max_context)
     if o.burstiness == 1.0:
-        wl = make_workload(o.workload, rps=float(o.rps), duration=o.duration, seed=o.seed, arrivals=o.arrivals,
-                           max_context=max_context, max_requests=o.num_prompts)
+        wl = request_workload(o.workload, rps=float(o.rps), duration=o.duration, seed=o.seed,
+                              arrivals=o.arrivals, max_context=max_context, max_requests=o.num_prompts)
         total = sum(1 for _ in wl)
         return Plan(lambda: plan_requests(wl, caps), total,
                     {"name": wl.name, "rps": wl.rps, "duration_s": wl.duration}, wl.arrivals)
     # the workload's sizes in its order, at gamma arrivals: Poisson-like sources only
-    wl = make_workload(o.workload, rps=float(o.rps), duration=None, seed=o.seed,
-                       arrivals="poisson" if o.arrivals == "auto" else o.arrivals,
-                       max_context=max_context, max_requests=2**62)
+    wl = request_workload(o.workload, rps=float(o.rps), duration=None, seed=o.seed,
+                          arrivals="poisson" if o.arrivals == "auto" else o.arrivals,
+                          max_context=max_context, max_requests=2**62)
     check(wl.arrivals == "poisson", "--burstiness reshapes Poisson arrivals; a trace replayed at its own "
                                      "timestamps has none: add --arrivals poisson")
     times = _arrival_times(o)
@@ -65,6 +65,8 @@ def _conversation_plan(o: BenchOptions, max_context: int | None) -> Plan:
 
     conv = make_workload(o.workload, rps=float(o.rps), duration=o.duration, seed=o.seed, max_context=max_context,
                          conversation=o.conversation)
+    if not isinstance(conv, Conversations):
+        raise AssertionError(f"{o.workload} is requests, not conversations")
     return Plan(lambda: first_requests(conv), planned_turns(conv),
                 {"name": conv.name, "rps": conv.rps, "duration_s": conv.duration},
                 "poisson starts, closed-loop turns", conv)
@@ -89,7 +91,9 @@ async def _sharegpt_plan(o: BenchOptions, max_context: int | None, tok, texts) -
     from .datasets import MIN_SHAREGPT_TOKENS, read_sharegpt, sharegpt_order
     from .plan import Caps, PlannedRequest, capped
 
-    convs = read_sharegpt(o.dataset_path)
+    path = o.dataset_path
+    assert path is not None, "validate() requires --dataset-path with --dataset sharegpt"
+    convs = read_sharegpt(path)
     order = sharegpt_order(len(convs), o.seed)
     times = _arrival_times(o)
     caps = Caps(o.max_prompt_tokens, o.max_tokens_cap)
@@ -123,7 +127,7 @@ async def _sharegpt_plan(o: BenchOptions, max_context: int | None, tok, texts) -
         elif p != n:
             prompt, sources[idx] = None, text
         reqs.append(PlannedRequest(idx, t, p, m, prompt))
-    name = f"sharegpt:{Path(o.dataset_path).name}"
+    name = f"sharegpt:{Path(path).name}"
     return Plan(lambda: reqs, len(reqs), {"name": name, "rps": float(o.rps), "duration_s": o.duration},
                 f"gamma(burstiness={o.burstiness:g})"), sources
 
@@ -146,11 +150,12 @@ def make_plan(o: BenchOptions, base: str, model: str | None, ctx: int | None) ->
 
     max_context = o.max_context
     if o.clip_to_context:
-        check(ctx is not None, f"the server at {base} does not report its context (max_model_len in "
-                                f"GET /v1/models): give --max-context instead of --clip-to-context")
+        if ctx is None:
+            raise UserError(f"the server at {base} does not report its context (max_model_len in "
+                            f"GET /v1/models): give --max-context instead of --clip-to-context")
         max_context = ctx if max_context is None else min(max_context, ctx)
 
-    async def build(tok, texts):
+    async def build(tok, texts) -> Plan:
         sources: dict = {}
         if o.dataset == "sharegpt":
             plan, sources = await _sharegpt_plan(o, max_context, tok, texts)

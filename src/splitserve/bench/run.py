@@ -21,11 +21,15 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..heap import frozen_heap
 from .options import ENDPOINTS, BenchOptions, base_url, validate
-from .planning import make_plan
+from .planning import Plan, make_plan
 from .server_check import choose_model, preflight
+
+if TYPE_CHECKING:
+    from .collector import Collector, RequestRecord
 
 SAVED_ONLY = ("prompt", "output_ids", "output_text")   # requests.jsonl keys written with --save-outputs only
 CONVERSATION_ONLY = ("conversation", "turn")             # ... and with a conversation workload only
@@ -34,9 +38,8 @@ CONVERSATION_ONLY = ("conversation", "turn")             # ... and with a conver
 def run_bench(o: BenchOptions, return_records: bool = False):
     """The summary dict; with `return_records`, `(summary, records)` (one `RequestRecord` per
     request, in index order; empty unless `o.keep_records`)."""
-    from .client import Collector, Target, replay
+    from .client import Collector
     from .metrics import parse_goodput, parse_percentiles
-    from .plan import PromptMaker
     from .summary import bench_summary
 
     validate(o)
@@ -46,20 +49,42 @@ def run_bench(o: BenchOptions, return_records: bool = False):
     if o.dataset == "sharegpt":
         from .datasets import read_sharegpt
 
+        assert o.dataset_path is not None, "validate() requires --dataset-path with --dataset sharegpt"
         read_sharegpt(o.dataset_path)        # a bad file is refused before the server is asked
     models = preflight(base, o.api_key)
     model, ctx = choose_model(models, o.model, base, o.server_check)
     plan, tokenize_calls = make_plan(o, base, model, ctx)
+    collector = Collector(plan.total, keep_records=o.keep_records, goodput=goodput)
+    wall = _send(o, plan, base, model, collector)
+    options = _run_options(o, plan, ctx, tokenize_calls, collector)
+    summary = bench_summary(collector, plan.workload, url=base, model=model, wall_s=wall, options=options,
+                            percentiles=percentiles)
+    records = sorted(collector.records, key=lambda r: r.index)
+    if o.out is not None:
+        from ..report.summary import write_summary
+
+        write_summary(summary, o.out)
+        if o.keep_records:
+            _write_records(Path(o.out) / "requests.jsonl", records, o.save_outputs, plan.conversations is not None)
+    if return_records:
+        return summary, records
+    return summary
+
+
+def _send(o: BenchOptions, plan: Plan, base: str, model: str | None, collector: Collector) -> float:
+    """Send the plan (open loop, or a conversation's turns one after another); the wall time in
+    seconds."""
+    from .client import Target, replay
+    from .plan import PromptMaker
+
     target = Target(base + ENDPOINTS[o.endpoint], model, o.api_key, o.timeout, o.max_connections, o.ignore_eos,
                     chat=o.endpoint == "chat", max_concurrency=o.max_concurrency, save_outputs=o.save_outputs)
-    collector = Collector(plan.total, keep_records=o.keep_records, goodput=goodput)
-    prompts = PromptMaker(o.seed, o.token_id_min, o.token_id_max)
-
     if plan.conversations is not None:
         from .conversations import converse
 
         sender = converse(plan.conversations, target, collector)
     else:
+        prompts = PromptMaker(o.seed, o.token_id_min, o.token_id_max)
         sender = replay(plan.requests(), target, prompts, collector)
     with frozen_heap():  # no full pass of the collector over the plan and the imports while timing (heap.py)
         if o.progress and sys.stderr.isatty():
@@ -68,7 +93,11 @@ def run_bench(o: BenchOptions, return_records: bool = False):
             wall = asyncio.run(sender)
     assert collector.done == collector.sent, (collector.done, collector.sent)
     assert plan.conversations is not None or collector.sent == plan.total, (collector.sent, plan.total)
+    return wall
 
+
+def _run_options(o: BenchOptions, plan: Plan, ctx: int | None, tokenize_calls: int, collector: Collector) -> dict:
+    """summary.json's `bench` options: what the run was asked and what it planned."""
     options = {"endpoint": ENDPOINTS[o.endpoint], "seed": o.seed, "arrivals": plan.arrivals,
                "max_prompt_tokens": o.max_prompt_tokens, "max_tokens_cap": o.max_tokens_cap,
                "max_context": o.max_context, "token_id_range": [o.token_id_min, o.token_id_max],
@@ -80,23 +109,19 @@ def run_bench(o: BenchOptions, return_records: bool = False):
         conv = plan.conversations
         options.update({"conversation": conv.shape.describe(), "conversations": sum(1 for _ in conv),
                         "turns_not_sent": collector.not_sent})
-    summary = bench_summary(collector, plan.workload, url=base, model=model, wall_s=wall, options=options,
-                            percentiles=percentiles)
-    if o.out is not None:
-        from ..report.summary import write_summary
+    return options
 
-        write_summary(summary, o.out)
-        if o.keep_records:
-            with (Path(o.out) / "requests.jsonl").open("w") as f:
-                for rec in sorted(collector.records, key=lambda r: r.index):
-                    d = asdict(rec)
-                    for k in (SAVED_ONLY if not o.save_outputs else ()) + (
-                            CONVERSATION_ONLY if plan.conversations is None else ()):
-                        del d[k]
-                    f.write(json.dumps(d) + "\n")
-    if return_records:
-        return summary, sorted(collector.records, key=lambda r: r.index)
-    return summary
+
+def _write_records(path: Path, records: list[RequestRecord], save_outputs: bool, conversations: bool) -> None:
+    """requests.jsonl: one line a request, without the keys of what the run did not do (saved
+    outputs, conversations)."""
+    left_out = (SAVED_ONLY if not save_outputs else ()) + (CONVERSATION_ONLY if not conversations else ())
+    with path.open("w") as f:
+        for rec in records:
+            d = asdict(rec)
+            for k in left_out:
+                del d[k]
+            f.write(json.dumps(d) + "\n")
 
 
 def failure_message(summary: dict, max_failure_ratio: float) -> str | None:

@@ -46,7 +46,7 @@ def choose_model(models: list[dict], wanted: str | None, base: str, check: bool)
 def check_context(plan: Iterable, ctx: int) -> None:
     """Refuse (one line) a plan with a request whose prompt + output exceeds `ctx`."""
     over = total = 0
-    longest = None
+    longest: tuple[int, int] | None = None   # the longest request over `ctx`: (prompt, output) tokens
     for r in plan:
         total += 1
         n = r.prompt_tokens + r.max_tokens
@@ -54,7 +54,7 @@ def check_context(plan: Iterable, ctx: int) -> None:
             over += 1
             if longest is None or n > longest[0] + longest[1]:
                 longest = (r.prompt_tokens, r.max_tokens)
-    if over:
+    if longest is not None:
         raise UserError(f"{over:,} of {total:,} requests need more than the server's context of {ctx:,} tokens "
                         f"(the longest: {longest[0]:,} prompt + {longest[1]:,} output tokens); cap them with "
                         f"--max-prompt-tokens and --max-tokens-cap, clip them with --clip-to-context, or send "
