@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -52,7 +52,7 @@ def compare(
     system's paper claim beside what the simulation finds."""
     from ..compare.command import run_compare     # matplotlib: loaded when the command runs
 
-    d = {"machines": DEFAULT_MACHINES, "duration": 120.0, "tolerance": 0.02, "curve_points": 6}
+    d: dict[str, Any] = {"machines": DEFAULT_MACHINES, "duration": 120.0, "tolerance": 0.02, "curve_points": 6}
     if quick:
         d = dict(QUICK)
     given = {"machines": machines, "duration": duration, "tolerance": tolerance, "curve_points": curve_points}

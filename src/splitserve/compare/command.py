@@ -19,7 +19,8 @@ from ..provision.evaluate import Cache, Evaluator, LocalBackend, default_cache_d
 from ..provision.plan import ASSUMPTION, RateRange, Scenario, scenario_dict
 from ..provision.search import RateLattice
 from ..report.goodput import from_options
-from ..workload import make_workload
+from ..workload import RequestSpec, make_workload
+from ..workload.conversations import Turn
 from . import plots
 from .budget import Budget
 from .claims import Claim, explain_all, finding, load_claims
@@ -51,6 +52,7 @@ def run_compare(req: CompareRequest, log: Callable[[str], None] = lambda m: None
     sc = Scenario(req.workload, req.duration, req.seed, req.model, None,
                   (slo.ttft_s, slo.tpot_s) if slo else None, catalog=catalog)
     lattice = RateLattice(req.tolerance)      # provision's: 1.0 x (1 + tolerance)^k
+    assert req.max_rps is not None, "CompareRequest sets its default"
     rates = RateRange(req.min_rps, req.max_rps, lattice)
     claims = load_claims()
 
@@ -100,7 +102,7 @@ def workload_stats(sc: Scenario, rps: float) -> dict | None:
     run's simulations), for the claims' paragraphs; None when no system has a goodput."""
     if not rps:
         return None
-    reqs = list(make_workload(sc.workload, rps=rps, duration=sc.duration, seed=sc.seed))
+    reqs: list[RequestSpec | Turn] = list(make_workload(sc.workload, rps=rps, duration=sc.duration, seed=sc.seed))
     if not reqs:
         return None
     p, o = [r.prompt_tokens for r in reqs], [r.output_tokens for r in reqs]

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from . import facts as F
 
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 CONDITION = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(<=|>=|==|!=|<|>)\s*(\S.*?)\s*$")
-OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+OPS: dict[str, Callable[[Any, Any], bool]] = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
        "==": operator.eq, "!=": operator.ne}
 
 
@@ -36,7 +38,7 @@ def sentence(entry: str | dict) -> Sentence:
                     " ".join(entry.get("otherwise", "").split()))
 
 
-def _operand(s: str) -> tuple[str, object]:
+def _operand(s: str) -> tuple[str, str | float]:
     """('word', w) for 'w'; ('number', x) for a number; ('name', n) otherwise."""
     if len(s) >= 2 and s[0] == s[-1] == "'":
         return "word", s[1:-1]
@@ -74,7 +76,10 @@ def problems(s: Sentence) -> list[str]:
 def holds(s: Sentence, facts: dict) -> bool | None:
     """Whether every condition holds on `facts`; None when one names a figure the run lacks."""
     for c in s.when:
-        a, op, b = CONDITION.match(c).groups()
+        m = CONDITION.match(c)
+        if m is None:  # `check` refuses such a sentence first
+            raise ValueError(f"condition {c!r} is not 'a OP b'")
+        a, op, b = m.groups()
         kind, v = _operand(b)
         if a not in facts or (kind == "name" and v not in facts):
             return None

@@ -13,6 +13,8 @@ design lacks) is absent from the facts, never zero.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..policy.systems import SYSTEMS
 
 # name -> format spec (format(); "s": a word as it is)
@@ -75,7 +77,8 @@ def check_words(check: str) -> str:
 
 def _system(r: dict) -> dict:
     """One system's own figures: from its row of results["systems"]."""
-    m, f, out = r.get("at_goodput"), r.get("finding") or {}, {}
+    m, f = r.get("at_goodput"), r.get("finding") or {}
+    out: dict[str, Any] = {}
     if r.get("goodput_rps") is None or m is None:
         return out
     counts = r["cluster"]
@@ -127,7 +130,7 @@ def _run(res: dict, own: dict[str, dict]) -> dict:
                    least_rps=own[least]["goodput_rps"])
         costs = {s: f["cost_per_mtok"] for s, f in own.items() if "cost_per_mtok" in f}
         if costs:
-            cheap = min(costs, key=costs.get)
+            cheap = min(costs, key=costs.__getitem__)
             out.update(cheapest_system=cheap, cheapest_cost=costs[cheap])
     st = res.get("workload_stats")
     if st:

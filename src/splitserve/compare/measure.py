@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from ..cluster.designs import load_designs
 from ..policy.config import make_policy
@@ -32,7 +33,7 @@ class Point:
 def measure(pt: Point) -> dict:
     """One simulation of `pt`, reduced to the figures the report shows."""
     sc = pt.scenario
-    counts = ({"prompt_machines": pt.cluster[0], "token_machines": pt.cluster[1]}
+    counts: dict[str, Any] = ({"prompt_machines": pt.cluster[0], "token_machines": pt.cluster[1]}
               if load_designs(sc.catalog)[pt.design].split else {"machines": pt.cluster[0]})
     s = run_simulation(design=pt.design, **counts, model=sc.model, workload=sc.workload, rps=pt.rps,
                        duration=sc.duration, seed=sc.seed, profile=sc.profile,
@@ -41,7 +42,7 @@ def measure(pt: Point) -> dict:
     checks = s["slo"]["checks"]
     ratio = {k: (c["slowdown"] if c["slowdown"] is not None else float("inf")) / c["limit"]
              for k, c in checks.items()}
-    worst = max(ratio, key=ratio.get)
+    worst = max(ratio, key=ratio.__getitem__)
     span, tokens, cost = s["sim"]["simulated_s"], s["tokens_generated"], s["cluster"]["cost_per_hour"]
     per_m = cost / (tokens / span * 3600) * 1e6 if tokens and span > 0 else None
     g = s.get("goodput")
