@@ -87,7 +87,7 @@ def ray_reason(exc: BaseException) -> str:
 def local_ip(address: str | None) -> str:
     """This host's IP as the cluster at `address` sees it (the interface that routes there): where
     a router that remote workers connect to must bind. 127.0.0.1 for a local instance."""
-    if is_local(address):
+    if address is None or is_local(address):
         return "127.0.0.1"
     ray = import_ray()
     host, port = host_port(address)
@@ -122,7 +122,7 @@ def connect(address: str | None, *, num_cpus: int | None = None, runtime_env: di
     main = threading.current_thread() is threading.main_thread()
     before = signal.getsignal(signal.SIGTERM) if main else None
     try:
-        if is_local(address):
+        if address is None or is_local(address):
             ray.init(address="local", num_cpus=num_cpus, **kw)
         else:
             probe(address)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from ..sim import compiled
 from . import plan
@@ -55,13 +57,14 @@ def simulation_bound(objective: str, d, lim: plan.Limits, rates: plan.RateRange,
     - throughput: each of the C largest splits within the budget takes one probe and, when it
       passes, a whole rate search (W over the lattice's rates), then the answer: C * (1 + W) + 1.
     - batch: one simulation per candidate, C.
-    A bound, not a forecast: the staircase search usually stops far below it (docs/provision.md's 70 x 70
-    cost search took 23 of at most 577 with 2 workers)."""
+    A bound, not a forecast: the staircase search usually stops far below it (docs/provision.md)."""
     if objective in plan.OBJECTIVES:
         if d.split:
             wt = worst_probes(lim.max_token, width)
             return worst_probes(lim.max_prompt, width) + wt + lim.max_prompt * wt + 1
         return worst_probes(lim.max_machines, width) + 1
+    if constraint is None or budget is None:
+        raise ValueError(f"--objective {objective} searches within a budget: give its constraint and budget")
     cands = len(plan.boundary(d, constraint, budget, lim, catalog))
     if objective == "batch":
         return cands
@@ -149,6 +152,7 @@ def run_provision(req: ProvisionRequest, log=None) -> dict:
             bar.update(task, sims=ev.simulated, hits=ev.cached)
 
     ev = Evaluator(be, cache, on_done, perf_model=req.perf_model)
+    assert req.objective is not None, "ProvisionRequest settles the objective"
     est = estimate(req.objective, [known[n] for n in req.names], req.scenario(), req.limits(), req.rates(),
                    ev.width, req.rps or (req.stress_rps if req.objective == "batch" else None), req.constraint,
                    req.budget_x)
@@ -167,7 +171,7 @@ def run_provision(req: ProvisionRequest, log=None) -> dict:
     search = {"simulated": ev.simulated, "cached": ev.cached,
               "brute_force": sum(r.get("brute_force", 0) for r in rows),
               "wall_s": time.perf_counter() - t0, "workers": ev.width, "backend": req.backend,
-              **({"nodes": dict(be.nodes)} if req.backend == "ray" else {})}   # simulations per Ray node
+              **({"nodes": dict(be.nodes)} if isinstance(be, RayBackend) else {})}   # simulations per Ray node
     return _answer(req, known, rows, search, est)
 
 
@@ -194,15 +198,22 @@ def _search(req: ProvisionRequest, known: dict, ev: Evaluator, bar, task) -> lis
         d = known[n]
         on_progress(f"{n}")
         if req.objective in plan.OBJECTIVES:
+            assert req.rps is not None, "ProvisionRequest: --objective cost|power|machines needs --rps"
             rows.append(plan.cheapest(ev, d, req.rps, req.objective, sc, lim, on_progress))
         elif req.objective == "throughput":
-            rows.append(plan.best_within_budget(ev, d, req.constraint, req.budget_x, sc, lim, rates, on_progress))
+            rows.append(plan.best_within_budget(ev, d, *_within(req), sc, lim, rates, on_progress))
         else:
-            rows.append(plan.batch_within_budget(ev, d, req.constraint, req.budget_x, sc, lim,
-                                                 req.rps or req.stress_rps))
+            rows.append(plan.batch_within_budget(ev, d, *_within(req), sc, lim, req.rps or req.stress_rps))
         if bar is not None:
             bar.advance(task)
     return rows
+
+
+def _within(req: ProvisionRequest) -> tuple[str, float]:
+    """(constraint, budget) of a search within a budget (ProvisionRequest requires both)."""
+    if req.constraint is None or req.budget_x is None:
+        raise ValueError(f"--objective {req.objective} searches within a budget: give --constraint and --budget")
+    return req.constraint, req.budget_x
 
 
 def _answer(req: ProvisionRequest, known: dict, rows: list[dict], search: dict, est: dict) -> dict:
@@ -210,6 +221,7 @@ def _answer(req: ProvisionRequest, known: dict, rows: list[dict], search: dict, 
     where an optimum sits on the search boundary, and the closest miss when none is feasible."""
     objective, constraint, budget_x = req.objective, req.constraint, req.budget_x
     feasible = [r for r in rows if r.get("feasible")]
+    score: Callable[[dict], tuple]
     if objective in plan.OBJECTIVES:
         score = lambda r: (r["objective_value"], r["machine_count"])
     elif objective == "throughput":
@@ -218,7 +230,7 @@ def _answer(req: ProvisionRequest, known: dict, rows: list[dict], search: dict, 
         score = lambda r: (-r["rps_per_dollar_hour"],)
     best = min(feasible, key=score) if feasible else None
     rates = req.rates()
-    result = {
+    result: dict[str, Any] = {
         "objective": objective, "rps": req.rps, "constraint": constraint, "budget": req.budget,
         "budget_value": budget_x,
         "budget_unit": None if constraint is None else ("kW" if constraint == "iso-power" else "$/h"),
@@ -234,6 +246,7 @@ def _answer(req: ProvisionRequest, known: dict, rows: list[dict], search: dict, 
     }
 
     def room(r: dict) -> tuple[bool, ...]:      # within a budget: could one more machine fit?
+        constraint, budget_x = _within(req)
         per = plan.unit_values(known[r["design"]], lambda hw: getattr(hw, plan.CONSTRAINTS[constraint]), req.catalog)
         counts = (r["prompt_machines"], r["token_machines"]) if "prompt_machines" in r else (r["machines"],)
         used = sum(c * u for c, u in zip(counts, per))

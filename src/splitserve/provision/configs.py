@@ -195,6 +195,14 @@ def _ints(flag: str, text: str) -> list[int]:
     return vals
 
 
+def _describe(bar, task) -> Callable[[str], None]:
+    """Progress lines onto line `task` of the progress bar (nothing without a bar)."""
+    def describe(msg: str) -> None:
+        if bar:
+            bar.update(task, description=msg)
+    return describe
+
+
 def run_config_search(*, designs: list[str], model: str, workload: str, duration: float, seed: int,
                       profile: str | None, goodput: tuple[float, float] | None, tps: str, pps: str,
                       schedulers: str, batch_caps: str, chunks: str, rates: RateRange, workers: int | None,
@@ -221,14 +229,14 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
         if bar is not None:
             bar.start()
         for d in ds:
-            hws = [d.prompt, d.token] if d.split else [d.machine]
+            hws = d.kinds()
             cands, skipped = grid(model, hws, tp_l, pp_l, sched_l, cap_l, chunk_l, catalog=catalog)
             skipped_all[d.name] = skipped
             if bar is not None:
                 task = bar.add_task(d.name, total=None, sims=ev.simulated, hits=ev.cached)
             counts = (1, 1) if d.split else (1,)
             results.append(search(ev, d, counts, sc, cands, rates,
-                                  on_progress=lambda msg, task=task: bar and bar.update(task, description=msg)))
+                                  on_progress=_describe(bar, task)))
     finally:
         if bar is not None:
             bar.stop()

@@ -94,7 +94,7 @@ class Outcome:
         checks = s["slo"]["checks"]
         ratio = {k: (c["slowdown"] if c["slowdown"] is not None else float("inf")) / c["limit"]
                  for k, c in checks.items()}
-        worst = max(ratio, key=ratio.get)
+        worst = max(ratio, key=ratio.__getitem__)
         met = bool(s["slo"]["met"])
         g = s.get("goodput")
         if g is not None:

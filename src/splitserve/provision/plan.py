@@ -73,9 +73,7 @@ def design(name: str, catalog: Catalog | None = None) -> Design:
 
 def unit_values(d: Design, per_machine: Callable, catalog: Catalog | None = None) -> tuple[float, ...]:
     """The per-machine value (cost, power, 1) of each pool of the design."""
-    if d.split:
-        return per_machine(load_hardware(d.prompt, catalog)), per_machine(load_hardware(d.token, catalog))
-    return (per_machine(load_hardware(d.machine, catalog)),)
+    return tuple(per_machine(load_hardware(kind, catalog)) for kind in d.kinds())
 
 
 def _entry(d: Design, counts: tuple[int, ...], out: Outcome | None, **extra) -> dict:
@@ -102,6 +100,8 @@ def cheapest(ev: Evaluator, d: Design, rps: float, objective: str, sc: Scenario,
     weights = unit_values(d, per_machine, sc.catalog)
     count = _counter(ev)
     slo = lambda cfgs: [o.slo_met for o in ev([sc.job(d.name, c, rps) for c in cfgs])]
+    corner: tuple[int, ...]
+    found: tuple[int, ...] | None
     if d.split:
         wp, wt = weights
         key = lambda p, t: (wp * p + wt * t, p + t, p)
@@ -174,7 +174,7 @@ def boundary(d: Design, constraint: str, budget: float, lim: Limits,
     if not d.split:
         n = min(lim.max_machines, math.floor((budget + eps) / per[0]))
         return [(n,)] if n >= 1 else []
-    out = []
+    out: list[tuple[int, ...]] = []
     for p in range(1, lim.max_prompt + 1):
         t = min(lim.max_token, math.floor((budget - p * per[0] + eps) / per[1]))
         if t >= 1:
@@ -185,7 +185,9 @@ def boundary(d: Design, constraint: str, budget: float, lim: Limits,
 def spread_order(n: int) -> list[int]:
     """0..n-1 middle first, then quarters, eighths...: good candidates early, so later ones are
     pruned with a single simulation."""
-    order, seen, step = [], set(), 2
+    order: list[int] = []
+    seen: set[int] = set()
+    step = 2
     while len(order) < n:
         for i in range(1, step, 2):
             k = min(n - 1, (i * n) // step)
@@ -237,7 +239,7 @@ def best_within_budget(ev: Evaluator, d: Design, constraint: str, budget: float,
                     best_rate, best = r, c
         if on_progress:
             on_progress(f"{d.name}: {i}/{len(order)} candidate splits, best {best_rate:g} req/s")
-    if best is None:
+    if best is None or best_rate is None:   # set together
         (out,) = ev([sc.job(d.name, order[0], rates.lo)])
         return _entry(d, order[0], out, feasible=False, throughput_at_slo=None, candidates=len(cands),
                       simulations=count(), brute_force=len(cands) * rates.size())

@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..nodes.ray_cluster import check_nodes, connect
 from ..workload.synthetic import SYNTHETIC
@@ -56,7 +57,7 @@ class RayBackend:
             fields, blobs = self._files(j)
             refs.append(self._remote.remote(j, fields, *blobs))
         index = {r: i for i, r in enumerate(refs)}
-        outs: list[Outcome | None] = [None] * len(jobs)
+        outs: dict[int, Outcome] = {}   # job index -> its outcome, as they finish
         pending = list(refs)
         while pending:
             ready, pending = self._ray.wait(pending, num_returns=1)
@@ -65,7 +66,7 @@ class RayBackend:
                 node, outs[i] = self._ray.get(r)
                 self.nodes[node] = self.nodes.get(node, 0) + 1
                 done(jobs[i], outs[i])
-        return outs  # type: ignore[return-value]
+        return [outs[i] for i in range(len(jobs))]
 
     def close(self) -> None:
         if self._owned:
@@ -88,7 +89,7 @@ def run_shipped(job: Job, fields: tuple[str, ...], *files: tuple[str, bytes]) ->
     node's id, the outcome)."""
     import ray    # on the node: Ray is there
 
-    paths = {}
+    paths: dict[str, Any] = {}   # Job field -> the path of its file here
     for name, (fname, data) in zip(fields, files):
         folder = Path(tempfile.gettempdir()) / "splitserve-shipped" / hashlib.sha256(data).hexdigest()[:24]
         path = folder / fname

@@ -42,9 +42,28 @@ def config_label(r: dict) -> str:
 
 def print_result(res: dict) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     con = Console(width=None if sys.stdout.isatty() else 140)
+    obj = res["objective"]
+    con.print(_designs_table(res))
+    s = res["search"]
+    how = ("every largest split within the budget simulated" if obj == "batch" else
+           f"exact under the assumption that {res['assumption'].split(';')[0]}")
+    con.print(f"[dim]{s['simulated']} simulations ({s['cached']} answered from the cache) against "
+              f"{s['brute_force']:,} for brute force; {s['wall_s']:.1f} s on {s['workers']} "
+              f"{s['backend']} workers; {how}.[/]")
+    if res["best"] is None:
+        con.print(f"[red]{infeasible_message(res)}[/]")
+    else:
+        b = res["best"]
+        con.print(f"best: [bold]{config_label(b)}[/], ${b['cost_per_hour']:,.0f}/h, {b['power_kw']:,.1f} kW")
+
+
+def _designs_table(res: dict):
+    """A row for each design searched (the best starred, the infeasible dimmed), its columns the
+    objective's."""
+    from rich.table import Table
+
     obj = res["objective"]
     head = (f"least {obj} meeting {_slos(res['scenario'])} at {res['rps']:g} req/s" if obj in plan.OBJECTIVES
             else f"highest throughput at SLO within {res['budget']} ({res['constraint']})" if obj == "throughput"
@@ -63,44 +82,38 @@ def print_result(res: dict) -> None:
     tab.add_column("worst check", justify="right")
     tab.add_column("sims", justify="right")
     for r in res["designs"]:
-        ok = r.get("feasible")
-        split = "prompt_machines" in r
-        cells = [("* " if r is res["best"] else "  ") + r["design"],
-                 str(r.get("prompt_machines", "-")) if split else "-",
-                 str(r.get("token_machines", "-")) if split else "-",
-                 str(r.get("machine_count", r.get("machines", "-")))]
-        if "cost_per_hour" in r:
-            cells += [f"{r['cost_per_hour']:,.0f}", f"{r['power_kw']:,.1f}"]
-        else:
-            cells += ["-", "-"]
-        if obj == "throughput":
-            cells.append(f"{r['throughput_at_slo']:g}" if r.get("throughput_at_slo") else "-")
-        if obj == "batch":
-            cells += [f"{r['throughput_rps']:.1f}" if ok else "-",
-                      f"{r['requests_per_dollar']:.1f}" if ok else "-"]
-        if obj == "batch":
-            cells.append("no SLO" if ok else r.get("reason", "-"))
-        elif r.get("worst_check"):
-            mark = "" if r.get("slo_met") else " [red]MISS[/]"
-            cells.append(f"{r['worst_check']} {r['worst_ratio']:.2f}x{mark}")
-        else:
-            cells.append(r.get("reason", "-"))
-        cells.append(str(r.get("simulations", 0)))
-        if not ok:
-            cells[0] = f"[dim]{cells[0]} (infeasible)[/]"
-        tab.add_row(*cells)
-    con.print(tab)
-    s = res["search"]
-    how = ("every largest split within the budget simulated" if obj == "batch" else
-           f"exact under the assumption that {res['assumption'].split(';')[0]}")
-    con.print(f"[dim]{s['simulated']} simulations ({s['cached']} answered from the cache) against "
-              f"{s['brute_force']:,} for brute force; {s['wall_s']:.1f} s on {s['workers']} "
-              f"{s['backend']} workers; {how}.[/]")
-    if res["best"] is None:
-        con.print(f"[red]{infeasible_message(res)}[/]")
+        tab.add_row(*_design_cells(r, obj, r is res["best"]))
+    return tab
+
+
+def _design_cells(r: dict, obj: str, best: bool) -> list[str]:
+    """One design's row of the table."""
+    ok = r.get("feasible")
+    split = "prompt_machines" in r
+    cells = [("* " if best else "  ") + r["design"],
+             str(r.get("prompt_machines", "-")) if split else "-",
+             str(r.get("token_machines", "-")) if split else "-",
+             str(r.get("machine_count", r.get("machines", "-")))]
+    if "cost_per_hour" in r:
+        cells += [f"{r['cost_per_hour']:,.0f}", f"{r['power_kw']:,.1f}"]
     else:
-        b = res["best"]
-        con.print(f"best: [bold]{config_label(b)}[/], ${b['cost_per_hour']:,.0f}/h, {b['power_kw']:,.1f} kW")
+        cells += ["-", "-"]
+    if obj == "throughput":
+        cells.append(f"{r['throughput_at_slo']:g}" if r.get("throughput_at_slo") else "-")
+    if obj == "batch":
+        cells += [f"{r['throughput_rps']:.1f}" if ok else "-",
+                  f"{r['requests_per_dollar']:.1f}" if ok else "-"]
+    if obj == "batch":
+        cells.append("no SLO" if ok else r.get("reason", "-"))
+    elif r.get("worst_check"):
+        mark = "" if r.get("slo_met") else " [red]MISS[/]"
+        cells.append(f"{r['worst_check']} {r['worst_ratio']:.2f}x{mark}")
+    else:
+        cells.append(r.get("reason", "-"))
+    cells.append(str(r.get("simulations", 0)))
+    if not ok:
+        cells[0] = f"[dim]{cells[0]} (infeasible)[/]"
+    return cells
 
 
 def write_result(res: dict, out: Path) -> Path:

@@ -72,7 +72,8 @@ class ProvisionRequest:
         self.names = self._design_names()
         load_model(self.model, self.catalog)
         make_workload(self.workload, rps=self.rps or 1.0, duration=self.duration, seed=self.seed)
-        self.budget_x = plan.budget_value(self.budget, self.constraint, self.catalog) if self.constraint else None
+        self.budget_x = (plan.budget_value(self.budget, self.constraint, self.catalog)
+                         if self.constraint and self.budget is not None else None)  # both or neither (_check_question)
         self.goodput()
 
     def _check_question(self) -> None:

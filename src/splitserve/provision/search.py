@@ -83,6 +83,12 @@ class Oracle:
         return [bool(self.implied(*pt)) for pt in points]
 
 
+def _column(oracle: Oracle, p: int) -> tuple[Callable[[list[int]], list[bool]], Callable[[int], bool | None]]:
+    """`first_true`'s test and `known` over column p: the oracle at (p, t) for each t, and what it
+    implies there already."""
+    return (lambda ts: oracle([(p, t) for t in ts])), (lambda t: oracle.implied(p, t))
+
+
 def min_split(oracle: Oracle, P: int, T: int, key: Callable[[int, int], tuple], width: int = 1,
               on_column: Callable[[int, int], None] | None = None) -> tuple[int, int] | None:
     """The split (p, t) in [1, P] x [1, T] of least key(p, t) among the feasible ones, or None.
@@ -94,8 +100,10 @@ def min_split(oracle: Oracle, P: int, T: int, key: Callable[[int, int], tuple], 
     if p0 is None:
         return None
     # no column needs fewer token machines than the full prompt pool does
-    t0 = first_true(1, T, lambda ts: oracle([(P, t) for t in ts]), width,
-                    known=lambda t: oracle.implied(P, t))
+    test, known = _column(oracle, P)
+    t0 = first_true(1, T, test, width, known=known)
+    if t0 is None:  # (P, T) is feasible as (p0, T) is, p0 <= P: a non-monotone oracle
+        raise AssertionError(f"feasibility is not monotone: ({p0}, {T}) is feasible, ({P}, {T}) is not")
     best = min((p0, T), (P, t0), key=lambda pt: key(*pt))
     todo = set(range(p0, P + 1))
     step = 0
@@ -119,8 +127,8 @@ def min_split(oracle: Oracle, P: int, T: int, key: Callable[[int, int], tuple], 
         if on_column:
             on_column(p, len(todo))
         cap = max(t for t in range(lo + 1, hi) if key(p, t) < kb)
-        t = first_true(lo + 1, cap, lambda ts, p=p: oracle([(p, t) for t in ts]), width,
-                       known=lambda t, p=p: oracle.implied(p, t))
+        test, known = _column(oracle, p)
+        t = first_true(lo + 1, cap, test, width, known=known)
         if t is not None:
             best = min(best, (p, t), key=lambda pt: key(*pt))
     # the best is a point some simulation met, or is dominated by one with no greater key
