@@ -147,7 +147,6 @@ KNOWN_LONG_FUNCTIONS = {
     "reproduce/ecoserve_report.py:write_report": 74,
     "reproduce/splitwise_figs_report.py:_fig15": 63,
     "reproduce/splitwise_figs_report.py:robustness": 65,
-    "twin/profiler.py:run_profile": 65,
 }
 KNOWN_BIG_CLASSES = {
     "twin/machine.py:MachineProfile": 19,

@@ -55,7 +55,11 @@ def run_generate(req: GenerateRequest) -> int:
 
     params = SamplingParams(max_tokens=req.max_tokens, temperature=req.temperature, seed=req.seed)
     engine = LLMEngine(req.model, EngineConfig(device=req.device, dtype=req.dtype, seed=req.seed, max_num_seqs=1))
-    ids = parse_token_ids(req.prompt_ids) if req.prompt_ids is not None else engine.encode(req.prompt)
+    if req.prompt_ids is not None:
+        ids = parse_token_ids(req.prompt_ids)
+    else:
+        assert req.prompt is not None, "GenerateRequest holds exactly one of the two"
+        ids = engine.encode(req.prompt)
     out = engine.generate([ids], params)[0]
     if req.json_out:
         print(json.dumps({"token_ids": out.token_ids, "text": out.text}))

@@ -10,6 +10,7 @@ its help is printed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer.core
 
@@ -28,7 +29,7 @@ def split_and_unsplit_hardware(cat: Catalog) -> list[str]:
     takes)."""
     kinds: dict[str, set[bool]] = {}
     for d in cat.designs.values():
-        used = {d.prompt, d.token} if d.split else {d.machine}
+        used = set(d.kinds())
         if len(used) == 1:
             kinds.setdefault(used.pop(), set()).add(d.split)
     return [k for k, split in kinds.items() if split == {True, False}]
@@ -51,18 +52,21 @@ def fill(text: str, lists: dict[str, str]) -> str:
     return text
 
 
+HELPED = (typer.core.TyperOption, typer.core.TyperArgument)   # the parameters with a help text
+
+
 class ListedHelp(typer.core.TyperCommand):
     """A command whose options' help holds `{models}`-style placeholders (help_lists)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._templates = {p.name: p.help for p in self.params if getattr(p, "help", None) and "{" in p.help}
+        self._templates = {p.name: p.help for p in self.params if isinstance(p, HELPED) and p.help and "{" in p.help}
         self._fill(None)
 
     def _fill(self, catalog: Catalog | None) -> None:
         lists = help_lists(catalog)
         for p in self.params:
-            if p.name in self._templates:
+            if isinstance(p, HELPED) and p.name in self._templates:
                 p.help = fill(self._templates[p.name], lists)
 
     def _user_catalog(self, ctx: typer.Context) -> Catalog | None:
@@ -79,6 +83,6 @@ class ListedHelp(typer.core.TyperCommand):
         except (UserError, OSError):
             return None
 
-    def format_help(self, ctx: typer.Context, formatter) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:  # click's Context: typer vendors it from 0.2x
         self._fill(self._user_catalog(ctx))
         super().format_help(ctx, formatter)

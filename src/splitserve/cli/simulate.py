@@ -119,7 +119,7 @@ def simulate(
 
 def _show(summary: dict, trace: ChromeTrace | None, trace_out: Path | None, out: Path | None, json_out: bool) -> None:
     """The trace and summary.json written where asked; summary.json on stdout, or its tables."""
-    if trace is not None:
+    if trace is not None and trace_out is not None:   # made for --trace-out
         trace.write(trace_out)
         if not json_out:
             typer.echo(f"wrote {trace_out} ({len(trace.events):,} events"

@@ -63,13 +63,14 @@ CI_GRID = ProfileSettings(model="small-mha", num_blocks=2048, prompt_sizes=(16, 
                           corun_rounds=5, mixed_repeats=1)
 
 
-def errors(live: dict, sim: dict) -> dict[str, float]:
-    """Each bounded metric's (simulated - live) / live."""
+def errors(live: dict, sim: dict) -> dict[str, float | None]:
+    """Each bounded metric's (simulated - live) / live (None: live is 0, or a side lacks it)."""
     return {r.metric: r.rel_error for r in compare(live, sim) if r.metric in BOUNDS}
 
 
-def out_of_bounds(errs: dict[str, float], bounds: dict[str, float] = BOUNDS) -> list[str]:
-    return [k for k, e in errs.items() if abs(e) > bounds[k]]
+def out_of_bounds(errs: dict[str, float | None], bounds: dict[str, float] = BOUNDS) -> list[str]:
+    """The metrics outside their bounds, or that could not be compared."""
+    return [k for k, e in errs.items() if e is None or abs(e) > bounds[k]]
 
 
 def spec_of(name: str, machine: MachineProfile, duration: float | None = None) -> TwinSpec:
@@ -121,10 +122,11 @@ def judge_run(out: Path, machine: MachineProfile) -> dict:
     plain = dataclasses.replace(held, spread=((), ()))
     models = {"the profile's speed": machine, HELD_AT: held, PLAIN: plain}
     if rec["before"] is not None:
-        models["the speed before the run"] = dataclasses.replace(machine, drift=tuple(rec["before"]))
+        before_p, before_d = rec["before"]
+        models["the speed before the run"] = dataclasses.replace(machine, drift=(before_p, before_d))
     if rec.get("after") is not None:  # the two calibrations' geometric mean: the host around the run
-        around = tuple(math.sqrt(b * a) for b, a in zip(rec["before"], rec["after"]))
-        models[AROUND] = dataclasses.replace(machine, drift=around)
+        around_p, around_d = (math.sqrt(b * a) for b, a in zip(rec["before"], rec["after"]))
+        models[AROUND] = dataclasses.replace(machine, drift=(around_p, around_d))
     models.update({f"without {t}": plain.without(t) for t in TERMS})
     rows = {label: errors(live, run_sim(spec, m)[0]) for label, m in models.items()}
     return {"rps": spec.rps, "requests": live["requests"], "failed": live["failed"],

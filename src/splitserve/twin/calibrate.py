@@ -1,18 +1,17 @@
 """The host's speed now against its profile, measured right before a live run on the run's own shapes.
 
-A machine drifts: on the 2-core dev VM the same engine step took up to 15% longer twenty minutes
-after its profile. And the fitted step model is not equally right at every shape: two reference
-rows of the profile (a 512-token prompt, a batch-8 decode) timed again put the host up to 58% off
-the speed the run's own steps showed, when the run's prompts were 16 tokens and its decodes one or
-two sequences (benchmarks/twin/recorded/README.md). So `splitserve twin` times, with the engine a
+A machine drifts: the same engine step takes longer some time after its profile. And the fitted
+step model is not equally right at every shape, so reference rows of the profile timed again say
+little about the speed at the run's own shapes (benchmarks/twin/recorded/README.md). So
+`splitserve twin` times, with the engine a
 worker builds, a sample of the requests the run will send (`run_shapes`: their prompt and output
 sizes, drawn with the run's seed), each alone, and compares each step with the model's time for
 it (`shape_ratios`): the median ratio per kind is the simulated host's speed for prompt and decode
 steps (`MachineProfile.drift`), as the run's own lone steps are read after it (steps.run_speed).
 
 That engine is not quite a serving worker: the worker's other threads, its prefix cache and the
-KV it sends share the step (16-token prompts ran 1.4x slower, against the model, in the workers
-than in the bare engine; prompts of 3-turn conversations 1.2x). So a live run is also calibrated
+KV it sends share the step, so short prompts run slower in the workers than in the bare engine.
+So a live run is also calibrated
 through its own workers (`through_workers`): the sampled requests sent to the server one at a
 time right before the bench (and again right after it), their logged steps read as the run's
 are (`window_speed`). The bare engine's figure is what `twin --load` sizes the run with.

@@ -115,6 +115,7 @@ def _start_hogs(model: str, device: str, dtype: str, threads: int) -> dict[tuple
     hogs = {(k, n): subprocess.Popen([sys.executable, "-c", HOG, model, device, dtype, str(threads), k, str(n)],
                                      stdout=subprocess.PIPE, text=True) for k, n in BESIDE}
     for hog in hogs.values():
+        assert hog.stdout is not None, "started with stdout=PIPE"
         hog.stdout.readline()  # loaded
         hog.send_signal(signal.SIGSTOP)
     return hogs

@@ -16,10 +16,18 @@ from .corun import BESIDE_DECODE, BESIDE_PROMPT, Beside
 
 class Host(Protocol):
     """What a HostStep reads of its host (twin/machine.py MachineProfile)."""
-    perf: Any
-    power: Any
-    pinned: bool
-    spread: tuple[tuple[float, ...], tuple[float, ...]]
+
+    @property
+    def perf(self) -> Any: ...
+
+    @property
+    def power(self) -> Any: ...
+
+    @property
+    def pinned(self) -> bool: ...
+
+    @property
+    def spread(self) -> tuple[tuple[float, ...], tuple[float, ...]]: ...
 
     @property
     def kv_capacity(self) -> int: ...

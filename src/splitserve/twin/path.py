@@ -2,7 +2,7 @@
 unloaded, answering sequential streaming requests of one shape, against the same engine's times
 alone: the steps the worker logged for the same requests, so that both sides of each difference
 are timed in the same seconds (against the profile's rows, timed minutes before, a few ms of
-overhead drowned in the host's drift: one profile measured 0 for both).
+overhead would drown in the host's drift).
 
 - step overhead: per engine step, outside the model (the worker's loop: messages in and out,
   reports, polling; the router relaying each step's tokens): median live TBT - the median decode
@@ -49,6 +49,8 @@ def probe(url: str, model: str, prompt: int = PROMPT, tokens: int = TOKENS, n: i
                     if line.startswith("data: {") and first is None:
                         first = time.perf_counter() - t0
             total = time.perf_counter() - t0
+            if first is None:
+                raise RuntimeError(f"{url}: a streamed completion sent no data")
             if i > 0:
                 ttfts.append(first)
                 gaps.append((total - first) / (tokens - 1))

@@ -160,21 +160,29 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
     out/machine.json; return it. `progress(done, total, label)` is called after each row."""
     import torch
 
-    from ..perf.profile_fit import read_profile_rows
-    from .path import PROMPT as PATH_PROMPT
-    from .path import measure_path
-    from .transfer import measure_links
-
     torch.set_num_threads(s.threads)
     hardware = s.hardware or machine_name(s.device)
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "profile.csv"
-    have = done_rows(csv_path, s.model, hardware)
     grid = s.grid()
-    todo = [(row, k) for row in grid for k in range(have[row], s.repeats)]
     engine = profiling_engine(s, *engine_limits(grid))
     rng = random.Random(s.seed)
     measure_row(engine, 64, 1, 4, rng)  # warm-up
+    _measure_rows(engine, s, hardware, csv_path, rng, progress)
+    facts = _machine_facts(engine, s, hardware, rng)
+    del engine  # the probe's worker gets the memory and the core
+    path = _measure_path(s, hardware, csv_path, facts, out)
+    if path is not None:
+        facts["path"] = path
+    (out / "machine.json").write_text(json.dumps(facts, indent=1) + "\n")
+    return facts
+
+
+def _measure_rows(engine, s: ProfileSettings, hardware: str, csv_path: Path, rng: random.Random,
+                  progress=None) -> None:
+    """Each repeat of each row of the grid that `csv_path` lacks, appended to it as it is measured."""
+    have = done_rows(csv_path, s.model, hardware)
+    todo = [(row, k) for row in s.grid() for k in range(have[row], s.repeats)]
     if progress is not None and not todo:
         progress(0, 0, "every row is there already")
     new = not csv_path.exists()
@@ -189,8 +197,17 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
             f.flush()
             if progress is not None:
                 progress(i + 1, len(todo), f"{p} tokens x {b}")
+
+
+def _machine_facts(engine, s: ProfileSettings, hardware: str, rng: random.Random) -> dict:
+    """machine.json but its serving path: the engine's KV capacity and layout, the KV links, the
+    mixed steps, the co-run slowdown, and how and where it was measured."""
+    import torch
+
+    from .transfer import measure_links
+
     layout = engine.kv_host.kv_layout
-    facts = {
+    return {
         "name": hardware,
         "model": s.model,
         "device": s.device,
@@ -212,14 +229,21 @@ def run_profile(s: ProfileSettings, out: Path, progress=None) -> dict:
                     "torch": torch.__version__},
         "measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
-    del engine  # the probe's worker gets the memory and the core
+
+
+def _measure_path(s: ProfileSettings, hardware: str, csv_path: Path, facts: dict, out: Path) -> dict | None:
+    """The serving path's overheads (path.py), timed against the profile's own row of its probe's
+    prompt; None where the grid has no such row."""
+    from ..perf.profile_fit import read_profile_rows
+    from .path import PROMPT as PATH_PROMPT
+    from .path import measure_path
+
     shape = [r for r in read_profile_rows(csv_path, s.model, hardware, 1)
              if (r["prompt_size"], r["batch_size"]) == (PATH_PROMPT, 1)]
-    if shape:
-        facts["path"] = measure_path(facts, statistics.median(r["prompt_time"] for r in shape),
-                                     statistics.median(r["token_time"] for r in shape), out / "path")
-    (out / "machine.json").write_text(json.dumps(facts, indent=1) + "\n")
-    return facts
+    if not shape:
+        return None
+    return measure_path(facts, statistics.median(r["prompt_time"] for r in shape),
+                        statistics.median(r["token_time"] for r in shape), out / "path")
 
 
 def measure_mixed(engine, rng: random.Random, repeats: int = 3) -> list[dict]:
@@ -261,5 +285,5 @@ def measure_mixed(engine, rng: random.Random, repeats: int = 3) -> list[dict]:
 def _config_dict(cfg) -> dict:
     from dataclasses import asdict, is_dataclass
 
-    d = asdict(cfg) if is_dataclass(cfg) else dict(vars(cfg))
+    d = asdict(cfg) if is_dataclass(cfg) and not isinstance(cfg, type) else dict(vars(cfg))
     return {k: v for k, v in d.items() if isinstance(v, (int, float, str, bool, type(None), list, tuple))}

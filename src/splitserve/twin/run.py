@@ -197,10 +197,11 @@ def planned(spec: TwinSpec) -> list[_Req]:
     conversations: their first turns, the later ones follow their replies)."""
     from ..bench.plan import Caps, plan_requests
     from ..workload import make_workload
+    from ..workload.conversations import Conversations
 
     wl = make_workload(spec.workload, rps=spec.rps, duration=spec.duration, seed=spec.seed,
                        conversation=spec.conversation)
-    if spec.shares_prefixes:
+    if isinstance(wl, Conversations):  # spec.shares_prefixes
         return [_Req(r.arrival, r.prompt_tokens, r.output_tokens) for r in wl]
     caps = Caps(spec.max_prompt_tokens, spec.max_tokens_cap)
     return [_Req(r.arrival, r.prompt_tokens, r.max_tokens) for r in plan_requests(wl, caps)]
@@ -218,7 +219,8 @@ def loaded(spec: TwinSpec, machine: MachineProfile, reqs: list[_Req], served_rps
 def simulate(spec: TwinSpec, machine: MachineProfile, served_rps: float | None = None):
     """(the simulation's result, its workload, the machine as loaded) of the simulator on the
     requests the bench sent, on the machine under that load (`loaded`)."""
-    from ..sim.simulator import SimConfig, Simulation
+    from ..sim.config import SimConfig
+    from ..sim.simulator import Simulation
     from ..workload import make_workload
 
     wl = make_workload(spec.workload, rps=spec.rps, duration=spec.duration, seed=spec.seed,

@@ -169,11 +169,10 @@ def compare_steps(steps: list[Step], machine: MachineProfile) -> list[StepRow]:
     return [StepRow(k, c, int(acc[k, c][0]), acc[k, c][1], acc[k, c][2]) for k, c in keys]
 
 
-def lone_steps(steps: list[Step], machine: MachineProfile) -> Iterator[tuple[Step, list[tuple[int, int, float]]]]:
+def lone_steps(steps: list[Step], machine: MachineProfile) -> Iterator[tuple[Step, list[tuple[int, int, float, Beside]]]]:
     """(step, its busy_spans) of the steps no other worker computed beside (overlap < ALONE), but
-    those of each worker's first WARMUP_S: a fresh worker's warm-up, a one-off, not the host's
-    speed (in 50 runs, the 4 lone steps over 1.7x their model all began within 0.32 s of their
-    worker's first step, 16-token prompts of 29 ms taking up to 139 ms; the largest later: 1.61x)."""
+    those of each worker's first WARMUP_S: a fresh worker's warm-up is a one-off, not the host's
+    speed."""
     first: dict[int, float] = {}
     for s, spans in zip(steps, busy_spans(steps, machine.cores_of)):
         if s.start - first.setdefault(s.worker, s.start) >= WARMUP_S and busy_fraction(s, spans) < ALONE:
@@ -184,8 +183,7 @@ def slowest_step(steps: list[Step], least: int = 5) -> tuple[float, float] | Non
     """(its CPU seconds over the median of its worker's steps of the same shape, seconds after the
     run's first step) of the step that burnt the most CPU against its shape, among shapes run at
     least `least` times after each worker's warm-up (WARMUP_S): a host stall, which no model of the
-    host's speed foresees (a local run of the CI test that missed: a token step of x3.15, three of
-    its 30 requests caught). None: no such shape, or a log without CPU seconds."""
+    host's speed foresees. None: no such shape, or a log without CPU seconds."""
     first: dict[int, float] = {}
     shapes: dict[tuple[int, int, int], list[Step]] = {}
     for s in steps:
@@ -212,7 +210,8 @@ def drift(steps: list[Step], machine: MachineProfile, alone_only: bool = False) 
         a = sums[0 if s.prompt_tokens else 1]
         a[0] += s.seconds
         a[1] += modelled(s, machine, spans)
-    return tuple(live / model if model > 0 else 1.0 for live, model in sums)
+    prompt, decode = (live / model if model > 0 else 1.0 for live, model in sums)
+    return prompt, decode
 
 
 def run_speed(steps: list[Step], machine: MachineProfile, under: MachineProfile,

@@ -28,8 +28,7 @@ REPEATS = 5
 
 def _fit(points: list[tuple[int, float]]) -> dict:
     """seconds = fixed + bytes / bandwidth through (bytes, seconds), least squares of the relative
-    error: the sizes span 256x, and an absolute fit is the largest size's alone (on the 2-core VM
-    it put a 256-token transfer of small-mha at 23.9 ms where 20.6 ms was measured)."""
+    error: the sizes span 256x, and an absolute fit would be the largest size's alone."""
     xs, ys = np.array([x for x, _ in points], float), np.array([y for _, y in points], float)
     slope, fixed = np.polyfit(xs, ys, 1, w=1.0 / ys)  # residuals / y: the relative error
     if fixed < 0:  # no negative cost: the line through the origin
