@@ -12,6 +12,8 @@ the fewest workers of each system again with one thing changed from the main run
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..catalog import load_model
 from ..sim.hosts import CatalogHosts
 from .aladdin_experiments import GPUS, MODEL, needed, paper
@@ -69,7 +71,7 @@ def run(scale, seed: int, rate: float, log=print, main: dict | None = None) -> d
     With `main` (the main runs' results, which hold `rate`), P100 starts from the main runs there:
     the same simulations, read against another target (a run stopped below 99% is below 100%)."""
     pub = paper()["setup"]
-    variants = {
+    variants: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         "paper's SLOs (600 ms / 30 ms)": (KINDS, {"slo": (pub["ttft_slo_s"], pub["atgt_slo_s"])}),
         "P100 (every request)": (KINDS, {"target": 1.0}),
         "vLLM's 4-GPU worker over PCIe": (("vllm",), {"hosts": pcie_hosts(scale.perf_model)}),

@@ -9,6 +9,7 @@ import math
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from ..catalog import load_hardware, load_model
 from ..cluster.designs import Parallelism, make_cluster
@@ -19,8 +20,9 @@ from ..policy.cluster import RoutingConfig
 from ..policy.config import PolicyConfig
 from ..policy.machine import BatchingConfig
 from ..report.goodput import GoodputSLO
-from ..sim.simulator import SimConfig, Simulation
-from ..workload import make_workload
+from ..sim.config import SimConfig
+from ..sim.simulator import Simulation
+from ..workload import request_workload
 
 MODEL = "llama2-13b"
 HARDWARE = "dgx-a100"
@@ -95,7 +97,7 @@ def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, wind
     longer reach it (checked at each arrival and every 65,536 events: the same verdict, sooner); such
     a run's "attainment" is the most it could have reached, and "stopped" is True."""
     ttft, atgt = slo or slos(scale.perf_model)
-    aladdin = dict(cluster_scheduler="aladdin", predictor="tetriinfer-100", aladdin_ttft_slo=ttft,
+    aladdin: dict[str, Any] = dict(cluster_scheduler="aladdin", predictor="tetriinfer-100", aladdin_ttft_slo=ttft,
                    aladdin_atgt_slo=atgt, scale_window=window, aladdin_theta=THETAS.get(kind, 0.9))
     if kind in FIG11:
         routing = RoutingConfig(**aladdin) if kind in THETAS else RoutingConfig(cluster_scheduler="jsq")
@@ -110,7 +112,7 @@ def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, wind
         batching = BatchingConfig(kv_allocation=ALLOCATION)
     cfg = SimConfig(policy=PolicyConfig(batching=batching, routing=routing), goodput=GoodputSLO(ttft, atgt),
                     perf_model=scale.perf_model, machine=hosts)
-    wl = list(make_workload(WORKLOAD, rps=rate, duration=scale.duration, seed=seed))
+    wl = list(request_workload(WORKLOAD, rps=rate, duration=scale.duration, seed=seed))
     box: list = []
     check = None if stop_below is None or not wl else _stopper(box, len(wl), stop_below)
     sim = Simulation(cluster, load_model(MODEL), wl if check is None else _watched(wl, check), cfg)
@@ -122,11 +124,13 @@ def simulate(kind: str, workers: int, rate: float, scale: Scale, seed: int, wind
         return {"workers": workers, "attainment": (len(wl) - (mt.completed - mt.attained)) / len(wl),
                 "requests": len(wl), "stopped": True}
     mt = res.metrics
-    out = {"workers": workers, "attainment": mt.attained / mt.requests if mt.requests else 1.0,
+    out: dict[str, Any] = {"workers": workers, "attainment": mt.attained / mt.requests if mt.requests else 1.0,
            "requests": mt.requests}
     if res.scaling is not None and window > 0:
         span = res.sim_end - mt.first_arrival
-        out["mean_active"] = sum(res.scaling["machine_seconds"].values()) / span if span > 0 else 0.0
+        machine_seconds = res.scaling["machine_seconds"]
+        assert isinstance(machine_seconds, dict), "policy/aladdin.py activity: seconds by machine"
+        out["mean_active"] = sum(machine_seconds.values()) / span if span > 0 else 0.0
         out["scale_downs"] = res.scaling["scale_downs"]
     return out
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
+from typing import Any
 from importlib import resources
 
 from ..provision import placement as pl
@@ -92,7 +93,7 @@ def run_experiment(ev: Evaluator, exp: Experiment, scale: Scale, pub: dict, seed
     vtp = pub["setup"]["vllm_intra_op"][exp.model]
     vllm_g = pl.goodput(ev, sc, lambda r: pl.colocated_job(sc, vtp, r, scheduler="vllm"))
     vpp = pl.vllm_plus_plus(ev, sc, scheduler="vllm")
-    res = {"experiment": exp.key, "model": exp.model, "workload": exp.workload, "figure": exp.figure,
+    res: dict[str, Any] = {"experiment": exp.key, "model": exp.model, "workload": exp.workload, "figure": exp.figure,
            "slo": {"ttft_s": ttft, "tpot_s": tpot}, "low_affinity": low,
            "vllm": {"tp": vtp, "goodput": vllm_g, "per_gpu": vllm_g / vtp}, "vllm_pp": vpp}
     if exp.key in scale.high_affinity:

@@ -21,7 +21,8 @@ from ..policy.config import PolicyConfig
 from ..provision.search import RateLattice, max_rate
 from ..report.goodput import GoodputSLO
 from ..sim.hosts import CatalogHosts
-from ..sim.simulator import SimConfig, Simulation
+from ..sim.config import SimConfig
+from ..sim.simulator import Simulation
 from ..workload import RequestSpec, make_workload
 
 TARGET = 0.9            # DistServe's attainment target (§6.1)
@@ -108,6 +109,8 @@ def run_probe(p: Probe, rate: float, slo: tuple[float, float]) -> dict:
     if p.prompt is None:
         cluster = make_cluster("baseline-a100", machines=1, parallel=Parallelism(tp=p.tp, pp=p.pp))
     else:
+        if p.token is None:
+            raise ValueError("a split probe names its token pool (instances, tp)")
         cluster = make_cluster("splitwise-aa", prompt_machines=p.prompt[0], token_machines=p.token[0],
                                parallel=Parallelism(prompt_tp=p.prompt[1], prompt_pp=p.pp,
                                                     token_tp=p.token[1], token_pp=p.pp))

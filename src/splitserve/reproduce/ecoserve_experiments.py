@@ -9,11 +9,13 @@ import functools
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from ..catalog import kv_capacity_tokens, load_hardware, load_model
 from ..cluster.designs import Parallelism, make_cluster
 from ..policy.config import make_policy
-from ..sim.simulator import SimConfig, Simulation
+from ..sim.config import SimConfig
+from ..sim.simulator import Simulation
 from ..workload import make_workload
 
 MODEL = "opt-13b"
@@ -88,13 +90,14 @@ def policy(system: str, dataset: str):
     system = system.removesuffix("-kv")
     if system == "oracle":   # the system's predictor replaced by the truth (an option at its default
         return make_policy({"batching.scheduler": "ecoserve", "routing.cluster_scheduler": "jsq"})  # loses)
-    options = {"ecoserve": {"routing.predictor": f"ecoserve-{dataset}"},
+    table: dict[str, dict[str, Any]] = {"ecoserve": {"routing.predictor": f"ecoserve-{dataset}"},
                "vllm-np": {"batching.preemption_limit": 0, "batching.kv_allocation": "reserve"},  # a whole
                                                        # reservation never grows: nobody is preempted
                "orca": {"batching.scheduler": "orca", "batching.max_len": CONTEXT, "batching.max_seqs": ORCA_BATCH,
                         "batching.preemption_limit": 0, "batching.kv_allocation": "reserve"},
                "vllm-max": {"batching.scheduler": "orca", "batching.max_len": CONTEXT,
-                            "batching.preemption_limit": 0, "batching.kv_allocation": "reserve"}}.get(system, {})
+                            "batching.preemption_limit": 0, "batching.kv_allocation": "reserve"}}
+    options = table.get(system, {})
     base = {"fastgen": "sarathi", "ecoserve": "ecoserve"}.get(system, "vllm")
     return make_policy(options, base)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .ecoserve_claims import claims, mean_ssr, section
+from .ecoserve_claims import claims, mean_ssr, section, ssr_ratio
 from .ecoserve_experiments import (COUNTERFACTUAL, LABELS, LATENCY_FACTOR, LIMIT_FACTORS, NAMES, ORCA_MAX_REQUESTS,
                                    SLO_SCALE, Scale)
 from .markdown import Report
@@ -76,6 +76,23 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
             f"{res['simulations']} simulations, {res['wall_s']:.0f} s{_cut_note(res)}). The paper: Shen and Sen, \"EcoServe: "
             "Maximizing Multi-Resource Utilization with SLO Guarantees in LLM Serving\"; its figures "
             "are in `src/splitserve/reproduce/ecoserve_paper.toml` with their sections.", "")
+    _claims(rep, out, res, pub)
+    _setup(rep, res)
+    _sustained(rep, res, sc, pub)
+    section(rep, res, pub)
+    _points(rep, res, sc)
+    ssr = _ssr_summary(res, sc)
+    if ssr:
+        rep.add("## SLO satisfaction (Figure 10j-l)", "",
+                "Mean SSR over the rates of each dataset, then over the datasets; EcoServe's relative gain beside "
+                "the paper's (OPT-13B, averaged over its datasets).", "")
+        rep.table(["", "simulated", "paper"], ssr)
+    rep.add("## Other differences", "", *_differences(res, sc, pub), "")
+    return rep.write()
+
+
+def _claims(rep: Report, out: Path, res: dict, pub: dict) -> None:
+    """Each figure the paper states beside ours (and the roofline reproduction's, when it ran)."""
     roof = roofline_results(out)
     rep.add("## Claims", "",
             "Each figure the paper's text states for OPT-13B (§4) beside ours. `ours (roofline)` is the same "
@@ -83,7 +100,10 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
             "claim is off when ours lies more than 10% outside the paper's figure or range; its `why` is the "
             "counterfactual (section Counterfactuals) that moves it nearest the paper.", "",
             *claims_table(claims(res, pub), claims(roof, pub) if roof else None, model_name(res["perf_model"])))
-    systems = [s for s in sc.systems if s not in COUNTERFACTUAL]
+
+
+def _setup(rep: Report, res: dict) -> None:
+    """The model, machine, workloads and systems run, and the definitions the figures use."""
     rep.add("## Setup", "",
             f"- OPT-13B on one A100-80GB (tp 1, the `{res['perf_model']}` step-time model: "
             f"{model_name(res['perf_model'])}, docs/perf-model.md), KV capped at the paper's 12 GB: "
@@ -104,6 +124,11 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
             f"- Normalized latency: mean of end-to-end latency / output tokens. SLO: {SLO_SCALE:g} x (t_p + t_g x "
             "output tokens), t_p and t_g from vLLM at the lowest rate. Sustained rate: highest rate with normalized "
             f"latency within {LATENCY_FACTOR:g}x vLLM's at the lowest rate (ASSUMED).", "")
+
+
+def _sustained(rep: Report, res: dict, sc: Scale, pub: dict) -> None:
+    """Figure 10a-i: each system's sustained rate, and EcoServe's gains beside the paper's ranges."""
+    systems = [s for s in sc.systems if s not in COUNTERFACTUAL]
     rep.add("## Sustained rate at the same latency (Figure 10a-i)", "")
     rows = []
     for d in res["datasets"]:
@@ -116,7 +141,10 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
     rep.table(["dataset", "latency limit (s/token)", *(f"{LABELS[s]} (req/s)" for s in systems),
                "EcoServe / vLLM", "paper", "EcoServe / FastGen", "paper"], rows)
     rep.add("![gains](gains.png)", "", "![curves](curves.png)", "")
-    section(rep, res, pub)
+
+
+def _points(rep: Report, res: dict, sc: Scale) -> None:
+    """Every system at every rate of each dataset."""
     rep.add("## Each point", "")
     for d in res["datasets"]:
         rep.add(f"### {NAMES[d['dataset']]} (t_p {d['slo_basis']['t_p']:.3f} s, t_g {d['slo_basis']['t_g']:.4f} s)", "")
@@ -133,14 +161,6 @@ def write_report(out: Path, res: dict, sc: Scale, pub: dict) -> Path:
                              c.get("pipelined", 0), c.get("regrouped", 0), c.get("unstuck", 0)])
         rep.table(["req/s", "system", "norm. latency (s/token)", "mean JCT (s)", "throughput (req/s)", "SSR (%)",
                    "preemptions", "pipelined", "regrouped", "unstuck"], rows)
-    ssr = _ssr_summary(res, sc)
-    if ssr:
-        rep.add("## SLO satisfaction (Figure 10j-l)", "",
-                "Mean SSR over the rates of each dataset, then over the datasets; EcoServe's relative gain beside "
-                "the paper's (OPT-13B, averaged over its datasets).", "")
-        rep.table(["", "simulated", "paper"], ssr)
-    rep.add("## Other differences", "", *_differences(res, sc, pub), "")
-    return rep.write()
 
 
 def _cut_note(res: dict) -> str:
@@ -153,15 +173,15 @@ def _cut_note(res: dict) -> str:
 def _ssr_summary(res: dict, sc: Scale) -> list[list[str]]:
     mean = {s: mean_ssr(res, s) for s in sc.systems}
     cut = any(d.get("not_run") for d in res["datasets"])
-    rows = [[f"mean SSR, {LABELS[s]}" + (" (the rates it ran)" if cut else ""), f"{100 * mean[s]:.1f}%", "-"]
-            for s in sc.systems]
+    rows = [[f"mean SSR, {LABELS[s]}" + (" (the rates it ran)" if cut else ""),
+             f"{100 * m:.1f}%" if (m := mean[s]) is not None else "-", "-"] for s in sc.systems]
     for a, b, label, paper in (("ecoserve", "vllm", "EcoServe over vLLM", "+83%"),
                                ("ecoserve", "fastgen", "EcoServe over FastGen", "+42%"),
                                ("ecoserve", "orca", "EcoServe over ORCA", "+93%"),
                                ("oracle", "ecoserve", "Oracle over EcoServe", "+2%")):
-        if a in mean and b in mean and mean_ssr(res, b, a):
-            rows.append([label + (" (the rates both ran)" if cut else ""),
-                         f"{mean_ssr(res, a, b) / mean_ssr(res, b, a) - 1:+.0%}", paper])
+        gain = ssr_ratio(res, a, b) if a in mean and b in mean else None
+        if gain is not None:
+            rows.append([label + (" (the rates both ran)" if cut else ""), f"{gain - 1:+.0%}", paper])
     return rows
 
 

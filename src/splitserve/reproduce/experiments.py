@@ -19,7 +19,8 @@ from ..cluster.designs import make_cluster
 from ..perf import make_perf_model
 from ..provision import plan
 from ..provision.evaluate import Cache, Evaluator, LocalBackend
-from ..sim.simulator import SimConfig, Simulation
+from ..sim.config import SimConfig
+from ..sim.simulator import Simulation
 from ..sim.run import run_simulation
 from ..workload import RequestSpec
 
@@ -109,6 +110,7 @@ def isolated(runner: Runner) -> dict:
                              SimConfig(record_requests=True, profile=runner.profile))
             res = sim.run()
             (r,) = res.requests
+            assert r.token_times is not None, "recorded with record_requests"
             hw = load_hardware(f"dgx-{hw_name}")
             _, power = make_perf_model(model, hw, None, runner.profile)
             e2e = r.token_times[-1]

@@ -107,8 +107,11 @@ def _provisioned(rep: Report, runner: ex.Runner, scale: ex.Scale, pub: dict, ste
     splits = pub["iso_power"]["conversation"] if full else None
     claims = pub["iso_power"]["conversation_claims"]
     # each claim's design at the paper's own split and budget: a different split, or a different model?
-    at_paper = step("Fig. 18a the paper's splits", lambda: {
-        d: figs.at_split(runner, scale, d, splits[d], "conversation") for d in claims if d in splits}) if full else None
+    at_paper = None
+    if splits is not None:   # the full budget: the paper's own splits
+        paper_splits = splits
+        at_paper = step("Fig. 18a the paper's splits", lambda: {
+            d: figs.at_split(runner, scale, d, paper_splits[d], "conversation") for d in claims if d in paper_splits})
     throughput_optimised(rep, isop, "Iso-power throughput-optimised clusters, conversation", "Fig. 18a",
                          "fig18a_iso_power.png", "baseline-a100", claims, splits, at_paper)
     isoc = step("Fig. 18b iso-cost throughput-optimised (conversation)",

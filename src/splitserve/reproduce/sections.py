@@ -208,6 +208,7 @@ def iso_throughput(rep: Report, power: dict, cost: dict, rps: float, pub: dict, 
         for (name, kind), p in targets.items():
             if name == d:
                 ours = rp if kind == "power" else rc
+                assert ours is not None, "the baseline's power and cost are positive"
                 rep.explain(f"{d} {kind} vs baseline-h100", ours, p,
                             BASELINE_NOTE if ours < p else _limited(d, pr if kind == "power" else cr))
     rep.table(["design", "power-optimised split", "kW (vs baseline-h100)", "cost-optimised split",

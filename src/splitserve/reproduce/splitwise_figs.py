@@ -10,6 +10,7 @@ The simulator's trace hooks (`SimConfig.trace`, sim/chrome_trace.py) are what th
 from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +20,8 @@ from ..policy.config import PolicyConfig
 from ..provision import plan
 from ..sim.chrome_trace import ChromeTrace
 from ..sim.run import run_simulation
-from ..sim.simulator import SimConfig, Simulation
+from ..sim.config import SimConfig
+from ..sim.simulator import Simulation
 from ..workload import RequestSpec, make_workload
 from . import experiments as ex
 
@@ -68,6 +70,7 @@ def _alone(design: str, model: str, sizes: list[tuple[int, int]], profile: str |
     out = []
     for r in sorted(res.requests, key=lambda r: r.id):
         t = r.token_times
+        assert t is not None, "recorded with record_requests"
         row = {"prompt": r.prompt_tokens, "output": r.output_tokens, "ttft": t[0] - r.arrival,
                "e2e": t[-1] - r.arrival, "second": t[1] - t[0] if len(t) > 1 else None}
         if r.id in rec.transfers:
@@ -135,7 +138,7 @@ def _cdf(busy: dict[int, float], points: int = 60) -> dict:
     grid = sorted({int(round(x)) for x in np.geomspace(1, max(2, tokens[-1]), points)})
     median = int(tokens[np.searchsorted(cum, 0.5 * total)])
     return {"busy_s": total, "cdf": [[x, at(x)] for x in grid], "le15": at(15), "median": median,
-            "p90": int(tokens[min(len(tokens) - 1, np.searchsorted(cum, 0.9 * total))])}
+            "p90": int(tokens[min(len(tokens) - 1, int(np.searchsorted(cum, 0.9 * total)))])}
 
 
 def batched_tokens(runner: ex.Runner, scale: ex.Scale) -> dict:
@@ -169,7 +172,7 @@ def _throughputs(runner: ex.Runner, scale: ex.Scale, clusters: dict, sc: plan.Sc
     """Each feasible cluster's throughput at SLO on `sc`, and the SLO it misses first one rate
     step above it (the evaluator's memo answers that simulation when the search ran it)."""
     ev, rates = runner.evaluator(), _rates(scale)
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for d, r in clusters.items():
         if not r.get("feasible"):
             out[d] = {"rps": None}
@@ -206,7 +209,7 @@ def robustness(runner: ex.Runner, scale: ex.Scale, conversation: dict) -> dict:
     bloom = {d: plan.best_within_budget(ev, plan.design(d), "iso-power", budget, bloom_sc, plan.Limits(),
                                         _rates(scale), stride=scale.stride) for d in ex.DESIGNS}
     llama = _throughputs(runner, scale, bloom, conv)
-    sweep = {d: [] for d, r in bloom.items() if r.get("feasible")}
+    sweep: dict[str, list[dict]] = {d: [] for d, r in bloom.items() if r.get("feasible")}
     for d in sweep:
         outs = ev([conv.job(d, _counts(bloom[d]), rps) for rps in loads])
         sweep[d] = [{"rps": rps, "slo_met": o.slo_met, **o.slowdowns} for rps, o in zip(loads, outs)]

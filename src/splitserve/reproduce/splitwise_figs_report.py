@@ -86,8 +86,19 @@ def transfer(rep: Report, by_prompt: dict, on_trace: dict, pub: dict, table4: di
     _fig15(rep, by_prompt, on_trace, pt, table4)
 
 
+FIG15_MODES = ("serialized", "layer-wise", "splitwise")
+
+
 def _fig15(rep: Report, by_prompt: dict, data: dict, pt: dict, table4: dict) -> None:
-    modes = ("serialized", "layer-wise", "splitwise")
+    _fig15_plot(rep, data)
+    _fig15_table(rep, data, pt)
+    _fig15_explain(rep, by_prompt, data, pt, table4)
+    rep.add("")
+
+
+def _fig15_plot(rep: Report, data: dict) -> None:
+    """The overheads of each transfer mode on each machine, and what the figure shows."""
+    modes = FIG15_MODES
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), constrained_layout=True)
     for ax, hw in zip(axes, ("a100", "h100")):
         keys = (("ttft_mean", "TTFT"), ("second_mean", "second token"), ("e2e_mean", "E2E"))
@@ -105,6 +116,10 @@ def _fig15(rep: Report, by_prompt: dict, data: dict, pt: dict, table4: dict) -> 
             "one machine. `splitwise` is the paper's choice: layer-wise from 512 batched prompt tokens, "
             f"serialized below (here {data['h100']['splitwise']['layerwise_share']:.0%} of the requests "
             "went layer-wise).", "", "![Fig. 15](fig15_transfer_overhead.png)", "")
+
+
+def _fig15_table(rep: Report, data: dict, pt: dict) -> None:
+    """Ours beside the paper's overheads, on each machine."""
     rows = []
     for hw in ("a100", "h100"):
         s, z = data[hw]["splitwise"], data[hw]["serialized"]
@@ -117,8 +132,12 @@ def _fig15(rep: Report, by_prompt: dict, data: dict, pt: dict, table4: dict) -> 
                  [hw.upper(), "E2E, serialized (prompts >= 1,500: mean; max of all)",
                   f"up to {pt['e2e_overhead']['serialized']:.0%}", f"{_PCT(z['e2e_mean_large'])}; {_PCT(z['e2e_max'])}",
                   _ratio(z["e2e_max"], pt["e2e_overhead"]["serialized"])],
-                 [hw.upper(), "TTFT, any mode", "-", _PCT(max(data[hw][m]["ttft_mean"] for m in modes)), "-"]]
+                 [hw.upper(), "TTFT, any mode", "-", _PCT(max(data[hw][m]["ttft_mean"] for m in FIG15_MODES)), "-"]]
     rep.table(["machine", "overhead", "paper", "ours", "ratio"], rows)
+
+
+def _fig15_explain(rep: Report, by_prompt: dict, data: dict, pt: dict, table4: dict) -> None:
+    """Why each of ours differs from the paper's (its Table IV and Fig. 14 against its Fig. 15)."""
     p50 = {hw: table4["coding"][hw] for hw in ("a100", "h100")}
     llama = next(iter(by_prompt.values()))
     for hw in ("a100", "h100"):
@@ -148,7 +167,6 @@ def _fig15(rep: Report, by_prompt: dict, data: dict, pt: dict, table4: dict) -> 
                     pt["second_token_overhead"]["splitwise"],
                     "Our visible layer-wise time is fixed by the Fig. 14 calibration; the share it makes "
                     "of the second token follows our decode time (Table IV TBT).")
-    rep.add("")
 
 
 # ---- Fig. 17 -----------------------------------------------------------------------------------
@@ -199,6 +217,19 @@ def _s(split) -> str:
 
 
 def robustness(rep: Report, data: dict, pub: dict, budget: int) -> None:
+    _fig20_plot(rep, data)
+    rep.add("## A cluster provisioned for one workload or model, run with another (Fig. 20, §VI-D)", "",
+            f"Iso-power ({budget} DGX-H100) throughput-optimised clusters, found as for Fig. 18a. (a) Each "
+            "design's cluster provisioned for coding, run with conversation, against its cluster "
+            "provisioned for conversation (Fig. 18a's). (b) Each design's cluster provisioned for "
+            "BLOOM-176B (conversation), run with Llama2-70B.", "", "![Fig. 20](fig20_robustness.png)", "")
+    _fig20_workload(rep, data["workload"], pub["robustness"]["conversation_on_coding"])
+    _fig20_model(rep, data["model"], data["llama_on_bloom_sweep"])
+
+
+def _fig20_plot(rep: Report, data: dict) -> None:
+    """(a) throughput on the other workload's cluster, (b) on the other model's, and its latency
+    against the load."""
     wl, md, sweep = data["workload"], data["model"], data["llama_on_bloom_sweep"]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4), constrained_layout=True)
     names = list(wl)
@@ -221,13 +252,11 @@ def robustness(rep: Report, data: dict, pub: dict, budget: int) -> None:
     axes[2].set_title("(b) P50 E2E slowdown (dashed: SLO)")
     axes[2].legend(fontsize=7)
     _save(fig, rep.out / "fig20_robustness.png")
-    pr, notes = pub["robustness"]["conversation_on_coding"], []
-    rep.add("## A cluster provisioned for one workload or model, run with another (Fig. 20, §VI-D)", "",
-            f"Iso-power ({budget} DGX-H100) throughput-optimised clusters, found as for Fig. 18a. (a) Each "
-            "design's cluster provisioned for coding, run with conversation, against its cluster "
-            "provisioned for conversation (Fig. 18a's). (b) Each design's cluster provisioned for "
-            "BLOOM-176B (conversation), run with Llama2-70B.", "", "![Fig. 20](fig20_robustness.png)", "")
-    rows = []
+
+
+def _fig20_workload(rep: Report, wl: dict, pr: dict) -> None:
+    """(a) each design's conversation throughput on its coding cluster, beside the paper's ratio."""
+    rows, notes = [], []
     for d, r in wl.items():
         a, b = r["conversation_on_coding"], r["conversation_on_conversation"]
         ratio = a / b if a and b else None
@@ -248,6 +277,10 @@ def robustness(rep: Report, data: dict, pub: dict, budget: int) -> None:
                "req/s on conversation cluster", "ratio", "paper", "ours / paper", "first SLO missed above"], rows)
     for note in notes:
         rep.explain(*note)
+
+
+def _fig20_model(rep: Report, md: dict, sweep: dict) -> None:
+    """(b) each design's Llama2-70B throughput on its BLOOM-176B cluster, and the latency ranking."""
     rows, best_base = [], max((md[d]["llama"] or 0) for d in md if d.startswith("baseline"))
     for d, r in md.items():
         up = r["llama"] / r["bloom"] if r["llama"] and r["bloom"] else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 from ..catalog import kv_capacity_tokens, load_hardware, load_model
 from ..catalog.capacity import activation_reserve_bytes
@@ -59,11 +60,12 @@ def variants() -> tuple[Variant, ...]:
     )
 
 
-def _options(key: str) -> dict:
+def _options(key: str) -> dict[str, Any]:
     reserve = {"batching.kv_allocation": "reserve"}
     kv = {"memory_utilization": v100_kv()[1]}
-    return {"as-run": {}, "reserve": {"vllm": reserve, "tetri": reserve}, "v100-kv": kv,
-            "mixed-batches": {"vllm": {"batching.scheduler": "orca"}}}[key]
+    table: dict[str, dict[str, Any]] = {"as-run": {}, "reserve": {"vllm": reserve, "tetri": reserve}, "v100-kv": kv,
+                                        "mixed-batches": {"vllm": {"batching.scheduler": "orca"}}}
+    return table[key]
 
 
 def counterfactuals(sc: Scale, log=print) -> dict:
@@ -185,7 +187,7 @@ def _together(cf: dict, pub: dict) -> str:
     hits = []
     for r in cf["runs"]:
         p = pub["workloads"][r["workload"]]
-        stated = [(k, _paper(p, pk)) for k, pk, _ in METRICS if _paper(p, pk) is not None]
+        stated = [(k, v) for k, pk, _ in METRICS if (v := _paper(p, pk)) is not None]
         if all(_off(k, r[k], v) <= 0.10 for k, v in stated):
             hits.append(f"{NAMES[r['workload']]} under {next(v.label for v in variants() if v.key == r['variant'])}")
     if not hits:

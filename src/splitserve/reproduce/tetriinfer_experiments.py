@@ -13,8 +13,9 @@ from importlib import resources
 from ..catalog import kv_capacity_tokens, load_hardware, load_model
 from ..cluster.designs import Parallelism, make_cluster
 from ..policy.config import make_policy
-from ..sim.simulator import SimConfig, Simulation
-from ..workload import RequestSpec, make_workload
+from ..sim.config import SimConfig
+from ..sim.simulator import Simulation
+from ..workload import RequestSpec, request_workload
 
 MODEL = "opt-13b"
 CONTEXT = 2048                          # OPT's context: prompt + output clipped to it
@@ -52,7 +53,7 @@ SCALES = {s.name: s for s in (TINY, QUICK, FULL)}
 
 def specs(workload: str, n: int, seed: int, rps: float | None) -> list:
     """`n` requests of `tetri-<workload>`: all at t = 0 (rps None) or Poisson at `rps`."""
-    wl = make_workload(f"tetri-{workload}", rps=rps or 1.0, duration=4 * n / (rps or 1.0) + 60, seed=seed,
+    wl = request_workload(f"tetri-{workload}", rps=rps or 1.0, duration=4 * n / (rps or 1.0) + 60, seed=seed,
                        max_requests=n, max_context=CONTEXT)
     out = list(wl)[:n]
     return [RequestSpec(0.0, s.prompt_tokens, s.output_tokens) for s in out] if rps is None else out
@@ -103,7 +104,7 @@ def compare(workload: str, scale: Scale, link: str, rps: float | None, seeds: tu
             **options) -> dict:
     """TetriInfer against vLLM on `workload`, each averaged over the scale's seeds (or `seeds`);
     `options` go to `simulate` (a counterfactual's settings)."""
-    runs = {"vllm": [], "tetriinfer": []}
+    runs: dict[str, list[dict]] = {"vllm": [], "tetriinfer": []}
     for seed in scale.seeds if seeds is None else seeds:
         reqs = specs(workload, scale.requests, seed, rps)
         for system in runs:
