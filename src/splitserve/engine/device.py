@@ -44,9 +44,8 @@ M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
 def keep_freed_memory() -> bool:
     """Make this process keep the memory it frees (glibc only; False elsewhere). By default glibc
     gives a freed block of over 128 KiB-32 MiB back to the kernel, so every CPU step's activations
-    fault their pages in again: a 2 x 512-token prefill of the `small` preset spent up to 75 ms
-    of 640 in the kernel on page faults, and a worker under load took a million faults a minute.
-    With mmap off and no trimming, the heap grows to the largest step once and stays."""
+    fault their pages in again, a large share of a prefill's time. With mmap off and no trimming,
+    the heap grows to the largest step once and stays."""
     if not sys.platform.startswith("linux"):
         return False
     try:
