@@ -52,7 +52,9 @@ class Recovery:
     def resume(self, req: LiveRequest) -> None:
         """`req`'s token worker preempted it to recompute through the prompt pool (`--recompute
         prompt-pool`): it is routed again as at its arrival, its prompt and the tokens it made
-        prefilled anew (LiveRequest.work); no worker for it: it starts again from the start."""
+        prefilled anew (LiveRequest.work), under a new wire id; no worker for it: it starts again
+        from the start."""
+        self.state.reqs.rewire(req)
         try:
             go = self.state.policy_view.arrive(req.routed, again=True)
         except NoWorkers as e:

@@ -26,7 +26,7 @@ class LiveRequest:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)   # events for the HTTP handler (put_nowait)
     delivered: list[int] = field(default_factory=list)
     produced: int = 0          # tokens seen from the current try
-    tries: int = 0             # tries so far; each has its own wire id <id>.<try>
+    tries: int = 0             # wire ids so far: each try, and each resumed placement, has its own <id>.<n>
     attempt: int = 0           # failed tries that count against max_attempts
     wire: str = ""
     pr: Request | None = None  # the current try in the policy's view
@@ -96,6 +96,15 @@ class RequestTable:
         req.tries += 1
         req.produced = 0
         return r
+
+    def rewire(self, req: LiveRequest) -> None:
+        """`req` goes on under a new wire id (the same policy request, the tokens it made kept): a
+        placement's late messages, such as its prompt worker's first token overtaken by the token
+        worker's word, are then ignored, not read as the next placement's."""
+        self.by_wire.pop(req.wire, None)
+        req.wire = f"{req.id}.{req.tries}"
+        req.tries += 1
+        self.by_wire[req.wire] = req
 
     def track(self, req: LiveRequest) -> None:
         """Its current try is routed: messages about it can find it."""

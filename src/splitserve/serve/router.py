@@ -5,14 +5,15 @@ It runs on the front end's event loop. `submit` admits a request (bounded: `Over
 no worker can serve or the server is draining), asks `LiveCluster` (the simulator's policy code)
 for its prompt and token workers, and sends the work (request_flow.py).
 
-Each try of a request has its own wire id (`<id>.<try>`), so anything a dead or aborted try
-still says is ignored. Workers are started, watched and replaced by the Supervisor; messages
-travel on the RouterChannel. When a worker dies, every request it touched is restarted on the
-others (from the start; tokens the client already has are checked, not sent twice), at most
-`max_attempts` times. A request that finds no live worker waits up to `park_timeout_s` for one.
-A request in a failed engine step is retried isolated, and quarantined after a second (reports.py,
-the reactions to worker messages). Restarts, a preempted decode sent back through the prompt pool
-and the liveness monitor are in recovery.py; the workers' prefix caches' view in prefix_view.py.
+Each try of a request, and each placement of a resumed one, has its own wire id (`<id>.<n>`), so
+anything a dead, aborted or earlier placement still says is ignored. Workers are started, watched
+and replaced by the Supervisor; messages travel on the RouterChannel. When a worker dies, every
+request it touched is restarted on the others (from the start; tokens the client already has are
+checked, not sent twice), at most `max_attempts` times. A request that finds no live worker waits
+up to `park_timeout_s` for one. A request in a failed engine step is retried isolated, and
+quarantined after a second (reports.py, the reactions to worker messages). Restarts, a preempted
+decode sent back through the prompt pool and the liveness monitor are in recovery.py; the workers'
+prefix caches' view in prefix_view.py.
 
 The Router owns its state (router_state.py `RouterState`, typed in one place) and the parts that
 act on it, each holding that state and the parts it calls: `flow` (RequestFlow), `watch`
