@@ -180,9 +180,23 @@ def reference_engine():
     return LLMEngine("tiny")
 
 
+# Greedy tokens are compared token for token; where the two best logits of a step are closer than
+# this, the float sums of another batch shape may pick the other one (one at 7e-7 did, 2026-12-07).
+NEAR_TIE = 1e-4
+
+
 def reference(engine, prompts: list[list[int]], max_tokens: list[int], ignore_eos: bool = False) -> list[list[int]]:
+    """LLMEngine.generate's greedy tokens for the prompts, after checking that no step of them is a
+    near tie (a workload with one is a workload to change, not a serving error)."""
     from splitserve.engine.sampler import SamplingParams
-    outs = engine.generate(prompts, [SamplingParams(max_tokens=m, ignore_eos=ignore_eos) for m in max_tokens])
+    outs = engine.generate(prompts, [SamplingParams(max_tokens=m, ignore_eos=ignore_eos, return_logits=True)
+                                     for m in max_tokens])
+    for i, o in enumerate(outs):
+        for k, row in enumerate(o.logits):
+            top = row.float().topk(2).values
+            assert top[0] - top[1] >= NEAR_TIE, (
+                f"prompt {i}, output {k}: its two best tokens are {float(top[0] - top[1]):.1e} apart; greedy "
+                f"equality there rests on float summation order: change the workload's seed")
     return [o.token_ids for o in outs]
 
 

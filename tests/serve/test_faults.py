@@ -26,7 +26,7 @@ def wait_for(cond, timeout: float = 15.0, step: float = 0.05):
 
 def test_kill_token_worker_mid_generation(split_2x2_server, reference_engine):
     srv = split_2x2_server
-    prompts = [[(7 * i + j) % 250 + 3 for j in range(5 + 9 * i)] for i in range(12)]
+    prompts = [[(11 * i + j) % 250 + 3 for j in range(5 + 9 * i)] for i in range(12)]
     max_tokens = [300] * len(prompts)
     want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
     restarts0 = srv.metric("splitserve_request_restarts_total")

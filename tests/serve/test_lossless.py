@@ -95,7 +95,7 @@ def test_mixed_worker_preempts_decodes_for_prompts_without_changing_tokens(limit
     srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--num-blocks", "40",
                          "--preemption-limit", str(limit), "--kv-allocation", "reserve")
     long_prompt, long_out = [(7 * i) % 250 + 3 for i in range(20)], 480       # 500 tokens: 32 of 40 blocks
-    rng = random.Random(11)
+    rng = random.Random(12)
     prompts = [[rng.randrange(3, 259) for _ in range(130)] for _ in range(4)]  # 138 tokens: 9 blocks each
     max_tokens = [8] * 4
     want = reference(reference_engine, [long_prompt, *prompts], [long_out, *max_tokens], ignore_eos=True)

@@ -40,7 +40,7 @@ def test_a_shared_prefix_is_reported_cached(server_factory, reference_engine):
 
 def test_forty_conversations_at_once_are_lossless(server_factory, reference_engine):
     srv = server_factory("--prompt-workers", "1", "--token-workers", "1")
-    rng = random.Random(5)
+    rng = random.Random(6)
     convs = [([1] + [rng.randrange(3, 259) for _ in range(rng.choice([20, 40, 60]))],
               [[rng.randrange(3, 259) for _ in range(rng.choice([5, 12, 20]))] for _ in range(2)]) for _ in range(40)]
 

@@ -76,7 +76,7 @@ def test_killing_one_rank_under_load_loses_nothing(server_factory, reference_eng
                          "--layerwise-threshold", "0")
     token = next(w for w in srv.state()["workers"] if w["home"] == "token")
     [victim] = followers(token["pid"])
-    prompts, max_tokens = workload(40, 11)
+    prompts, max_tokens = workload(40, 17)
     max_tokens = [m + 160 for m in max_tokens]  # long enough to be decoding when the rank dies
     want = reference(reference_engine, prompts, max_tokens, ignore_eos=True)
     decoding = []
