@@ -19,8 +19,14 @@ REFERENCE_HARDWARE = "dgx-a100"     # SLOs are slowdowns against an uncontended 
 
 
 class Hosts(Protocol):
-    reference: PerfModel       # a request alone: its SLO slowdowns' denominator
-    request_overhead: float    # seconds the serving path adds to each request's first token, once
+    @property
+    def reference(self) -> PerfModel:
+        """A request alone: its SLO slowdowns' denominator."""
+
+    @property
+    def request_overhead(self) -> float:
+        """Seconds the serving path adds to each request's first token, once."""
+
     # (optional) reserves_between_steps: a split request's prompt waits for its token machine's
     # step in flight to end, as serve's reservation does (sim/reservation.py); absent: at once
 

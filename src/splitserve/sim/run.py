@@ -46,7 +46,8 @@ class MeasuredMachine(Protocol):
     --machine-profile`): its model, its cluster of a design, and the hosts a simulation runs on at a
     load (sim/hosts.py)."""
 
-    model: ModelSpec
+    @property
+    def model(self) -> ModelSpec: ...
 
     def cluster(self, design: str, *, prompt: int = 1, token: int = 1, machines: int = 2) -> ClusterSpec: ...
 
