@@ -151,11 +151,6 @@ KNOWN_BIG_CLASSES = {
 KNOWN_MIXINS = {            # the class: how many of its bases are not plain ones
 }
 KNOWN_PRIVATE_IMPORTS = {   # the module: the private names it imports from others
-    "bench/conversations.py": {"_run_one"},
-    "provision/configs.py": {"_progress"},
-    "reproduce/sections.py": {"_ratio"},
-    "reproduce/splitwise_figs_report.py": {"_ratio"},
-    "reproduce/versus.py": {"_row"},
 }
 
 

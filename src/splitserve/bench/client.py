@@ -179,7 +179,7 @@ async def _stream_one(client, target: Target, body: dict, rec: RequestRecord, t_
         rec.tokens = rec.tokens or reading.counted
 
 
-async def _run_one(client, target, body, rec, t0, collector: Collector,
+async def run_one(client, target, body, rec, t0, collector: Collector,
                    slots: asyncio.Semaphore | None = None, reply: list[int] | None = None) -> None:
     gaps: list[float] = []
     t_sched = t0 + rec.arrival
@@ -239,7 +239,7 @@ async def replay(plan: Iterable[PlannedRequest], target: Target, make_prompt: Ca
             rec = RequestRecord(req.index, req.arrival, time.perf_counter() - t0,
                                 req.prompt_tokens, req.max_tokens)
             collector.start(rec)
-            task = asyncio.create_task(_run_one(client, target, body, rec, t0, collector, slots))
+            task = asyncio.create_task(run_one(client, target, body, rec, t0, collector, slots))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         while tasks:

@@ -6,7 +6,7 @@ turn's `[DONE]` arrives, its next turn is `follow(turn, reply, end)`: the reply 
 server streamed back (`choices[].token_ids`), so the next prompt is exactly the history the
 server's prefix cache holds, and `end` is when `[DONE]` came (seconds from the run's start); the
 next turn leaves at its own arrival (`end` + its think time). Every turn is one request, sent and
-measured as the open-loop sender's (client.py `_run_one`: the same `RequestRecord`, with its
+measured as the open-loop sender's (client.py `run_one`: the same `RequestRecord`, with its
 conversation and turn, and the same `Collector`), its prompt as token ids on /v1/completions.
 
 A turn that fails (or is rejected) ends its conversation: the turns it would still have had are
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from ..workload.conversations import Conversations, Turn
-from .client import Target, _run_one, http_client, request_body
+from .client import Target, run_one, http_client, request_body
 from .collector import Collector, RequestRecord
 from .plan import PlannedRequest
 
@@ -69,11 +69,11 @@ async def converse(conv: Conversations, target: Target, collector: Collector,
             collector.start(rec)
             reply: list[int] = []
             body = request_body(target, turn.prompt, turn.output_tokens)
-            await _run_one(client, target, body, rec, t0, collector, slots, reply)
+            await run_one(client, target, body, rec, t0, collector, slots, reply)
             if rec.outcome != "completed":
                 collector.not_sent += turns_after(conv, turn)
                 return
-            assert rec.end is not None, "_run_one sets when the request ended"
+            assert rec.end is not None, "run_one sets when the request ended"
             nxt = conv.follow(turn, reply, rec.end)
             if nxt is not None:
                 launch(nxt)

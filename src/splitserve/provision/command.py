@@ -122,7 +122,7 @@ def boundary_warnings(res: dict, budget_per_unit=None) -> list[str]:
     return out
 
 
-def _progress(enabled: bool):
+def progress_display(enabled: bool):
     """A rich progress bar over the designs (what is being searched, simulations, cache hits,
     elapsed, ETA from the designs done so far) on a terminal; nothing otherwise."""
     if not (enabled and sys.stderr.isatty()):
@@ -144,7 +144,7 @@ def run_provision(req: ProvisionRequest, log=None) -> dict:
     known = plan.load_designs(req.catalog)
     be = RayBackend(req.address) if req.backend == "ray" else LocalBackend(req.workers)
     cache = Cache(Path(req.cache_dir) if req.cache_dir else default_cache_dir()) if req.use_cache else None
-    bar = _progress(req.progress)
+    bar = progress_display(req.progress)
     task = None
 
     def on_done(job, out, hit):

@@ -31,7 +31,7 @@ from ..catalog import Catalog, kv_capacity_tokens, load_hardware, load_model
 from ..cluster.designs import Design
 from ..errors import UserError
 from ..policy.schedulers import SCHEDULERS, vllm_allocation
-from .command import _progress
+from .command import progress_display
 from .evaluate import Cache, Evaluator, Job, LocalBackend, default_cache_dir
 from .plan import RateRange, Scenario, scenario_dict
 from .plan import design as find_design
@@ -219,7 +219,7 @@ def run_config_search(*, designs: list[str], model: str, workload: str, duration
     sc = Scenario(workload, duration, seed, model, profile, goodput, catalog=catalog)
     be = RayBackend(address) if backend == "ray" else LocalBackend(workers)
     cache = Cache(Path(cache_dir) if cache_dir else default_cache_dir()) if use_cache else None
-    bar = _progress(progress)
+    bar = progress_display(progress)
     task = None                                   # the design being searched: its line on the bar
     ev = Evaluator(be, cache, lambda job, out, hit: bar and bar.update(task, sims=ev.simulated, hits=ev.cached),
                    perf_model=perf_model)

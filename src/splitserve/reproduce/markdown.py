@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _ratio(ours: float, theirs: float) -> str:
+def ratio_cell(ours: float, theirs: float) -> str:
     return f"{ours / theirs:.2f}" if theirs else "-"
 
 
-def _row(cells: list) -> str:
+def table_row(cells: list) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
@@ -25,7 +25,7 @@ class Report:
         self.lines.extend(lines)
 
     def table(self, header: list[str], rows: list[list]) -> None:
-        self.add(_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows), "")
+        self.add(table_row(header), table_row(["---"] * len(header)), *(table_row(r) for r in rows), "")
 
     def explain(self, what: str, ours: float, theirs: float, why: str) -> None:
         """Note a difference of more than 10% from the paper; one sentence per reason."""

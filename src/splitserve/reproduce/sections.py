@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..provision import plan
 from . import plots
-from .markdown import Report, _ratio
+from .markdown import Report, ratio_cell
 
 
 def table4(rep: Report, data: dict, pub: dict) -> None:
@@ -20,7 +20,7 @@ def table4(rep: Report, data: dict, pub: dict) -> None:
             a, h = data[kind]["a100"][metric], data[kind]["h100"][metric]
             pa, ph = pub[kind]["a100"][metric], pub[kind]["h100"][metric]
             rows.append([kind, f"{metric.rsplit('_', 1)[0].upper()} ({unit})", f"{a:.3g}", f"{pa:g}",
-                         _ratio(a, pa), f"{h:.3g}", f"{ph:g}", _ratio(h, ph),
+                         ratio_cell(a, pa), f"{h:.3g}", f"{ph:g}", ratio_cell(h, ph),
                          f"{h / a:.2f}", f"{ph / pa:.2f}"])
     rep.table(["workload", "metric", "A100 ours", "A100 paper", "ratio", "H100 ours", "H100 paper",
                "ratio", "H100/A100 ours", "H100/A100 paper"], rows)
@@ -142,7 +142,7 @@ def throughput_optimised(rep: Report, data: dict, title: str, fig: str, png: str
             ratio, cost = thr / bases[c["baseline"]], r["cost_per_hour"] / base["cost_per_hour"]
             paper = f"{c['throughput']:g}x req/s" + (f", {c['cost']:.2f}x $/h" if "cost" in c else "") + \
                 f" (vs {c['baseline']})"
-            ours_paper = f"{_ratio(ratio, c['throughput'])} req/s" + (f", {_ratio(cost, c['cost'])} $/h" if "cost" in c else "")
+            ours_paper = f"{ratio_cell(ratio, c['throughput'])} req/s" + (f", {ratio_cell(cost, c['cost'])} $/h" if "cost" in c else "")
             _why_claim(rep, d, r, c, ratio, cost, ps, at_paper, bases)
         rows.append([d, _split(r), "+".join(map(str, ps)) if ps else "-", f"{r['power_kw']:.0f}",
                      f"{r['cost_per_hour']:,.0f}", f"{thr:.1f}", *vs, paper, ours_paper])
@@ -165,7 +165,7 @@ def _why_claim(rep: Report, d: str, r: dict, c: dict, ratio: float, cost: float,
     if at_paper and d in at_paper and at_paper[d] and bases.get(b):
         alt = at_paper[d] / bases[b]
         why = (f"At the paper's own split ({'+'.join(map(str, ps))}) our {d} serves {at_paper[d]:.1f} req/s, "
-               f"{alt:.2f}x {b} ({_ratio(alt, c['throughput'])}x the paper's {c['throughput']:g}x): "
+               f"{alt:.2f}x {b} ({ratio_cell(alt, c['throughput'])}x the paper's {c['throughput']:g}x): "
                + ("so the split, not the model, makes most of the difference; our search's "
                   f"{_split(r)} serves more" if abs(alt / c["throughput"] - 1) < abs(ratio / c["throughput"] - 1)
                   else "the paper's split does no closer, so the difference is in the model, not the split") + ".")
@@ -242,7 +242,7 @@ def batch_job(rep: Report, data: dict, pub: dict) -> None:
     for d, r in data.items():
         p = pb.get(d)
         rows.append([d, f"{r['throughput_rps']:.1f}", f"{r['cost']:,.0f}", f"{r['rps_per_a100_hour']:.2f}",
-                     f"{p:g}" if p else "-", _ratio(r["rps_per_a100_hour"], p) if p else "-"])
+                     f"{p:g}" if p else "-", ratio_cell(r["rps_per_a100_hour"], p) if p else "-"])
     rep.table(["design", "throughput (req/s)", "cost ($/h)", "req/s per A100-hour ours", "paper", "ratio"], rows)
     for d, r in data.items():
         if d in pb:

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from ..catalog import load_model  # noqa: E402
 from ..report.slo import SLO  # noqa: E402
-from .markdown import Report, _ratio  # noqa: E402
+from .markdown import Report, ratio_cell  # noqa: E402
 
 _PCT = lambda x: f"{x:.1%}" if x is not None else "-"  # noqa: E731
 
@@ -124,14 +124,14 @@ def _fig15_table(rep: Report, data: dict, pt: dict) -> None:
     for hw in ("a100", "h100"):
         s, z = data[hw]["splitwise"], data[hw]["serialized"]
         rows += [[hw.upper(), "second token, Splitwise", _PCT(pt["second_token_overhead"]["splitwise"]), _PCT(s["second_mean"]),
-                  _ratio(s["second_mean"], pt["second_token_overhead"]["splitwise"])],
+                  ratio_cell(s["second_mean"], pt["second_token_overhead"]["splitwise"])],
                  [hw.upper(), "second token, serialized", _PCT(pt["second_token_overhead"]["serialized"]), _PCT(z["second_mean"]),
-                  _ratio(z["second_mean"], pt["second_token_overhead"]["serialized"])],
+                  ratio_cell(z["second_mean"], pt["second_token_overhead"]["serialized"])],
                  [hw.upper(), "E2E, Splitwise (mean)", _PCT(pt["e2e_overhead"]["splitwise"]), _PCT(s["e2e_mean"]),
-                  _ratio(s["e2e_mean"], pt["e2e_overhead"]["splitwise"])],
+                  ratio_cell(s["e2e_mean"], pt["e2e_overhead"]["splitwise"])],
                  [hw.upper(), "E2E, serialized (prompts >= 1,500: mean; max of all)",
                   f"up to {pt['e2e_overhead']['serialized']:.0%}", f"{_PCT(z['e2e_mean_large'])}; {_PCT(z['e2e_max'])}",
-                  _ratio(z["e2e_max"], pt["e2e_overhead"]["serialized"])],
+                  ratio_cell(z["e2e_max"], pt["e2e_overhead"]["serialized"])],
                  [hw.upper(), "TTFT, any mode", "-", _PCT(max(data[hw][m]["ttft_mean"] for m in FIG15_MODES)), "-"]]
     rep.table(["machine", "overhead", "paper", "ours", "ratio"], rows)
 
@@ -193,7 +193,7 @@ def batched(rep: Report, data: dict, clusters: dict, pub: dict) -> None:
             "each pool's busy time spent on iterations of at most N batched tokens (prompt tokens + "
             "decodes). A borrowed machine counts in its home pool.", "", "![Fig. 17](fig17_batched_tokens.png)", "",
             f"The paper's one figure: Baseline-H100 at 70 req/s spends {ps:.0%} of its time on at most 15 "
-            f"tokens; ours {ours:.0%} ({_ratio(ours, ps)}x).", "")
+            f"tokens; ours {ours:.0%} ({ratio_cell(ours, ps)}x).", "")
     rep.table(["design", "machines", "pool", "req/s", "busy s", "median tokens", "P90 tokens", "<= 15 tokens"], rows)
     hh = data["splitwise-hh"]
     base = {k: v["mixed"]["median"] for k, v in data["baseline-h100"].items()}
@@ -262,7 +262,7 @@ def _fig20_workload(rep: Report, wl: dict, pr: dict) -> None:
         ratio = a / b if a and b else None
         rows.append([d, _s(r["coding_split"]), _s(r["conversation_split"]), f"{a:.1f}" if a else "none",
                      f"{b:.1f}" if b else "none", f"{ratio:.2f}" if ratio else "-", f"{pr[d]:.2f}",
-                     _ratio(ratio, pr[d]) if ratio else "-",
+                     ratio_cell(ratio, pr[d]) if ratio else "-",
                      f"{r['binding'].replace('_', ' ').upper()} at {r['binding_at']:.1f} req/s" if r.get("binding") else "-"])
         if ratio:
             notes.append((f"{d} conversation throughput on its coding cluster", ratio, pr[d],

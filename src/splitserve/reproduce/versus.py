@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .markdown import Report, _row
+from .markdown import Report, table_row
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def claims_table(ours: list[Claim], roofline: list[Claim] | None, model_name: st
         r = roof.get(c.key)
         rows.append([c.text, c.paper, _fmt(r) if r is not None else "not run", _fmt(c), c.why or "not explained yet"])
     header = ["claim", "paper", "ours (roofline)", f"ours ({model_name})", "why"]
-    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows), ""]
+    return [table_row(header), table_row(["---"] * len(header)), *(table_row(r) for r in rows), ""]
 
 
 def claims_section(rep: Report, ours: list[Claim], roofline: list[Claim] | None, res: dict, note: str = "") -> None:
