@@ -51,5 +51,5 @@ def test_without_attention_the_splitwise_form_is_kept():
 
 def test_decode_kv_is_padded_to_the_longest_in_blocks():
     m = MachineProfile(name="m", facts={"block_size": 16}, perf=None, model=None, link=None, transport="tcp")
-    assert m.decode_kv(longest=17, decodes=3) == 3 * 32
-    assert m.decode_kv(longest=32, decodes=1) == 32
+    assert m.timing.decode_kv(longest=17, decodes=3) == 3 * 32
+    assert m.timing.decode_kv(longest=32, decodes=1) == 32

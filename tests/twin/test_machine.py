@@ -29,33 +29,46 @@ def test_background_is_the_serving_paths_cpu_at_the_rate():
     assert m.under_load(5.0, moved_tokens=1000).background_cores == pytest.approx(5 * 0.022)
 
 
+def test_the_step_timing_follows_the_profile_it_is_part_of():
+    """MachineProfile.timing (twin/worker_timing.py) is made anew from the profile's fields
+    whenever a profile is: under a load, with a term taken out, or replaced field by field."""
+    m = _machine()
+    assert (m.timing.facts, m.timing.drift, m.timing.background_cores) == (m.facts, (1.0, 1.0), 0.0)
+    assert m.under_load(5.0).timing.background_cores == pytest.approx(5 * 0.02)
+    assert dataclasses.replace(m, drift=(2.0, 3.0)).timing.work_s(0.1, prompt=False) == pytest.approx(0.301)
+    assert m.without("path").timing.step_overhead == 0.0 and m.timing.step_overhead == 0.001
+    assert m.without("corun").timing.slowdown(True, 1) == 1.0
+    assert dataclasses.replace(m, facts={**m.facts, "host_cores": 4}).timing.host_cores == 4
+    assert m == dataclasses.replace(m) and "timing" not in repr(m)
+
+
 def test_step_time_by_hand():
     m = _machine().under_load(5.0)  # 0.1 cores of background
     # alone: 1 worker + 0.1 on 2 cores, no sharing; the step overhead
-    assert m.step_time(0.1, prompt=True, others_busy=0) == pytest.approx(0.101)
+    assert m.timing.step_time(0.1, prompt=True, others_busy=0) == pytest.approx(0.101)
     # another worker computes: co-run +10% (prompt), and 2.1 cores wanted of 2 (the overhead is
     # the worker's CPU too)
-    assert m.step_time(0.1, prompt=True, others_busy=1) == pytest.approx(0.101 * 1.1 * 2.1 / 2)
-    assert m.step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.101 * 1.2 * 2.1 / 2)
+    assert m.timing.step_time(0.1, prompt=True, others_busy=1) == pytest.approx(0.101 * 1.1 * 2.1 / 2)
+    assert m.timing.step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.101 * 1.2 * 2.1 / 2)
     # without background the two workers fit their two cores
-    assert _machine().step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.101 * 1.2)
+    assert _machine().timing.step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.101 * 1.2)
     # one core: any background slows even a lone step
-    assert _machine(cores=1).under_load(5.0).step_time(0.1, True, 0) == pytest.approx(0.101 * 1.1)
+    assert _machine(cores=1).under_load(5.0).timing.step_time(0.1, True, 0) == pytest.approx(0.101 * 1.1)
     # three workers computing on 2 cores: each gets 2 / 3.1 of a core
-    assert m.step_time(0.1, prompt=False, others_busy=2) == pytest.approx(0.101 * 1.2 * 3.1 / 2)
+    assert m.timing.step_time(0.1, prompt=False, others_busy=2) == pytest.approx(0.101 * 1.2 * 3.1 / 2)
 
 
 def test_pinned_workers_share_their_own_core():
     m = dataclasses.replace(_machine().under_load(5.0), pinned=True)   # 0.05 cores of background per core
-    assert [m.cores_of(w) for w in range(3)] == [{0}, {1}, {0}]
+    assert [m.timing.cores_of(w) for w in range(3)] == [{0}, {1}, {0}]
     # alone on its core: its share of the background only, and the co-run once another computes
-    assert m.step_time(0.1, prompt=False, others_busy=1, core_busy=1) == pytest.approx(0.101 * 1.2 * 1.05)
+    assert m.timing.step_time(0.1, prompt=False, others_busy=1, core_busy=1) == pytest.approx(0.101 * 1.2 * 1.05)
     # sharing its core with one more: twice as long, whatever the other core does
-    assert m.step_time(0.1, prompt=False, others_busy=2, core_busy=2) == pytest.approx(0.101 * 1.2 * 2.05)
+    assert m.timing.step_time(0.1, prompt=False, others_busy=2, core_busy=2) == pytest.approx(0.101 * 1.2 * 2.05)
     # with the other core idle, it takes the background: the two on one core share it alone
-    assert m.step_time(0.1, prompt=False, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.2 * 2)
+    assert m.timing.step_time(0.1, prompt=False, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.2 * 2)
     # the unpinned host shares all cores: 3.1 / 2
-    assert dataclasses.replace(m, pinned=False).step_time(0.1, False, 2) == pytest.approx(0.101 * 1.2 * 1.55)
+    assert dataclasses.replace(m, pinned=False).timing.step_time(0.1, False, 2) == pytest.approx(0.101 * 1.2 * 1.55)
 
 
 def test_a_time_shared_core_grows_the_work_by_the_measured_same_core_share():
@@ -63,20 +76,20 @@ def test_a_time_shared_core_grows_the_work_by_the_measured_same_core_share():
     facts = {**base.facts, "corun": {"prompt": 0.1, "token": 0.2, "same_core": {"prompt": 0.3, "token": 0.05}}}
     m = dataclasses.replace(base, facts=facts, pinned=True).under_load(5.0)  # 0.05 cores of background per core
     # two on one core, all the time: the work x1.3 (prompt), over the co-run's x1.1; twice as long
-    assert m.step_time(0.1, prompt=True, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.3 * 2)
+    assert m.timing.step_time(0.1, prompt=True, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.3 * 2)
     # the decode's same-core growth (x1.05) is under its co-run (x1.2): the co-run holds that part
-    assert m.step_time(0.1, prompt=False, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.2 * 2)
+    assert m.timing.step_time(0.1, prompt=False, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.2 * 2)
     # alone on its core but for its share of the background, next to a busy core: the co-run holds
-    assert m.step_time(0.1, prompt=True, others_busy=1, core_busy=1) == pytest.approx(0.101 * 1.1 * 1.05)
+    assert m.timing.step_time(0.1, prompt=True, others_busy=1, core_busy=1) == pytest.approx(0.101 * 1.1 * 1.05)
     # one core, no other worker, 0.1 cores of background: 10% of the step time-shared, x1.03
     one = dataclasses.replace(_machine(cores=1), facts={**facts, "host_cores": 1}).under_load(5.0)
-    assert one.step_time(0.1, prompt=True, others_busy=0) == pytest.approx(0.101 * (1 + 0.3 * 0.1) * 1.1)
+    assert one.timing.step_time(0.1, prompt=True, others_busy=0) == pytest.approx(0.101 * (1 + 0.3 * 0.1) * 1.1)
     # alone on an idle host nothing is shared: no growth; without the co-run term, none either
-    assert m.step_time(0.1, prompt=True, others_busy=0, core_busy=1, idle_cores=1) == pytest.approx(0.101)
-    assert m.without("corun").step_time(0.1, True, 1, core_busy=2, idle_cores=1) == pytest.approx(0.101)
+    assert m.timing.step_time(0.1, prompt=True, others_busy=0, core_busy=1, idle_cores=1) == pytest.approx(0.101)
+    assert m.without("corun").timing.step_time(0.1, True, 1, core_busy=2, idle_cores=1) == pytest.approx(0.101)
     # a profile that did not measure it: the co-run alone, as before
     old = dataclasses.replace(base, pinned=True).under_load(5.0)
-    assert old.step_time(0.1, prompt=True, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.1 * 2)
+    assert old.timing.step_time(0.1, prompt=True, others_busy=1, core_busy=2, idle_cores=1) == pytest.approx(0.101 * 1.1 * 2)
 
 
 def _sending(cores=2):
@@ -93,8 +106,8 @@ def test_the_senders_part_of_a_transfer_is_in_its_step_not_in_the_background():
     assert m.under_load(5.0, moved_tokens=1000).background_cores == pytest.approx(5 * (0.02 + 0.0011))
     # the step that sends: its time grows by the sending, stretched like the rest of it
     loaded = m.under_load(5.0)  # 0.1 cores
-    assert loaded.step_time(0.1, prompt=True, others_busy=0, sent_s=0.0009) == pytest.approx(0.1009 + 0.001)
-    assert loaded.step_time(0.1, prompt=True, others_busy=1, sent_s=0.0009) == \
+    assert loaded.timing.step_time(0.1, prompt=True, others_busy=0, sent_s=0.0009) == pytest.approx(0.1009 + 0.001)
+    assert loaded.timing.step_time(0.1, prompt=True, others_busy=1, sent_s=0.0009) == \
         pytest.approx(0.1019 * 1.1 * 2.1 / 2)
 
 
@@ -156,16 +169,16 @@ def test_each_term_taken_out_by_hand():
     """The twin's negative controls (MachineProfile.without): each removes one term and no other."""
     m = _machine().under_load(5.0)
     corun = m.without("corun")
-    assert corun.step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.1 + 0.001)   # no co-run, no sharing
-    assert corun.step_time(0.1, prompt=False, others_busy=5) == pytest.approx(0.1 + 0.001)
-    assert corun.transfer_s(1000) == m.transfer_s(1000) and corun.step_overhead == m.step_overhead
+    assert corun.timing.step_time(0.1, prompt=False, others_busy=1) == pytest.approx(0.1 + 0.001)   # no co-run, no sharing
+    assert corun.timing.step_time(0.1, prompt=False, others_busy=5) == pytest.approx(0.1 + 0.001)
+    assert corun.transfer_s(1000) == m.transfer_s(1000) and corun.timing.step_overhead == m.timing.step_overhead
     kv = m.without("kv_transfer")
     assert kv.transfer_s(1000) == 0.0 and kv.send_s(1000) == 0.0
-    assert kv.step_time(0.1, prompt=True, others_busy=1) == m.step_time(0.1, prompt=True, others_busy=1)
+    assert kv.timing.step_time(0.1, prompt=True, others_busy=1) == m.timing.step_time(0.1, prompt=True, others_busy=1)
     path = m.without("path")
-    assert (path.step_overhead, path.request_overhead, path.background_s) == (0.0, 0.0, 0.0)
+    assert (path.timing.step_overhead, path.request_overhead, path.background_s) == (0.0, 0.0, 0.0)
     assert path.under_load(5.0).background_cores == 0.0
-    assert path.step_time(0.1, prompt=True, others_busy=1) == pytest.approx(0.1 * 1.1)      # 2 workers, 2 cores
+    assert path.timing.step_time(0.1, prompt=True, others_busy=1) == pytest.approx(0.1 * 1.1)      # 2 workers, 2 cores
     with pytest.raises(Exception, match="unknown term 'power'"):
         m.without("power")
 
@@ -210,7 +223,7 @@ def test_each_step_draws_its_work_from_the_hosts_spread(tmp_path):
     assert max(plain) == pytest.approx(min(plain))
     spread = firsts(dataclasses.replace(m, spread=((0.5, 1.5), ())))
     # work w alone, as drawn: 0.5 w or 1.5 w (the step overhead not drawn), both drawn, repeatably
-    w, overhead = plain[0] - m.step_overhead, m.step_overhead
+    w, overhead = plain[0] - m.timing.step_overhead, m.timing.step_overhead
     assert sorted({round(t, 9) for t in spread}) == pytest.approx([0.5 * w + overhead, 1.5 * w + overhead])
     assert spread == firsts(dataclasses.replace(m, spread=((0.5, 1.5), ())))
 
@@ -249,7 +262,7 @@ def test_a_busy_prompt_machine_starts_its_next_step_without_a_prompt_still_reser
     a, c, x = sorted(res.requests, key=lambda r: r.arrival)
     assert a.token_times[0] < c.arrival < x.arrival < c.token_times[0] < a.token_times[1]
     assert c.prompt_started_at == pytest.approx(c.arrival)
-    assert c.token_times[0] - c.prompt_started_at == pytest.approx(0.0026 + m.step_overhead)  # 1 ms + 0.1 ms x 16
+    assert c.token_times[0] - c.prompt_started_at == pytest.approx(0.0026 + m.timing.step_overhead)  # 1 ms + 0.1 ms x 16
     assert x.prompt_started_at == pytest.approx(a.token_times[1])  # not c.token_times[0]
 
 
@@ -269,23 +282,23 @@ def test_the_corun_slowdown_follows_the_steps_beside():
     m = _machine()
     m = dataclasses.replace(m, facts={**m.facts, "corun": {"prompt": 0.1, "token": 0.32, "beside": beside}})
     # two workers on two cores, no background: the co-run alone
-    assert m.step_time(0.1, prompt=False, others_busy=1, beside=((P, 64),)) == pytest.approx(0.101 * 1.02)
-    assert m.step_time(0.1, False, 1, beside=((P, 288),)) == pytest.approx(0.101 * 1.055)   # halfway
-    assert m.step_time(0.1, False, 1, beside=((P, 16),)) == pytest.approx(0.101 * 1.02)     # below: the end
-    assert m.step_time(0.1, False, 1, beside=((D, 1),)) == pytest.approx(0.101 * 1.04)
-    assert m.step_time(0.1, False, 1, beside=((D, 3),)) == pytest.approx(0.101 * 1.12)      # 2/7 of the way
-    assert m.step_time(0.1, False, 1, beside=((D, 32),)) == pytest.approx(0.101 * 1.32)     # above: the end
-    assert m.step_time(0.1, prompt=True, others_busy=1, beside=((D, 8),)) == pytest.approx(0.101 * 1.05)
+    assert m.timing.step_time(0.1, prompt=False, others_busy=1, beside=((P, 64),)) == pytest.approx(0.101 * 1.02)
+    assert m.timing.step_time(0.1, False, 1, beside=((P, 288),)) == pytest.approx(0.101 * 1.055)   # halfway
+    assert m.timing.step_time(0.1, False, 1, beside=((P, 16),)) == pytest.approx(0.101 * 1.02)     # below: the end
+    assert m.timing.step_time(0.1, False, 1, beside=((D, 1),)) == pytest.approx(0.101 * 1.04)
+    assert m.timing.step_time(0.1, False, 1, beside=((D, 3),)) == pytest.approx(0.101 * 1.12)      # 2/7 of the way
+    assert m.timing.step_time(0.1, False, 1, beside=((D, 32),)) == pytest.approx(0.101 * 1.32)     # above: the end
+    assert m.timing.step_time(0.1, prompt=True, others_busy=1, beside=((D, 8),)) == pytest.approx(0.101 * 1.05)
     # beside two steps: the larger; what runs beside not known: the figure blind to it
-    assert m.step_time(0.1, False, 2, beside=((P, 512), (D, 1))) == pytest.approx(0.101 * 1.09 * 1.5)
-    assert m.step_time(0.1, False, 1) == pytest.approx(0.101 * 1.32)
+    assert m.timing.step_time(0.1, False, 2, beside=((P, 512), (D, 1))) == pytest.approx(0.101 * 1.09 * 1.5)
+    assert m.timing.step_time(0.1, False, 1) == pytest.approx(0.101 * 1.32)
     # pinned, sharing its core with one decode of 8: x2 the time-sharing, x1.32 the co-run (the
     # larger of it and the grown work)
     pinned = dataclasses.replace(m, pinned=True)
-    assert pinned.step_time(0.1, False, 1, core_busy=2, beside=((D, 8),)) == pytest.approx(0.101 * 1.32 * 2)
-    assert pinned.step_time(0.1, False, 1, core_busy=2, beside=((D, 1),)) == pytest.approx(0.101 * 1.08 * 2)
+    assert pinned.timing.step_time(0.1, False, 1, core_busy=2, beside=((D, 8),)) == pytest.approx(0.101 * 1.32 * 2)
+    assert pinned.timing.step_time(0.1, False, 1, core_busy=2, beside=((D, 1),)) == pytest.approx(0.101 * 1.08 * 2)
     # without the co-run term: no co-run, no time-sharing
-    assert m.without("corun").step_time(0.1, False, 1, beside=((D, 8),)) == pytest.approx(0.101)
+    assert m.without("corun").timing.step_time(0.1, False, 1, beside=((D, 8),)) == pytest.approx(0.101)
 
 
 def test_a_simulated_decode_beside_a_prompt_runs_at_its_slowdown(tmp_path):

@@ -46,7 +46,7 @@ def model_times(machine: MachineProfile, prompt: int, outputs: int) -> tuple[flo
     tokens generating `outputs` alone on an idle host (the step log's shapes, steps.step_of)."""
     perf = machine.perf
     first = perf.mixed_time(prompt, 0, 0, prompt * prompt if perf.attention else 0)
-    decodes = sum(perf.mixed_time(0, 1, machine.decode_kv(prompt + i, 1)) for i in range(1, outputs))
+    decodes = sum(perf.mixed_time(0, 1, machine.timing.decode_kv(prompt + i, 1)) for i in range(1, outputs))
     return first, decodes
 
 

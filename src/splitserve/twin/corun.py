@@ -1,8 +1,8 @@
 """The co-run measurement of `splitserve profile`: how much longer a worker's engine step takes
 next to another busy engine process of the same model, on another core (shared caches and memory
-bandwidth) and time-sharing its own core (MachineProfile.slowdown reads both); and the same next
+bandwidth) and time-sharing its own core (WorkerTiming.slowdown reads both); and the same next
 to an engine that runs only prompt steps and one that runs only decode steps (`beside`: which kind
-of step runs beside decides how much the other slows, MachineProfile.corun_of)."""
+of step runs beside decides how much the other slows, WorkerTiming.corun_of)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ BESIDE_PROMPT, BESIDE_DECODE = 1, 2
 Beside = tuple[tuple[int, int], ...]
 
 # the steps run beside the one timed: (kind, size) with size the prompt tokens a prompt step
-# computes, or the sequences a decode step runs; the model reads between sizes (machine.corun_of)
+# computes, or the sequences a decode step runs; the model reads between sizes (WorkerTiming.corun_of)
 BESIDE = (("prompt", 64), ("prompt", 512), ("decode", 1), ("decode", 8))
 
 

@@ -2,14 +2,14 @@
 its profile.csv (perf/profile.py, the same fit as the Splitwise authors' profile), its KV capacity
 in tokens, the KV link of a transport, and the model's shape. `simulate --machine-profile DIR`
 and `splitserve twin` simulate clusters of such machines: `MachineProfile` is what the simulator
-runs on (sim/hosts.py Hosts), and `HostStep` (twin/host_step.py) times its workers' steps (perf/step.py StepModel) as
-the live host runs them."""
+runs on (sim/hosts.py Hosts), and `HostStep` (twin/host_step.py) times its workers' steps (perf/step.py
+StepModel) as the live host runs them, by its `timing` (twin/worker_timing.py WorkerTiming)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..catalog import ModelSpec
@@ -19,8 +19,8 @@ from ..errors import UserError
 from ..perf.profile import ProfilePerfModel, read_profile_rows
 from ..policy.state import Machine, Pool
 from ..sim.kv_transfer import Link, serialized_done
-from .corun import Beside, figure
 from .host_step import HostStep
+from .worker_timing import WorkerTiming
 
 
 TERMS = ("corun", "kv_transfer", "path")   # what `MachineProfile.without` can take out
@@ -41,6 +41,12 @@ class NoPower:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MachineProfile:
+    """A measured machine as the simulator runs on it (sim/hosts.py Hosts, sim/run.py
+    MeasuredMachine): its profile's `facts`, perf model, model and KV link, at a load
+    (`under_load`) and a speed (`drift`). The timing of its workers' steps on the cores they share
+    is its part `timing` (twin/worker_timing.py WorkerTiming), made from `facts`, `drift` and
+    `background_cores` whenever a profile is (`under_load`, `without`, dataclasses.replace)."""
+
     name: str
     facts: dict
     perf: ProfilePerfModel
@@ -56,20 +62,15 @@ class MachineProfile:
     pinned: bool = False  # the workers run pinned to cores (serve --pin-workers): time-sharing per core
     spread: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # (prompt, decode) factors of a step's work
     reserves_between_steps = True  # serve's token worker answers a reservation between steps (sim/reservation.py)
+    timing: WorkerTiming = field(init=False, repr=False, compare=False)  # its workers' steps, from the fields above
 
-    @property
-    def host_cores(self) -> int:
-        """The cores the host's workers share (the profile's)."""
-        return int(self.facts.get("host_cores") or 1)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "timing", WorkerTiming(facts=self.facts, drift=self.drift,
+                                                        background_cores=self.background_cores))
 
     @property
     def kv_capacity(self) -> int:
         return int(self.facts["kv_capacity_tokens"])
-
-    @property
-    def step_overhead(self) -> float:
-        """Seconds each engine step of a serving worker costs outside the model (twin/path.py)."""
-        return float(self.facts.get("path", {}).get("step_overhead_s", 0.0))
 
     @property
     def request_overhead(self) -> float:
@@ -96,7 +97,7 @@ class MachineProfile:
         """This machine serving `rate` requests/s, each moving `moved_tokens` of KV between
         workers on average (a split design; 0 unsplit): the cores the serving path, the client
         and the transfers take from the workers. The sender's part of a transfer is not among
-        them: it is in the prompt worker's step (step_time's `sent_s`)."""
+        them: it is in the prompt worker's step (WorkerTiming.work_s's `sent_s`)."""
         moved = max(0.0, self.transfer_s(moved_tokens) - self.send_s(moved_tokens)) if moved_tokens > 0 else 0.0
         return dataclasses.replace(self, background_cores=max(0.0, rate) * (self.background_s + moved))
 
@@ -114,58 +115,6 @@ class MachineProfile:
         if term == "path":
             return dataclasses.replace(self, facts={**self.facts, "path": {}}, background_cores=0.0)
         raise UserError(f"unknown term {term!r}; one of {', '.join(TERMS)}")
-
-    def decode_kv(self, longest: int, decodes: int) -> int:
-        """KV tokens a decode step of this engine reads: every decode's blocks are gathered and
-        padded to the longest one's (engine/attention.py), so `decodes` x the longest context,
-        in whole blocks."""
-        bs = int(self.facts.get("block_size", 1))
-        return decodes * (-(-longest // bs) * bs)
-
-    def work_s(self, alone_s: float, prompt: bool, sent_s: float = 0.0) -> float:
-        """CPU seconds of a serving worker's step that takes `alone_s` on an idle machine (the perf
-        model, at the host's speed now: `drift`) and sends KV for `sent_s` (send_s of the prompts
-        it hands over), with the serving path's step overhead."""
-        return alone_s * self.drift[0 if prompt else 1] + sent_s + self.step_overhead
-
-    def slowdown(self, prompt: bool, others_busy: int, core_busy: int | None = None, idle_cores: int = 0,
-                 beside: Beside = ()) -> float:
-        """How many times longer a step's work takes while `others_busy` other workers of this
-        host compute (running the steps in `beside`, (kind, size) each; (): not known): the
-        measured co-run slowdown (caches, memory bandwidth)
-        once any other is busy, times the time-sharing of the cores. Given `core_busy`, the busy
-        workers on this one's core (with it), it shares that core with them and with its part of
-        the background (`background_cores`: the serving path, the client, KV transfers) that the
-        `idle_cores` do not take; without it, the host's cores are shared evenly between every
-        computing worker and the background. While its core is time-shared a step's work grows
-        by the measured `same_core` (the processes evict each other's caches) for the shared part."""
-        f = 1.0 + max(0.0, self.corun_of(prompt, beside)) if others_busy else 1.0
-        if not self.facts.get("time_sharing", True):  # without("corun")
-            return f
-        if core_busy is None:
-            share = (others_busy + 1 + self.background_cores) / self.host_cores
-        else:
-            share = core_busy + max(0.0, self.background_cores - idle_cores) / max(1, self.host_cores - idle_cores)
-        if share <= 1.0:
-            return f
-        grown = max(0.0, self.corun_of(prompt, beside, same_core=True))
-        return max(f, 1.0 + grown * min(1.0, share - 1.0)) * share  # `same_core` holds the co-run's part
-
-    def corun_of(self, prompt: bool, beside: Beside, same_core: bool = False) -> float:
-        """The profile's co-run figure (`same_core`: the time-shared core's) for a prompt or a
-        decode step beside the steps in `beside` (corun.figure)."""
-        return figure(self.facts.get("corun", {}), prompt, beside, same_core)
-
-    def step_time(self, alone_s: float, prompt: bool, others_busy: int, sent_s: float = 0.0,
-                  core_busy: int | None = None, idle_cores: int = 0, beside: Beside = ()) -> float:
-        """A serving worker's step (work_s) with the host as it is when it starts (slowdown)."""
-        return self.work_s(alone_s, prompt, sent_s) * self.slowdown(prompt, others_busy, core_busy, idle_cores, beside)
-
-    def cores_of(self, worker: int) -> frozenset[int]:
-        """The cores worker `worker` runs on when pinned (serve's placement, worker_cpus)."""
-        from ..serve.worker_args import worker_cpus
-        threads = int(self.facts.get("how", {}).get("threads_per_worker", 1))
-        return frozenset(worker_cpus(worker, threads, list(range(self.host_cores))))
 
     # ---- what the simulator runs on (sim/hosts.py Hosts) ---------------------------------------
     @property

@@ -86,7 +86,7 @@ def busy_fraction(s: Step, spans: list[tuple[int, int, float, Beside]]) -> float
 def busy_spans(steps: list[Step], cores=None) -> list[list[tuple[int, int, float, Beside]]]:
     """For each step, its time cut where other workers' steps start or end: (other workers
     computing, of them those sharing a core with its worker by `cores(worker)`, seconds, the steps
-    they run: (kind, size) each, as MachineProfile.slowdown takes them)."""
+    they run: (kind, size) each, as WorkerTiming.slowdown takes them)."""
     by_worker: dict[int, list[Step]] = {}
     for s in steps:
         by_worker.setdefault(s.worker, []).append(s)
@@ -138,23 +138,24 @@ def modelled(s: Step, machine: MachineProfile, spans: list[tuple[int, int, float
     """The simulator's time for step `s` with the other workers busy as they were live (`spans`,
     busy_spans), running the kinds of step they ran: its work at the time-weighted mean of the
     host's slowdown over the step."""
-    kv = machine.decode_kv(s.longest, s.decodes) if s.decodes else 0
+    timing = machine.timing
+    kv = timing.decode_kv(s.longest, s.decodes) if s.decodes else 0
     alone = machine.perf.mixed_time(s.prompt_tokens, s.decodes, kv, s.prompt_sq if machine.perf.attention else 0)
-    work = machine.work_s(alone, s.prompt_tokens > 0, sum(machine.send_s(n) for n in s.sent))
+    work = timing.work_s(alone, s.prompt_tokens > 0, sum(machine.send_s(n) for n in s.sent))
     total = sum(t for _, _, t, _ in spans)
     if total <= 0:
-        return work * machine.slowdown(s.prompt_tokens > 0, 0)
+        return work * timing.slowdown(s.prompt_tokens > 0, 0)
     if not machine.pinned:  # where the OS placed each worker is not logged: the cores shared evenly
-        return work * sum(machine.slowdown(s.prompt_tokens > 0, n, beside=k) * t for n, c, t, k in spans) / total
-    cores = machine.host_cores
-    return work * sum(machine.slowdown(s.prompt_tokens > 0, n, 1 + c, max(0, cores - 1 - (n - c)), k) * t
+        return work * sum(timing.slowdown(s.prompt_tokens > 0, n, beside=k) * t for n, c, t, k in spans) / total
+    cores = timing.host_cores
+    return work * sum(timing.slowdown(s.prompt_tokens > 0, n, 1 + c, max(0, cores - 1 - (n - c)), k) * t
                       for n, c, t, k in spans) / total
 
 
 def compare_steps(steps: list[Step], machine: MachineProfile) -> list[StepRow]:
     """Live vs modelled step seconds per kind and condition, then per kind, then all steps."""
     acc: dict[tuple[str, str], list[float]] = {}
-    for s, spans in zip(steps, busy_spans(steps, machine.cores_of)):
+    for s, spans in zip(steps, busy_spans(steps, machine.timing.cores_of)):
         f = busy_fraction(s, spans)
         cond = "alone" if f < ALONE else "shared" if f > SHARED else "partly"
         m = modelled(s, machine, spans)
@@ -174,7 +175,7 @@ def lone_steps(steps: list[Step], machine: MachineProfile) -> Iterator[tuple[Ste
     those of each worker's first WARMUP_S: a fresh worker's warm-up is a one-off, not the host's
     speed."""
     first: dict[int, float] = {}
-    for s, spans in zip(steps, busy_spans(steps, machine.cores_of)):
+    for s, spans in zip(steps, busy_spans(steps, machine.timing.cores_of)):
         if s.start - first.setdefault(s.worker, s.start) >= WARMUP_S and busy_fraction(s, spans) < ALONE:
             yield s, spans
 
@@ -206,7 +207,7 @@ def drift(steps: list[Step], machine: MachineProfile, alone_only: bool = False) 
     computed beside (lone_steps), so that the co-run and time-sharing terms stay the model's to
     predict; a kind with no such step keeps 1.0."""
     sums = [[0.0, 0.0], [0.0, 0.0]]
-    for s, spans in lone_steps(steps, machine) if alone_only else zip(steps, busy_spans(steps, machine.cores_of)):
+    for s, spans in lone_steps(steps, machine) if alone_only else zip(steps, busy_spans(steps, machine.timing.cores_of)):
         a = sums[0 if s.prompt_tokens else 1]
         a[0] += s.seconds
         a[1] += modelled(s, machine, spans)
