@@ -44,7 +44,7 @@ def live_steps(run: Path) -> list:
 def prompt_steps(steps: list, spec: TwinSpec, machine) -> str:
     """The prompt-running worker's live step seconds against the model's, per 10 s of the run."""
     mach = loaded(spec, machine, planned(spec))
-    mine = [(s, f) for s, f in zip(steps, busy_spans(steps, mach.cores_of)) if s.worker == 0 and s.prompt_tokens]
+    mine = [(s, f) for s, f in zip(steps, busy_spans(steps, mach.timing.cores_of)) if s.worker == 0 and s.prompt_tokens]
     t0 = mine[0][0].start
     out = []
     for lo in range(0, int(spec.duration), 10):

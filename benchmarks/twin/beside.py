@@ -43,7 +43,7 @@ def table(run: Path) -> dict[tuple[str, str], list[float]]:
     under = loaded(spec, run_speed(steps, machine, loaded(spec, machine, reqs)), reqs)
     share = cached_share(run)
     acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
-    for s, spans in zip(steps, busy_spans(steps, under.cores_of)):
+    for s, spans in zip(steps, busy_spans(steps, under.timing.cores_of)):
         f = busy_fraction(s, spans)
         cond = "alone" if f < ALONE else "partly" if f <= SHARED else "beside " + beside_kind(s, steps, share)
         kind = "mixed" if s.prompt_tokens and s.decodes else "prompt" if s.prompt_tokens else "decode"
