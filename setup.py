@@ -22,7 +22,13 @@ HOT = ["src/splitserve/report/histogram.py", "src/splitserve/sim/metrics.py", "s
        "src/splitserve/policy/kv_allocation.py", "src/splitserve/policy/preemption.py",
        "src/splitserve/sim/simulator.py", "src/splitserve/sim/handoff.py", "src/splitserve/sim/stages.py",
        "src/splitserve/sim/prefix.py", "src/splitserve/policy/prefix_routing.py",
-       "src/splitserve/sim/sharing.py", "src/splitserve/sim/reservation.py", "src/splitserve/sim/state.py"]
+       "src/splitserve/sim/sharing.py", "src/splitserve/sim/reservation.py", "src/splitserve/sim/state.py",
+       # the default rule's path (issue 44): step model, perf and power models, pools and admission
+       "src/splitserve/perf/mixed.py", "src/splitserve/perf/roofline.py", "src/splitserve/perf/step.py",
+       "src/splitserve/perf/power.py", "src/splitserve/perf/profile.py", "src/splitserve/perf/decode_lookup.py",
+       "src/splitserve/perf/operator_perf.py", "src/splitserve/policy/cluster.py", "src/splitserve/policy/pools.py",
+       "src/splitserve/policy/kv_transfer.py", "src/splitserve/policy/instance_flip.py",
+       "src/splitserve/policy/aladdin.py", "src/splitserve/sim/kv_transfer.py"]
 
 
 REQUIRED = os.environ.get("SPLITSERVE_REQUIRE_COMPILED") == "1"

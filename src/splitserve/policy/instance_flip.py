@@ -42,14 +42,14 @@ def drained(m: Machine) -> bool:
 class InstanceFlipScheduler(SplitwiseScheduler):
     """Splitwise's routing, no mixed pool, TetriInfer's decode dispatch, and instance flips."""
 
-    watch_interval = FLIP_CHECK_S
-
     def __init__(self, machines: list[Machine], cfg: RoutingConfig = RoutingConfig()) -> None:
         super().__init__(machines, dataclasses.replace(cfg, mixed_pool=False, decode_dispatch="tetriinfer"))
+        self.watch_interval = FLIP_CHECK_S
         self.idle_since: dict[int, float] = {}       # machine id -> first sample that saw it idle
         self.draining: list[Machine] = []            # selected, out of their pool, not yet flipped
         self.selected_at: dict[int, float] = {}
-        self.flips: list[Flip] = []
+        self.flip_log: list[Flip] = []
+        self.flips = self.flip_log   # the base's Sequence; compiled (mypyc) an attribute keeps its type
 
     def watch(self, now: float, quiet: Callable[[Machine], bool] | None = None) -> list[Machine]:
         """One sample of the cluster monitor at time `now`: the machines that flipped. `quiet`
@@ -95,7 +95,7 @@ class InstanceFlipScheduler(SplitwiseScheduler):
         m.pool = m.home = to
         self.pools[to].append(m)
         self.idle_since[m.id] = now
-        self.flips.append(Flip(now, m.id, to, self.selected_at.pop(m.id)))
+        self.flip_log.append(Flip(now, m.id, to, self.selected_at.pop(m.id)))
 
     def remove(self, m: Machine) -> None:
         super().remove(m)
