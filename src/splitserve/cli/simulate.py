@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,6 +28,17 @@ from .lists import ListedHelp
 
 app = typer.Typer()
 PARALLEL = "Parallelism"
+log = logging.getLogger(__name__)
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux's /proc, to 1/100 s); None where there is none."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])     # field 22, starttime
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 @app.command(cls=ListedHelp)
@@ -96,6 +110,7 @@ def simulate(
     policy: PolicyConfig = PolicyConfig(),
 ) -> None:
     """Simulate a cluster serving a workload; print latency, SLO and cost, write summary.json."""
+    started, t0 = process_age_s(), time.perf_counter()
     goodput = from_options(goodput_ttft, goodput_tpot)
     cat = user_catalog(catalog)
     trace = None
@@ -113,8 +128,13 @@ def simulate(
         machine=load_machine_profile(machine_profile) if machine_profile else None, goodput=goodput, catalog=cat,
         conversation=conversation, prefix_caching=prefix_caching, block_size=block_size)
     summary, _ = simulate_run(req, progress=not (quiet or json_out), trace=trace)
+    t1 = time.perf_counter()
     record_run(summary, ctx, cat)   # the run again: simulate --config summary.json
     _show(summary, trace, trace_out, out, json_out)
+    loop = summary["sim"]["wall_s"]
+    log.debug("where the time went: start-up %s, building the run and the summary %.2f s, simulation %.2f s "
+              "(the workload generated as it runs), output %.2f s",
+              "?" if started is None else f"{started:.2f} s", t1 - t0 - loop, loop, time.perf_counter() - t1)
 
 
 def _show(summary: dict, trace: ChromeTrace | None, trace_out: Path | None, out: Path | None, json_out: bool) -> None:
