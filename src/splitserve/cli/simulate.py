@@ -19,6 +19,7 @@ from ..report.goodput import from_options
 from ..report.summary import write_summary
 from ..report.table import print_summary
 from ..sim.chrome_trace import ChromeTrace
+from ..sim.requests_out import RequestsOut
 from ..sim.run import DEFAULT_DURATION, DEFAULT_MACHINES, DEFAULT_RPS, DEFAULT_SPLIT, SimRequest
 from ..sim.run import simulate as simulate_run
 from ..twin.machine import load_machine_profile
@@ -56,8 +57,13 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Seed of the synthetic workload.")] = 0,
     arrivals: Annotated[str, typer.Option(help="poisson, trace (a CSV's own timestamps) or auto.")] = "auto",
     rate_profile: Annotated[Optional[str], typer.Option(help="Time-varying Poisson rate instead of --rps: "
-                                                            "START_S:RATE,... (e.g. 0:5,60:20,120:5) or "
-                                                            "sin:MEAN:AMPLITUDE:PERIOD_S.")] = None,
+                                                            "START_S:RATE,... (e.g. 0:5,60:20,120:5), "
+                                                            "sin:MEAN:AMPLITUDE:PERIOD_S, or a measured rate shape "
+                                                            "scaled to --rps as its mean: azure-code or azure-conv "
+                                                            "(the Azure 2023 traces' hour, per minute, repeated; "
+                                                            "they hold no 24-hour day) or a shape file NAME.json "
+                                                            "(scripts/rate_shape.py); NAME:peak=R gives the busiest "
+                                                            "minute's rate instead. docs/simulate.md.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Directory for summary.json.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout instead of tables.")] = False,
     profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format), where it has rows for the "
@@ -99,6 +105,10 @@ def simulate(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
     trace_out: Annotated[Optional[Path], typer.Option(help="Write a Chrome trace of every machine's batches and every "
                                                           "KV transfer here (open in ui.perfetto.dev).")] = None,
+    requests_out: Annotated[Optional[Path], typer.Option(help="Write one row per request as it completes "
+                                                              "(id, arrival, prompt and output tokens, TTFT, mean "
+                                                              "TBT, E2E, its machines) to this .csv or .jsonl file, "
+                                                              "streamed: memory stays flat.")] = None,
     trace_max_events: Annotated[int, typer.Option(help="Events the trace keeps at most (the first ones; the rest are "
                                                        "counted).")] = 500_000,
     goodput_ttft: Annotated[Optional[float], typer.Option(help="With --goodput-tpot: DistServe's SLO attainment, the "
@@ -127,7 +137,14 @@ def simulate(
         max_context=max_context, memory_utilization=memory_utilization,
         machine=load_machine_profile(machine_profile) if machine_profile else None, goodput=goodput, catalog=cat,
         conversation=conversation, prefix_caching=prefix_caching, block_size=block_size)
-    summary, _ = simulate_run(req, progress=not (quiet or json_out), trace=trace)
+    rows = RequestsOut(requests_out) if requests_out is not None else None
+    try:
+        summary, _ = simulate_run(req, progress=not (quiet or json_out), trace=trace, requests_out=rows)
+    finally:
+        if rows is not None:
+            rows.close()
+    if rows is not None and not json_out:
+        typer.echo(f"wrote {requests_out} ({rows.rows:,} requests)")
     t1 = time.perf_counter()
     record_run(summary, ctx, cat)   # the run again: simulate --config summary.json
     _show(summary, trace, trace_out, out, json_out)

@@ -4,6 +4,7 @@ the run's result (`SimResult`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..cluster.designs import ClusterSpec
@@ -64,6 +65,9 @@ class Metrics:
     last_arrival: float = 0.0
     last_completion: float = 0.0
     machines: list[MachineStats] = field(default_factory=list)
+    # told of each request as it completes: (request, TTFT, E2E) as the client sees them (simulate
+    # --requests-out: sim/requests_out.py); None: nothing kept per request
+    on_complete: Callable[[Request, float, float], None] | None = None
 
     def complete(self, r: Request, now: float, path_s: float, prompt_ref: float,
                  goodput: GoodputSLO | None) -> None:
@@ -79,6 +83,8 @@ class Metrics:
             self.attained += 1
         if now > self.last_completion:
             self.last_completion = now
+        if self.on_complete is not None:
+            self.on_complete(r, r.first_token_at - r.arrival + path_s, e2e)
 
     def prompts_started(self, batch: Batch, now: float) -> None:
         """`batch`'s prompt chunks start at `now`: a prompt's first, its time queued; a recompute's

@@ -6,7 +6,8 @@ Defaults give a small Splitwise-HH cluster (4 prompt + 1 token DGX-H100) under 1
 synthetic coding traffic for two minutes.
 
 One rule for the rate and the span (`arrival_defaults`): a synthetic workload defaults to
-DEFAULT_RPS for DEFAULT_DURATION; a trace CSV given neither --rps nor --rate-profile is replayed
+DEFAULT_RPS for DEFAULT_DURATION (a rate shape, workload/shape.py, that names no rate: DEFAULT_RPS
+its mean); a trace CSV given neither --rps nor --rate-profile is replayed
 at its own timestamps and rate over its own span (--duration then clips it, or replays it back to
 back when longer); a trace with --rps is time-scaled to that rate, for DEFAULT_DURATION unless
 --duration says otherwise.
@@ -28,11 +29,13 @@ from ..report.goodput import GoodputSLO
 from ..report.summary import simulation_summary
 from ..workload import make_workload
 from ..workload.conversations import SHAPES
+from ..workload.shape import is_shape, names_rate
 from ..workload.synthetic import SYNTHETIC
 from .chrome_trace import ChromeTrace
 from .config import SimConfig
 from .hosts import Hosts
 from .metrics import SimResult
+from .requests_out import RequestsOut
 from .simulator import Simulation
 
 DEFAULT_SPLIT = (4, 1)
@@ -60,7 +63,8 @@ def arrival_defaults(workload: str, rps: float | None, duration: float | None,
     None for a trace replayed at its own timestamps, which make_workload then takes from it."""
     if workload not in SYNTHETIC and workload not in SHAPES and rps is None and rate_profile is None:
         return None, duration                 # the trace's own rate; its own span unless clipped
-    rps = DEFAULT_RPS if rps is None and rate_profile is None else rps
+    rated = rate_profile is not None and not (is_shape(rate_profile) and not names_rate(rate_profile))
+    rps = DEFAULT_RPS if rps is None and not rated else rps
     return rps, DEFAULT_DURATION if duration is None else duration
 
 
@@ -116,7 +120,8 @@ class SimRequest:
         self.prompt_machines, self.token_machines, self.machines = (
             int(c) if isinstance(c, str) and c.strip().isdigit() else c
             for c in (self.prompt_machines, self.token_machines, self.machines))
-        _check(self.rate_profile is None or self.rps is None, "give --rps or --rate-profile, not both")
+        _check(self.rate_profile is None or self.rps is None or is_shape(self.rate_profile),
+               "give --rps or --rate-profile, not both (--rps is the mean of a rate shape)")
         self.rps, self.duration = rps, duration = arrival_defaults(self.workload, self.rps, self.duration,
                                                                    self.rate_profile)
         _check(rps is None or (math.isfinite(rps) and rps > 0), f"--rps must be a positive number, got {rps}")
@@ -156,9 +161,11 @@ class SimRequest:
 
 
 def simulate(req: SimRequest, *, progress: bool = False, record_requests: bool = False,
-             trace: ChromeTrace | None = None) -> tuple[dict[str, Any], SimResult]:
+             trace: ChromeTrace | None = None,
+             requests_out: RequestsOut | None = None) -> tuple[dict[str, Any], SimResult]:
     """Run `req`; returns (summary.json's dict, the SimResult). `progress`: a bar on a terminal;
-    `record_requests`: keep every request with its token times; `trace`: every batch and transfer."""
+    `record_requests`: keep every request with its token times; `trace`: every batch and transfer;
+    `requests_out`: a row per request as it completes."""
     cluster, spec = req.cluster()
     wl = make_workload(req.workload, rps=req.rps, duration=req.duration, seed=req.seed, arrivals=req.arrivals,
                        max_context=req.max_context, rate_profile=req.rate_profile, conversation=req.conversation)
@@ -172,6 +179,7 @@ def simulate(req: SimRequest, *, progress: bool = False, record_requests: bool =
                     colocated=req.colocated, catalog=req.catalog, prefix_caching=req.prefix_caching,
                     block_size=req.block_size)
     sim = Simulation(cluster, spec, wl, cfg)
+    sim.metrics.on_complete = requests_out
     if progress and sys.stderr.isatty():
         result = _run_with_progress(sim, wl.duration or 0.0)
     else:

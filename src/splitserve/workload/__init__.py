@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import UserError
 from .conversations import SHAPES, Conversations, make_conversations
 from .rate import RateProfile, parse_rate_profile, thinned_arrivals
+from .shape import ShapeProfile, is_shape, parse_shape
 from .synthetic import SYNTHETIC, size_model
 from .trace import Trace, load_trace
 
@@ -46,7 +47,7 @@ class Workload:
     max_context: int | None = None
     trace: Trace | None = None
     trace_time_scale: float = 1.0     # trace seconds -> run seconds
-    rate_profile: RateProfile | None = None   # time-varying Poisson rate; rps is then its mean
+    rate_profile: RateProfile | ShapeProfile | None = None   # time-varying Poisson rate; rps is then its mean
 
     def describe(self) -> str:
         src = self.name if self.trace is None else f"trace {self.name} ({len(self.trace)} requests)"
@@ -115,7 +116,7 @@ class Workload:
 def make_workload(source: str, *, rps: float | None = None, duration: float | None = None,
                   seed: int = 0, arrivals: str = "auto", max_requests: int | None = None,
                   max_context: int | None = None,
-                  rate_profile: str | RateProfile | None = None,
+                  rate_profile: str | RateProfile | ShapeProfile | None = None,
                   conversation: str | None = None) -> Workload | Conversations:
     if rps is not None and not (math.isfinite(rps) and rps > 0):
         raise UserError(f"rps must be a positive number, got {rps}")
@@ -164,7 +165,7 @@ def make_workload(source: str, *, rps: float | None = None, duration: float | No
 
 def request_workload(source: str, *, rps: float | None = None, duration: float | None = None, seed: int = 0,
                      arrivals: str = "auto", max_requests: int | None = None, max_context: int | None = None,
-                     rate_profile: str | RateProfile | None = None) -> Workload:
+                     rate_profile: str | RateProfile | ShapeProfile | None = None) -> Workload:
     """`make_workload` where independent requests are wanted: UserError for a conversation shape."""
     wl = make_workload(source, rps=rps, duration=duration, seed=seed, arrivals=arrivals, max_requests=max_requests,
                        max_context=max_context, rate_profile=rate_profile)
@@ -174,12 +175,15 @@ def request_workload(source: str, *, rps: float | None = None, duration: float |
 
 
 def _profiled(source, profile, duration, seed, arrivals, max_requests, max_context, rps) -> Workload:
-    """A workload whose Poisson rate follows `profile` (a synthetic one, or a trace's sizes)."""
-    if rps is not None:
+    """A workload whose Poisson rate follows `profile` (a synthetic one, or a trace's sizes); a rate
+    shape's text (workload/shape.py) takes `rps` as its mean."""
+    shaped = isinstance(profile, str) and is_shape(profile)
+    if rps is not None and not shaped:
         raise UserError("give a rate or a rate profile, not both")
     if arrivals == "trace":
         raise UserError("a rate profile draws Poisson arrivals; it cannot replay a trace's timestamps")
-    profile = parse_rate_profile(profile) if isinstance(profile, str) else profile
+    if isinstance(profile, str):
+        profile = parse_shape(profile, rps) if shaped else parse_rate_profile(profile)
     trace = None
     if source in SYNTHETIC:
         size_model(source)

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import UserError
+
+if TYPE_CHECKING:
+    from .shape import ShapeProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +93,7 @@ def parse_rate_profile(spec: str) -> RateProfile:
     return RateProfile("piecewise", tuple(times), tuple(rates))
 
 
-def thinned_arrivals(rng: np.random.Generator, profile: RateProfile, block: int):
+def thinned_arrivals(rng: np.random.Generator, profile: RateProfile | ShapeProfile, block: int):
     """Blocks of (arrival times, kept count) of the non-homogeneous Poisson process, forever."""
     peak = profile.peak
     t = 0.0
