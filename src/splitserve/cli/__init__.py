@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from importlib.metadata import version as installed_version
 from types import ModuleType
 from typing import Annotated, Any
 
@@ -64,6 +63,8 @@ def _command_named(argv: list[str]) -> str | None:
 
 def _print_version(value: bool) -> None:
     if value:
+        from importlib.metadata import version as installed_version   # 12 ms: --version alone needs it
+
         from ..sim import compiled
         hot = "compiled with mypyc" if compiled() else "pure Python"
         typer.echo(f"splitserve {installed_version('splitserve')} (simulator hot path: {hot})")
