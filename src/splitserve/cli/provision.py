@@ -37,7 +37,9 @@ def provision(
     design: Annotated[Optional[list[str]], typer.Option("--design", "-d", help="Design to consider (repeat; one of {designs}; default: {default_designs}).")] = None,
     model: Annotated[str, typer.Option(help="Model: {models} (catalog/models.toml).")] = "llama2-70b",
     workload: Annotated[str, typer.Option(help="{workloads}, or an Azure LLM trace CSV.")] = "coding",
-    duration: Annotated[float, typer.Option(help="Seconds of arrivals per simulation (paper: 120).")] = 120.0,
+    duration: Annotated[float, typer.Option(help="Seconds of arrivals per simulation (paper: 120; with --day, the hour or the day instead).")] = 120.0,
+    day: Annotated[Optional[str], typer.Option(help="Simulate a day of traffic shaped as --rate-profile, its mean the rate each simulation is at (--rps, the rate searched, the stress load): peak-hour (its busiest hour, 3600 s) or whole (86400 s). Default: --duration at a constant rate.")] = None,
+    rate_profile: Annotated[Optional[str], typer.Option(help="The rate shape of --day: azure-code or azure-conv (the Azure 2023 traces' hour, per minute, repeated: they hold no 24-hour day) or a shape file NAME.json (scripts/rate_shape.py); default with --day: azure-code for coding, azure-conv for conversation. Without --day, the shape from its start for --duration.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the workload (the same for every configuration).")] = 0,
     profile: Annotated[Optional[Path], typer.Option(help="Profile CSV (Splitwise format), where it has rows for the model, GPU and tp; --perf-model otherwise.")] = None,
     perf_model: Annotated[str, typer.Option(help="Model of step times where no profile applies: auto (the operator model fitted on measured A100/H100 profiles off the Splitwise grid, the roofline on it and elsewhere), operators or roofline (docs/perf-model.md).")] = "auto",
@@ -79,6 +81,9 @@ def provision(
     if policy_system and objective in ("capacity-per-dollar", "goodput-per-gpu"):
         raise UserError(f"--policy goes with the cost, power, machines, throughput and batch objectives; "
                         f"--objective {objective} searches its own schedulers")
+    if (day or rate_profile) and objective in ("capacity-per-dollar", "goodput-per-gpu"):
+        raise UserError(f"--day and --rate-profile go with the cost, power, machines, throughput and batch "
+                        f"objectives, not --objective {objective}")
     cat = user_catalog(catalog)
     show = not (quiet or json_out)
     if objective == "capacity-per-dollar":
@@ -119,7 +124,7 @@ def provision(
         min_rps=min_rps, max_rps=max_rps, workers=workers, backend=backend, address=address,
         cache_dir=str(cache_dir) if cache_dir else None, use_cache=not no_cache, progress=show,
         goodput_ttft=goodput_ttft, goodput_tpot=goodput_tpot, system=policy_system, catalog=cat,
-        perf_model=perf_model))
+        perf_model=perf_model, rate_profile=rate_profile, day=day))
 
 
 def _provision(ctx: typer.Context, cat, out: Path | None, json_out: bool, quiet: bool, req: ProvisionRequest) -> None:

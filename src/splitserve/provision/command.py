@@ -181,7 +181,7 @@ def _estimate_line(req: ProvisionRequest, est: dict, width: int) -> str:
             f"{est['simulations_at_most']:,} simulations (an upper bound; the searches usually need far "
             f"fewer, and the cache answers repeats); at about {est['seconds_per_simulation']:.2g} s each "
             f"({est['seconds_per_request'] * 1e6:.0f} us per request at {est['rate']:.3g} req/s for "
-            f"{req.duration:g} s; more at higher rates or on a slower machine), that many would take "
+            f"{req.scenario().duration:g} s; more at higher rates or on a slower machine), that many would take "
             f"{_duration(est['seconds_for_all'])} on {width} {req.backend} worker{'s' if width != 1 else ''}")
 
 

@@ -59,6 +59,7 @@ class Job:
     perf_model: str = "auto"        # the step-time model where no profile applies (simulate --perf-model)
     decode_lookup: str = "batch-size"   # how decode times are read off the profile (simulate --decode-lookup)
     token_tbt_slo: float = 0.0      # a latency-aware full token machine (RoutingConfig.token_tbt_slo; 0: off)
+    rate_profile: str = ""          # a rate shape whose mean is `rps` (workload/shape.py; provision --day); "": constant
 
     def counts(self) -> dict:
         if self.machines is not None:
@@ -132,7 +133,8 @@ def run_job(job: Job) -> Outcome:
                        goodput=GoodputSLO(*job.goodput) if job.goodput else None,
                        parallel=Parallelism(*job.parallel) if job.parallel else None,
                        policy=job_policy(job), max_context=job.max_context, colocated=job.colocated,
-                       catalog=job.catalog, perf_model=job.perf_model, decode_lookup=job.decode_lookup)
+                       catalog=job.catalog, perf_model=job.perf_model, decode_lookup=job.decode_lookup,
+                       rate_profile=job.rate_profile or None)
     return Outcome.from_summary(s)
 
 
@@ -156,6 +158,9 @@ class Cache:
             d["catalog"] = job.catalog.fingerprint
         if job.profile:
             d["profile"] = _file_hash(job.profile)
+        shape = job.rate_profile.split(":")[0]
+        if shape.lower().endswith(".json"):     # a shape file: its content
+            d["rate_shape_file"] = _file_hash(shape)
         d["code"] = code_fingerprint()
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:24]
 

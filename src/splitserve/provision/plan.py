@@ -44,14 +44,16 @@ class Scenario:
     goodput: tuple[float, float] | None = None   # DistServe's (TTFT, TPOT) SLOs in place of the nine slowdowns
     system: str = ""                             # serving system by name (policy/systems.py; --policy)
     catalog: Catalog | None = None               # --catalog: designs, machines, models (None: built-in)
+    rate_profile: str = ""                       # a rate shape, its mean the job's rate (workload/shape.py); "": constant
 
     def job(self, design: str, counts: tuple[int, ...], rps: float) -> Job:
         if len(counts) == 2:
             return Job(design, counts[0], counts[1], None, rps, self.workload, self.duration,
                        self.seed, self.model, self.profile, self.goodput, system=self.system,
-                       catalog=self.catalog)
+                       catalog=self.catalog, rate_profile=self.rate_profile)
         return Job(design, None, None, counts[0], rps, self.workload, self.duration, self.seed,
-                   self.model, self.profile, self.goodput, system=self.system, catalog=self.catalog)
+                   self.model, self.profile, self.goodput, system=self.system, catalog=self.catalog,
+                   rate_profile=self.rate_profile)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from ..policy.systems import system as named_system
 from ..report.goodput import GoodputSLO, from_options
 from ..workload import make_workload
 from . import plan
+from .days import day_shape, day_span
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -31,7 +32,9 @@ class ProvisionRequest:
     serving system whose policy every simulation runs, on the designs of its kind only; `catalog`
     (--catalog) names the designs, machines and models (None: the built-in one). Made, it holds
     the objective it answers (throughput when only a constraint is given), the designs it searches
-    (`names`) and the budget as a number (`budget_x`, kW or $/h)."""
+    (`names`) and the budget as a number (`budget_x`, kW or $/h). `rate_profile` (a rate shape) and
+    `day` (peak-hour, whole): the simulations over a day of traffic (provision/days.py); made, `shape`
+    holds the shape they follow ("": a constant rate)."""
 
     objective: str | None = None
     rps: float | None = None
@@ -61,8 +64,11 @@ class ProvisionRequest:
     system: str = ""
     catalog: Catalog | None = None
     perf_model: str = "auto"
+    rate_profile: str | None = None
+    day: str | None = None
     names: list[str] = field(init=False)
     budget_x: float | None = field(init=False)
+    shape: str = field(init=False)
 
     def __post_init__(self) -> None:
         check_perf_model(self.perf_model)
@@ -71,7 +77,9 @@ class ProvisionRequest:
         self._check_search()
         self.names = self._design_names()
         load_model(self.model, self.catalog)
-        make_workload(self.workload, rps=self.rps or 1.0, duration=self.duration, seed=self.seed)
+        self.shape = day_shape(self.workload, self.rate_profile, self.day, self.backend)
+        make_workload(self.workload, rps=self.rps or 1.0, duration=self.duration, seed=self.seed,
+                      rate_profile=self.shape or None)
         self.budget_x = (plan.budget_value(self.budget, self.constraint, self.catalog)
                          if self.constraint and self.budget is not None else None)  # both or neither (_check_question)
         self.goodput()
@@ -143,8 +151,10 @@ class ProvisionRequest:
 
     def scenario(self) -> plan.Scenario:
         slo = self.goodput()
-        return plan.Scenario(self.workload, self.duration, self.seed, self.model, self.profile,
-                             (slo.ttft_s, slo.tpot_s) if slo else None, self.system, self.catalog)
+        profile, duration = day_span(self.shape, self.day, self.duration)
+        return plan.Scenario(self.workload, duration, self.seed, self.model, self.profile,
+                             (slo.ttft_s, slo.tpot_s) if slo else None, self.system, self.catalog,
+                             rate_profile=profile)
 
     def limits(self) -> plan.Limits:
         return plan.Limits(self.max_prompt, self.max_token, self.max_machines)
