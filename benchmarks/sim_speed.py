@@ -13,6 +13,13 @@ Cases (llama2-70b, the Splitwise authors' profile when ../shared is present, els
   conversation-lowmem-1h  conversation-1h at --memory-utilization 0.24 (42,783 KV tokens a machine),
                     memory pressure (issue 41): 1,148 preemptions under reserve, 123 on demand
 
+Whole commands, start-up and output included (issue 44): `splitserve simulate` of each case as a
+user runs it, alternating two installs (an old and a new `pip install --target DIR .`), each run
+pinned to one core:
+
+    python benchmarks/sim_speed.py --whole OLD_DIR,NEW_DIR [--pairs 3] [--cases coding-1h,coding-120s]
+        [--core 1] [--out benchmarks/results/sim_whole.json]
+
 `--kv-allocation reserve|on-demand` runs a case under that rule (issue 41; left out: the tree's
 default, reserve, so that a tree older than the option runs too), `--recompute` where the
 preempted recompute.
@@ -88,8 +95,47 @@ def machine_info() -> dict:
             "platform": platform.platform(), "pinned_to_one_core": True}
 
 
+SPLITWISESIM_120S = 11.40   # SplitwiseSim's coding-120s, whole process, on a VM like the Xeon one (issue 44)
+
+
+def command(name: str, out: str) -> list[str]:
+    """`splitserve simulate` of case `name` as a user types it (the authors' default rules)."""
+    kw = CASES[name]
+    return ["simulate", "--design", "splitwise-hh", "--prompt-machines", str(kw["prompt_machines"]),
+            "--token-machines", str(kw["token_machines"]), "--model", "llama2-70b", "--workload", str(kw["workload"]),
+            "--rps", str(kw["rps"]), "--duration", str(kw["duration"]), "--seed", "0", "--out", out, "-q",
+            *(["--memory-utilization", str(kw["memory_utilization"])] if "memory_utilization" in kw else [])]
+
+
+def whole(sites: list[str], names: list[str], pairs: int, core: str) -> list[dict]:
+    """Each case's whole command `pairs` times with each install in `sites` (PYTHONPATH), alternating."""
+    results = []
+    for name in names:
+        walls: dict[str, list[float]] = {site: [] for site in sites}
+        for _ in range(pairs):
+            for site in sites:
+                env = {**os.environ, "PYTHONPATH": site, "OMP_NUM_THREADS": "1"}
+                cmd = ["taskset", "-c", core, sys.executable, "-m", "splitserve.cli",
+                       *command(name, f"/tmp/sim_whole_{name}")]
+                t0 = time.perf_counter()
+                subprocess.run(cmd, env=env, check=True, capture_output=True, cwd="/tmp")
+                walls[site].append(round(time.perf_counter() - t0, 3))
+        old, new = (sorted(walls[s]) for s in (sites[0], sites[-1]))
+        r = {"case": name, "command": "splitserve " + " ".join(command(name, "DIR")), "wall_s": walls,
+             "median_ratio_old_over_new": round(old[len(old) // 2] / new[len(new) // 2], 2)}
+        if name == "coding-120s":
+            r["splitwisesim_s"] = SPLITWISESIM_120S
+            r["splitwisesim_over_new"] = round(SPLITWISESIM_120S / new[len(new) // 2], 1)
+        print(json.dumps(r), flush=True)
+        results.append(r)
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--whole", help="OLD_DIR,NEW_DIR: whole commands of two installs, alternating")
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--core", default="1")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sim_speed.json"))
     ap.add_argument("--kv-allocation", help="reserve or on-demand (issue 41); left out: the tree's default")
@@ -100,6 +146,14 @@ def main() -> None:
               if v is not None}
     if args.one:
         print(json.dumps(run_case(args.one, policy)))
+        return
+    if args.whole:
+        names = args.cases.split(",") if args.cases != ",".join(CASES) else ["coding-1h", "coding-120s"]
+        results = whole(args.whole.split(","), names, args.pairs, args.core)
+        out = args.out if args.out != ap.get_default("out") else str(ROOT / "benchmarks" / "results" / "sim_whole.json")
+        info = {**machine_info(), "pinned_to_core": args.core, "sites": args.whole.split(",")}
+        Path(out).write_text(json.dumps({"machine": info, "results": results}, indent=2) + "\n")
+        print(f"wrote {out}")
         return
     results = []
     for name in args.cases.split(","):
