@@ -4,9 +4,10 @@ memory stays flat however long the run (a 2.5M-request hour costs no more than a
 `make_workload(source, rps=, duration=, seed=)` where `source` is `coding` or `conversation`
 (synthetic sizes fitted to the Azure 2023 traces, Poisson arrivals) or a trace CSV path (its own
 timestamps by default, time-scaled to `rps` when given, replayed back to back when shorter than
-`duration`). `rate_profile=` (workload/rate.py: "0:5,60:20,120:5" or "sin:10:5:600") makes
-Poisson arrivals non-homogeneous, drawn by thinning with the same seeded generator, block by
-block, so memory stays flat as well.
+`duration`). `rate_profile=` (workload/rate.py: "0:5,60:20,120:5" or "sin:10:5:600"; or a measured
+rate shape, workload/shape.py: "azure-code", whose mean is `rps`) makes Poisson arrivals
+non-homogeneous, drawn by thinning with the same seeded generator, block by block, so memory
+stays flat as well.
 """
 
 from __future__ import annotations
