@@ -16,7 +16,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from splitserve.serve.protocol import boot_id
 
 from .conftest import Server, complete, start_server, stop_server
 
@@ -79,9 +78,9 @@ def test_vllm_counters_and_histograms_are_exact_after_known_requests(logged_spli
         assert s[(f"vllm:{h}_count", m)] == n, h
         assert s[(f"vllm:{h}_bucket", 'le="+Inf",' + m)] == n, h
     # a request whose first token overtook its step report (kv_in first) has no queue time, unless
-    # its worker shares the router's clock (Linux: local workers do), which places its step anyway
+    # its worker shares the router's clock (tests/serve/test_step_clock.py); a report read after its
+    # request ended (on a busy host: seen in CI with both cores busy) places nothing either: unseen
     unseen = s[("splitserve_requests_schedule_unseen_total", "")]
-    assert unseen == 0 or boot_id() is None
     for h in ("request_queue_time_seconds", "request_prefill_time_seconds", "request_inference_time_seconds"):
         assert s[(f"vllm:{h}_count", m)] + unseen == n, h
     assert s[("vllm:request_prompt_tokens_sum", m)] == prompt
