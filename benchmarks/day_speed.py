@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from splitserve.twin.profiler import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT.parent / "shared" / "profiles" / "splitwise_a100_h100_perf_model.csv"
 BASE = ["simulate", "--design", "splitwise-hh", "-p", "35", "-t", "5", "--model", "llama2-70b", "--workload",
@@ -41,16 +43,6 @@ CASES = {
     "constant-day": ["--rps", "70", "--duration", "86400"],
     "diurnal-hour": ["--rate-profile", "azure-code", "--rps", "70", "--duration", "3600"],
 }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def hot_path() -> str:
