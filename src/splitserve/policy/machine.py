@@ -47,19 +47,34 @@ class BatchingConfig:
                                        # readmit); "auto": prompt-pool on demand, in-place under reserve
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # __init__ below, compiled (state.Request says why)
 class Batch:
-    prompts: list[Request] = field(default_factory=list)   # prefilled (or chunked) this iteration
-    chunks: list[int] = field(default_factory=list)        # prefill tokens computed for each
-    prompt_tokens: int = 0
-    joined: list[Request] = field(default_factory=list)    # decodes that entered the batch now
-    decoding: list[Request] = field(default_factory=list)  # the running decodes of this iteration
-    decodes: int = 0                                        # len(decoding)
-    context: int = 0                                        # their KV tokens
-    preempted: list[Request] = field(default_factory=list)
-    grown: list[Request] = field(default_factory=list)     # on demand: decodes that took KV for this step
-    cached: int = 0                                         # of prompt_tokens, those a prefix cache gave
-                                                            # (not computed; set by the simulator: sim/prefix.py)
+    prompts: list[Request]      # prefilled (or chunked) this iteration
+    chunks: list[int]           # prefill tokens computed for each
+    prompt_tokens: int
+    joined: list[Request]       # decodes that entered the batch now
+    decoding: list[Request]     # the running decodes of this iteration
+    decodes: int                # len(decoding)
+    context: int                # their KV tokens
+    preempted: list[Request]
+    grown: list[Request]        # on demand: decodes that took KV for this step
+    cached: int                 # of prompt_tokens, those a prefix cache gave (not computed; set by
+                                # the simulator: sim/prefix.py)
+
+    def __init__(self, prompts: list[Request] | None = None, chunks: list[int] | None = None, prompt_tokens: int = 0,
+                 joined: list[Request] | None = None, decoding: list[Request] | None = None, decodes: int = 0,
+                 context: int = 0, preempted: list[Request] | None = None, grown: list[Request] | None = None,
+                 cached: int = 0) -> None:
+        self.prompts = [] if prompts is None else prompts
+        self.chunks = [] if chunks is None else chunks
+        self.prompt_tokens = prompt_tokens
+        self.joined = [] if joined is None else joined
+        self.decoding = [] if decoding is None else decoding
+        self.decodes = decodes
+        self.context = context
+        self.preempted = [] if preempted is None else preempted
+        self.grown = [] if grown is None else grown
+        self.cached = cached
 
 
 @dataclass(slots=True)
@@ -86,11 +101,15 @@ class BatchReport:
         return bool(self.chunks or self.preempted or self.joined or self.grown) or self.sched is not None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # __init__ below, compiled (state.Request says why)
 class IterationResult:
     first_tokens: list[Request]     # prefill finished: they produced a token (their first, or the
                                     # next one after a recompute)
     finished: list[Request]         # produced their last token; their KV is released
+
+    def __init__(self, first_tokens: list[Request], finished: list[Request]) -> None:
+        self.first_tokens = first_tokens
+        self.finished = finished
 
 
 # ---- the rules, stated once ---------------------------------------------------------------------
