@@ -32,7 +32,7 @@ from operator import attrgetter
 from .cluster import ClusterScheduler, RoutingConfig
 from .latency import LIVE_FIT, BatchLatency
 from .predictor import make_predictor
-from .prefix_routing import pick
+from .prefix_routing import least_pending, pick
 from .state import Machine, Pool, Request
 from .tetriinfer import Registry, pick_decode
 
@@ -102,7 +102,7 @@ class SplitwiseScheduler(ClusterScheduler):
         ms = [m for m in self.pools[lender] if m.id != exclude]
         if not ms:
             return None
-        m = min(ms, key=_pending)
+        m = least_pending(ms)
         move(self.pools, m, Pool.MIXED)
         self.borrowed += 1
         return m
@@ -124,18 +124,18 @@ class SplitwiseScheduler(ClusterScheduler):
         if t is None:
             t = self._borrow(Pool.PROMPT)
         if p is None or t is None:
-            p = t = min(self.pools[Pool.PROMPT] + self.pools[Pool.MIXED] + self.pools[Pool.TOKEN], key=_pending)
+            p = t = least_pending(self.pools[Pool.PROMPT], self.pools[Pool.MIXED], self.pools[Pool.TOKEN])
         return p, t
 
     def _overflow(self, r: Request, lender: Pool, exclude: Machine | None = None) -> Machine | None:
         """A machine of the mixed pool with room for `r`, else one borrowed from `lender`."""
         mixed = [m for m in self.pools[Pool.MIXED] if not (self._prompt_full(m, r) or self._token_full(m, r))]
         if mixed:
-            return min(mixed, key=_pending)
+            return least_pending(mixed)
         candidates = [m for m in self.pools[lender] if m is not exclude]
         if len(candidates) < 1 or len(self.pools[lender]) < 2:
             return None                  # never empty a pool by borrowing its last machine
-        m = min(candidates, key=_pending)
+        m = least_pending(candidates)
         move(self.pools, m, Pool.MIXED)
         self.borrowed += 1
         return m
@@ -159,7 +159,7 @@ class SplitwiseScheduler(ClusterScheduler):
         m = self._overflow(r, Pool.TOKEN) if self.cfg.mixed_pool else None
         if m is not None:
             return m
-        return min(prompts + self.pools[Pool.MIXED], key=_pending)
+        return least_pending(prompts, self.pools[Pool.MIXED])
 
     def pick_token(self, r: Request, p: Machine) -> Machine:
         """The token machine for `r` prefilled on `p`, by the same rules from the other side. A
@@ -175,7 +175,7 @@ class SplitwiseScheduler(ClusterScheduler):
         m = self._overflow(r, Pool.PROMPT, exclude=p) if self.cfg.mixed_pool else None
         if m is not None:
             return m
-        return min(tokens + self.pools[Pool.MIXED], key=_pending)
+        return least_pending(tokens, self.pools[Pool.MIXED])
 
     def route(self, r: Request) -> tuple[Machine, Machine]:
         """Pick (prompt machine, token machine) for a new request; equal when it runs unsplit."""
