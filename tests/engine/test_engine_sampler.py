@@ -289,3 +289,29 @@ def test_penalties_and_bias_are_the_same_across_the_split(sampling, handoff):
             if out.request_id == rid:
                 tokens = out.token_ids
     assert tokens == alone
+
+
+def test_min_p_keeps_the_tokens_within_its_share_of_the_best():
+    # probabilities 0.5, 0.3, 0.15, 0.05 at temperature 1: min_p 0.5 keeps p >= 0.25 (tokens 0, 1),
+    # min_p 0.2 keeps p >= 0.1 (0, 1, 2), 0 keeps all four
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
+    kept = {}
+    for min_p in (0.5, 0.2, 0.0):
+        rows = [Row(SamplingParams(temperature=1.0, seed=s, min_p=min_p)) for s in range(400)]
+        kept[min_p] = set(Sampler("cpu")(logits.expand(400, 4), rows))
+    assert kept == {0.5: {0, 1}, 0.2: {0, 1, 2}, 0.0: {0, 1, 2, 3}}
+
+
+def test_min_tokens_masks_eos_and_stop_tokens_until_then():
+    logits = torch.tensor([[0.0, 1.0, 9.0, 5.0, 8.0, 2.0]])      # EOS (2) best, then stop token 4, then 3
+    sampler = Sampler("cpu", eos_ids=[2])
+    p = SamplingParams(min_tokens=3, stop_token_ids=(4,))
+    assert [sampler(logits, [at(p, i)])[0] for i in range(5)] == [3, 3, 3, 2, 2]
+    ignoring = SamplingParams(min_tokens=3, ignore_eos=True)      # EOS stops nothing there: not masked
+    assert sampler(logits, [at(ignoring, 0)]) == [2]
+
+
+@pytest.mark.parametrize("kw", [dict(min_p=1.5), dict(min_p=-0.1), dict(min_tokens=17), dict(min_tokens=-1)])
+def test_min_p_and_min_tokens_out_of_range_are_refused(kw):
+    with pytest.raises(UserError):
+        SamplingParams(max_tokens=16, **kw)

@@ -42,7 +42,11 @@ def err(body, chat: bool = False, raw: bytes | None = None) -> ApiError:
     ("logit_bias", {"999": 1}, "invalid_value"), ("logit_bias", {"x": 1}, "invalid_type"),
     ("stream", "yes", "invalid_type"), ("stream_options", {"include_usage": 1}, "invalid_type"),
     ("n", 17, "invalid_value"), ("best_of", 0, "invalid_value"), ("logprobs", 21, "invalid_value"),
-    ("suffix", "tail", "unsupported"), ("min_tokens", 4, "unsupported"), ("min_p", 0.1, "unsupported"),
+    ("suffix", "tail", "unsupported"), ("min_tokens", -1, "invalid_value"), ("min_tokens", 17, "invalid_value"),
+    ("min_p", 1.5, "invalid_value"), ("min_p", "0.1", "invalid_type"), ("guided_regex", "(", "invalid_value"),
+    ("guided_choice", [], "invalid_value"), ("guided_choice", ["a", ""], "invalid_value"),
+    ("guided_grammar", "start: (", "invalid_value"), ("guided_json", "{not json", "invalid_value"),
+    ("guided_json", "[1]", "invalid_value"), ("include_stop_str_in_output", 1, "invalid_type"),
 ])
 def test_each_field_is_checked_by_type_and_range(field, value, code):
     e = err({"prompt": [1, 2, 3], field: value})

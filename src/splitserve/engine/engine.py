@@ -103,7 +103,7 @@ class LLMEngine:
         self.max_seq_len = min(self.max_model_len, num_blocks * c.block_size)
         batching = c.batching if c.batching.max_seqs else dataclasses.replace(c.batching, max_seqs=c.max_num_seqs)
         self.scheduler = Scheduler(self.blocks, batching)
-        self.sampler = Sampler(self.device, c.seed)
+        self.sampler = Sampler(self.device, c.seed, sorted(self.eos_ids))
         self.graphs = None
         if c.cuda_graphs:
             from .cuda_graph import DecodeGraphs

@@ -1,10 +1,13 @@
-"""Next-token choice: logit bias and penalties, then greedy, or temperature / top-k / top-p
-sampling.
+"""Next-token choice: logit bias and penalties, then greedy, or temperature / min-p / top-k /
+top-p sampling.
 
-Each row's logits go through, in this order (as in vLLM): `logit_bias`; the repetition penalty
-(prompt and output tokens), then the frequency and presence penalties (output tokens); then a
-greedy row takes the argmax, and a sampled row is divided by its temperature, cut to its top-k /
-top-p nucleus and sampled. A batch of plain greedy rows (no bias, no penalty) is one argmax.
+Each row's logits go through, in this order (as in vLLM): `logit_bias`; while a row has made fewer
+than `min_tokens` tokens, its EOS and stop token ids set to -inf (vLLM's min_tokens: they cannot be
+sampled yet); the repetition penalty (prompt and output tokens), then the frequency and presence
+penalties (output tokens); then a greedy row takes the argmax, and a sampled row is divided by its
+temperature, cut to the tokens of at least `min_p` times its most likely token's probability, then
+to its top-k / top-p nucleus, and sampled. A batch of plain greedy rows (no bias, no penalty, no
+min_tokens) is one argmax.
 
 Sampling uses the exponential race: token = argmax(p_i / E_i) with E_i ~ Exp(1) i.i.d., which
 picks token i with probability p_i. A request with a `seed` draws its E from a generator seeded
@@ -58,6 +61,8 @@ class SamplingParams:
     logprobs: int | None = None         # each generated token's logprob and the N most likely (logprobs.py)
     prompt_logprobs: int | None = None  # each prompt token's logprob and the N most likely there
     grammar: str | None = None          # an llguidance grammar its output must follow (structured.py)
+    min_p: float = 0.0       # sampled rows keep the tokens of at least min_p x the best one's probability
+    min_tokens: int = 0      # no EOS, stop token or stop string ends the output before this many tokens
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -72,6 +77,10 @@ class SamplingParams:
             if not -MAX_PENALTY <= getattr(self, name) <= MAX_PENALTY:
                 raise UserError(f"{name} must be in [-{MAX_PENALTY:g}, {MAX_PENALTY:g}], "
                                 f"got {getattr(self, name)}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise UserError(f"min_p must be in [0, 1], got {self.min_p}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise UserError(f"min_tokens must be in [0, max_tokens ({self.max_tokens})], got {self.min_tokens}")
         if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
             raise UserError(f"repetition_penalty must be finite and > 0, got {self.repetition_penalty}")
         for name in ("logprobs", "prompt_logprobs"):
@@ -180,10 +189,27 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[Row]) -> torch.Tensor:
     return logits.index_copy(0, torch.tensor(which, dtype=torch.long, device=dev), x)
 
 
+def mask_stops(logits: torch.Tensor, rows: Sequence[Row], eos_ids: Sequence[int]) -> torch.Tensor:
+    """`logits` (float32) with the EOS and stop token ids of each row short of its `min_tokens`
+    set to -inf (a new tensor; EOS left alone where the row ignores it)."""
+    idx = [(i, t) for i, r in enumerate(rows) if len(r.output_ids) < r.params.min_tokens
+           for t in {*r.params.stop_token_ids, *(() if r.params.ignore_eos else eos_ids)} if t < logits.shape[1]]
+    if not idx:
+        return logits
+    lt = torch.tensor(idx, dtype=torch.long, device=logits.device)
+    return logits.index_put((lt[:, 0], lt[:, 1]), torch.tensor(float("-inf"), device=logits.device))
+
+
+def _short(r: Row) -> bool:
+    """Whether row `r` has made fewer tokens than its min_tokens."""
+    return len(r.output_ids) < r.params.min_tokens
+
+
 class Sampler:
-    def __init__(self, device: str | torch.device, seed: int = 0) -> None:
+    def __init__(self, device: str | torch.device, seed: int = 0, eos_ids: Sequence[int] = ()) -> None:
         self.device = torch.device(device)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.eos_ids = tuple(eos_ids)   # masked while a row is short of its min_tokens (mask_stops)
 
     @torch.no_grad()
     def __call__(self, logits: torch.Tensor, rows: Sequence[Row]) -> list[int]:
@@ -192,11 +218,14 @@ class Sampler:
         `logits` is not modified."""
         params = [r.params for r in rows]
         processed = [p for p in params if p.logit_bias or p.penalized]
-        if not processed and all(p.greedy for p in params):
+        short = any(map(_short, rows))
+        if not processed and not short and all(p.greedy for p in params):
             return logits.argmax(-1).tolist()
         logits = logits.float()
         if any(p.logit_bias for p in processed):
             logits = apply_bias(logits, params)
+        if short:
+            logits = mask_stops(logits, rows, self.eos_ids)
         if any(p.penalized for p in processed):
             logits = apply_penalties(logits, rows)
         greedy = logits.argmax(-1)
@@ -214,6 +243,9 @@ class Sampler:
         temp = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=dev)
         temp = temp.clamp(max=F32.max)
         x = (logits - logits.amax(-1, keepdim=True)) / temp[:, None]  # each row's best is 0: no inf - inf
+        if any(p.min_p > 0 for p in params):  # p_i >= min_p * p_best, i.e. x_i >= log(min_p) (x_best = 0)
+            floor = torch.tensor([math.log(p.min_p) if p.min_p > 0 else -math.inf for p in params], device=dev)
+            x = x.masked_fill(x < floor[:, None], float("-inf"))
         top_k = [p.top_k if 0 < p.top_k < vocab else 0 for p in params]  # Python ints, clamped before torch
         if any(top_k) or any(p.top_p < 1 for p in params):
             top_p = torch.tensor([p.top_p for p in params], device=dev)

@@ -8,12 +8,16 @@ from .structured import complete
 
 
 def stop_reason(seq: Sequence, tok: int, eos_ids: set[int], tokenizer) -> str | None:
-    """"stop" (EOS unless ignored, a stop token or string), "length" (max_tokens, context), or None."""
+    """"stop" (EOS unless ignored, a stop token or string, once it has made min_tokens), "length"
+    (max_tokens, context), or None."""
     p = seq.params
-    if (tok in eos_ids and not p.ignore_eos) or tok in p.stop_token_ids or complete(seq):
+    if complete(seq):  # its grammar allows nothing more, min_tokens or not
         return "stop"
-    if p.stop and stop_string_at(seq, tokenizer) is not None:
-        return "stop"
+    if len(seq.output_ids) >= p.min_tokens:  # min_tokens: nothing but the length stops it before
+        if (tok in eos_ids and not p.ignore_eos) or tok in p.stop_token_ids:
+            return "stop"
+        if p.stop and stop_string_at(seq, tokenizer) is not None:
+            return "stop"
     if len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= seq.max_len:
         return "length"
     return None

@@ -74,6 +74,18 @@ class Sampling(BaseModel):
     prompt_logprobs: int | None = Field(None, ge=0, le=20, description="vLLM's: each prompt token's logprob and "
                                                                        "the N most likely there")
     response_format: ResponseFormat | None = None
+    # vLLM's sampling extensions
+    min_p: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="vLLM's: sample among the tokens "
+                         "of at least min_p x the most likely one's probability")
+    min_tokens: int = Field(0, ge=0, description="vLLM's: no EOS, stop token or stop string before this many tokens")
+    include_stop_str_in_output: bool = Field(False, description="vLLM's: the text ends after the stop string, "
+                                                                "not before it")
+    skip_special_tokens: bool = Field(True, description="vLLM's: leave special tokens out of the text")
+    guided_json: dict[str, Any] | str | None = Field(None, description="vLLM's: a JSON schema the output follows")
+    guided_regex: str | None = Field(None, description="vLLM's: a regular expression the output matches")
+    guided_choice: list[str] | None = Field(None, description="vLLM's: the output is one of these strings")
+    guided_grammar: str | None = Field(None, description="vLLM's: a Lark grammar the output follows "
+                                                         "(llguidance's dialect)")
 
 
 class CompletionRequest(Sampling):

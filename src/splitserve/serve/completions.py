@@ -140,7 +140,8 @@ class Completions:
         # parallel sampling does: its prompt's full blocks are cached by then (choices.py)
         reqs = self.submit(gen, rid, q, range(1 if self.cfg.prefix_caching else k))
         created = int(time.time())
-        choices = [Choice(Detokenizer(self.info.tokenizer, gen.stop)) for _ in range(k)]
+        choices = [Choice(Detokenizer(self.info.tokenizer, gen.stop, gen.include_stop, gen.skip_special,
+                                      gen.params.min_tokens)) for _ in range(k)]
         try:
             first = await q.get()
             if first[1][0] == "error":

@@ -20,11 +20,12 @@ length of stop strings, stop token ids and logit-bias entries.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .bodies import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse, ResponseFormat,
-                     StreamOptions, TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse, validate)
+                     Sampling, StreamOptions, TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse, validate)
 from .config import RequestLimits
 from .messages import WireParams
 from .openai_io import ApiError, ModelInfo, bad, dumps, parse_json
@@ -48,6 +49,8 @@ class GenRequest:
     prompt_logprobs: int | None = None  # vLLM's prompt_logprobs N, as asked (echo's come through params)
     n: int = 1                      # choices answered
     best_of: int | None = None      # children sampled (> n: the n best answered), None: n
+    include_stop: bool = False      # vLLM's include_stop_str_in_output: the text ends after the stop string
+    skip_special: bool = True       # vLLM's skip_special_tokens: special tokens left out of the text
 
 
 def _stop_strings(stop: str | list[str] | None, info: ModelInfo, limits: RequestLimits) -> list[str]:
@@ -133,37 +136,90 @@ def _logprobs(m: CompletionRequest | ChatCompletionRequest, info: ModelInfo) -> 
 COMPACT_JSON: JsonCompileOptions = {"whitespace_flexible": False}
 
 
-def _grammar(rf: ResponseFormat | None, info: ModelInfo, limits: RequestLimits) -> str | None:
-    """The llguidance grammar of `response_format` (engine/structured.py), None for free text:
-    checked here, so that a schema the workers cannot follow is refused before it reaches them."""
-    if rf is None or rf.type == "text":
+GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")  # vLLM's; each a grammar
+
+
+def _grammar(m: Sampling, info: ModelInfo, limits: RequestLimits) -> str | None:
+    """The llguidance grammar the output follows (engine/structured.py): of `response_format`, or
+    of one of vLLM's guided_json / guided_regex / guided_choice / guided_grammar; None for free
+    text. Checked here, so that a grammar the workers cannot follow is refused before it reaches
+    them."""
+    asked = [name for name in GUIDED if getattr(m, name) is not None]
+    if m.response_format is not None and m.response_format.type != "text":
+        asked.insert(0, "response_format")
+    if not asked:
         return None
+    if len(asked) > 1:
+        raise bad(f"only one of {', '.join(asked)} may be given", asked[1], "invalid_value")
+    name = asked[0]
     if not info.scores:
-        raise bad("response_format needs workers that run the model (--worker-mode engine)", "response_format",
-                  "unsupported")
-    schema = ({"type": "object"} if rf.type == "json_object"
-              else rf.json_schema.json_schema if rf.json_schema is not None else None)
-    if schema is None:
-        raise bad("'response_format.json_schema.schema' is required for type json_schema", "response_format",
-                  "missing_field")
+        raise bad(f"{name} needs workers that run the model (--worker-mode engine)", name, "unsupported")
     import llguidance
 
-    size = len(dumps(schema))
-    if size > limits.max_schema_bytes:
-        raise bad(f"the JSON schema has {size} bytes; at most {limits.max_schema_bytes} are allowed",
-                  "response_format", "invalid_value")
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=COMPACT_JSON)
+        if name == "guided_regex":
+            grammar = llguidance.LLMatcher.grammar_from_regex(_sized(m.guided_regex, limits, name))
+        elif name == "guided_choice":
+            grammar = llguidance.LLMatcher.grammar_from_lark(_choices(m.guided_choice, limits))
+        elif name == "guided_grammar":
+            grammar = llguidance.LLMatcher.grammar_from_lark(_sized(m.guided_grammar, limits, name))
+        else:
+            schema = _schema(m.response_format) if name == "response_format" else _json_schema(m.guided_json)
+            _sized(dumps(schema).decode(), limits, name)
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=COMPACT_JSON)
         error = llguidance.LLMatcher.validate_grammar(grammar)
     except (ValueError, TypeError) as e:
         error = str(e)
     if error:
-        raise bad(f"response_format: the JSON schema cannot be used: {error[:300]}", "response_format",
-                  "invalid_value")
-    if len(grammar) > limits.max_schema_bytes:
-        raise bad(f"the JSON schema's grammar has {len(grammar)} bytes; at most {limits.max_schema_bytes} are "
-                  "allowed", "response_format", "invalid_value")
-    return grammar
+        raise bad(f"{name} cannot be followed: {error[:300]}", name, "invalid_value")
+    return _sized(grammar, limits, name)
+
+
+def _sized(text: str | None, limits: RequestLimits, name: str) -> str:
+    """`text` (a schema, regex or grammar), refused where longer than the limit."""
+    assert text is not None, "asked for: not None"
+    if len(text) > limits.max_schema_bytes:
+        raise bad(f"{name} makes a grammar of {len(text)} bytes; at most {limits.max_schema_bytes} are allowed",
+                  name, "invalid_value")
+    return text
+
+
+def _schema(rf: ResponseFormat | None) -> dict:
+    """The JSON schema of `response_format` (json_object: any object)."""
+    assert rf is not None, "asked for: not None"
+    if rf.type == "json_object":
+        return {"type": "object"}
+    if rf.json_schema is None or rf.json_schema.json_schema is None:
+        raise bad("'response_format.json_schema.schema' is required for type json_schema", "response_format",
+                  "missing_field")
+    return rf.json_schema.json_schema
+
+
+def _json_schema(v: dict | str | None) -> dict:
+    """vLLM's guided_json: a schema, or its JSON text."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            raise bad("guided_json must be a JSON schema (an object, or its JSON text)", "guided_json",
+                      "invalid_value") from None
+    if not isinstance(v, dict):
+        raise bad("guided_json must be a JSON schema (an object, or its JSON text)", "guided_json", "invalid_value")
+    return v
+
+
+def _choices(choices: list[str] | None, limits: RequestLimits) -> str:
+    """vLLM's guided_choice as a Lark grammar: exactly one of the strings."""
+    if not choices or any(not c for c in choices):
+        raise bad("guided_choice must be a non-empty list of non-empty strings", "guided_choice", "invalid_value")
+    return _sized("start: " + " | ".join(json.dumps(c) for c in choices), limits, "guided_choice")
+
+
+def _min_tokens(n: int, max_tokens: int) -> int:
+    """vLLM's min_tokens, at most the request's max_tokens."""
+    if n > max_tokens:
+        raise bad(f"'min_tokens' ({n}) must be at most max_tokens ({max_tokens})", "min_tokens", "invalid_value")
+    return n
 
 
 def check_model(name: str | None, info: ModelInfo) -> None:
@@ -195,18 +251,21 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
         if m.echo:
             echo_text = text if text is not None else (info.tokenizer.decode(ids) if info.tokenizer else "")
     n_lp, prompt_lp = _logprobs(m, info)
-    params = WireParams(max_tokens=_max_tokens(m, len(ids), info), temperature=m.temperature, top_p=m.top_p,
+    max_tokens = _max_tokens(m, len(ids), info)
+    params = WireParams(max_tokens=max_tokens, temperature=m.temperature, top_p=m.top_p,
                         top_k=m.top_k if 0 < m.top_k < info.vocab_size else 0,  # -1, 0 and >= vocab: off
                         ignore_eos=m.ignore_eos,
                         stop_token_ids=_token_list(m.stop_token_ids or [], info, limits, "stop_token_ids"),
                         seed=m.seed, presence_penalty=m.presence_penalty, frequency_penalty=m.frequency_penalty,
                         repetition_penalty=m.repetition_penalty,
                         logit_bias=_logit_bias(m.logit_bias, info, limits) if m.logit_bias else [],
-                        logprobs=n_lp, prompt_logprobs=prompt_lp, grammar=_grammar(m.response_format, info, limits))
+                        logprobs=n_lp, prompt_logprobs=prompt_lp, grammar=_grammar(m, info, limits),
+                        min_p=m.min_p, min_tokens=_min_tokens(m.min_tokens, max_tokens))
     so = m.stream_options or StreamOptions()
     return GenRequest(ids, params, m.stream, so.include_usage, stop, echo_text,
                       so.include_usage and so.continuous_usage_stats, n_lp, m.prompt_logprobs, m.n,
-                      m.best_of if m.best_of is not None and m.best_of > m.n else None)
+                      m.best_of if m.best_of is not None and m.best_of > m.n else None,
+                      m.include_stop_str_in_output, m.skip_special_tokens)
 
 
 def tokenize(raw: bytes, info: ModelInfo) -> dict:

@@ -47,7 +47,8 @@ def sampling_params(p: WireParams, echo: bool = False):
                           seed=p.seed, stop_token_ids=tuple(p.stop_token_ids), ignore_eos=p.ignore_eos,
                           presence_penalty=p.presence_penalty, frequency_penalty=p.frequency_penalty,
                           repetition_penalty=p.repetition_penalty, logit_bias=tuple(p.logit_bias),
-                          logprobs=p.logprobs, prompt_logprobs=p.prompt_logprobs, grammar=p.grammar)
+                          logprobs=p.logprobs, prompt_logprobs=p.prompt_logprobs, grammar=p.grammar,
+                          min_p=p.min_p, min_tokens=p.min_tokens)
 
 
 def item_logprobs(o) -> list | None:

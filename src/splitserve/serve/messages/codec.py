@@ -97,7 +97,8 @@ def _decoder(cls: type, checks: dict[str, Callable[[Any], Any]]) -> Callable[[di
 _PARAMS_CHECKS = {"max_tokens": positive, "temperature": nonneg_number, "top_p": number, "top_k": int_at_least(-1),
                   "ignore_eos": boolean, "stop_token_ids": token_ids, "seed": integer, "presence_penalty": number,
                   "frequency_penalty": number, "repetition_penalty": number, "logit_bias": logit_bias,
-                  "logprobs": natural, "prompt_logprobs": natural, "grammar": text}
+                  "logprobs": natural, "prompt_logprobs": natural, "grammar": text, "min_p": number,
+                  "min_tokens": natural}
 _decode_params = _decoder(WireParams, _PARAMS_CHECKS)
 
 

@@ -35,6 +35,8 @@ class WireParams:
     logprobs: int | None = None         # each generated token's logprob and the N most likely (engine/logprobs.py)
     prompt_logprobs: int | None = None  # each prompt token's logprob and the N most likely there
     grammar: str | None = None          # an llguidance grammar the output follows (engine/structured.py)
+    min_p: float = 0.0                  # vLLM's: sampled tokens of at least min_p x the best one's probability
+    min_tokens: int = 0                 # vLLM's: no EOS or stop token ends the output before this many
 
     def to_wire(self) -> dict[str, Any]:
         """The map on the wire: optional fields at their defaults left out."""
@@ -56,4 +58,8 @@ class WireParams:
             d["prompt_logprobs"] = self.prompt_logprobs
         if self.grammar is not None:
             d["grammar"] = self.grammar
+        if self.min_p:
+            d["min_p"] = self.min_p
+        if self.min_tokens:
+            d["min_tokens"] = self.min_tokens
         return d
