@@ -9,6 +9,7 @@ The request checks first, without a server (schema.py, bodies.py, refusals.py); 
 from __future__ import annotations
 
 import importlib.metadata
+import dataclasses
 import json
 
 import httpx
@@ -31,10 +32,9 @@ ASKING = {
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
     "tool_choice": "auto", "functions": [{"name": "f"}], "function_call": "auto", "parallel_tool_calls": False,
     "audio": {"voice": "alloy", "format": "wav"},
-    "modalities": ["text", "audio"], "prediction": {"type": "content", "content": "x"}, "user": "user-1",
-    "safety_identifier": "h1", "metadata": {"k": "v"}, "store": True, "service_tier": "flex",
-    "reasoning_effort": "low", "verbosity": "low", "web_search_options": {}, "moderation": {"model": "m"},
-    "prompt_cache_key": "k", "prompt_cache_retention": "24h", "prompt_cache_options": {"k": 1},
+    "modalities": ["text", "audio"], "prediction": {"type": "content", "content": "x"},
+    "verbosity": "low", "web_search_options": {}, "moderation": {"model": "m"},
+    "prompt_cache_retention": "24h", "prompt_cache_options": {"k": 1},
     "use_beam_search": True, "length_penalty": 0.5,
     "guided_decoding_backend": "xgrammar", "guided_whitespace_pattern": " ", "structured_outputs": {"regex": "a"},
     "structural_tag": "{}", "spaces_between_special_tokens": False, "allowed_token_ids": [5], "bad_words": ["x"],
@@ -102,7 +102,7 @@ def test_each_unimplemented_field_is_refused_by_name_and_its_default_is_accepted
 
 def test_message_keys_and_stream_options_that_are_not_implemented_are_refused():
     msg = {"role": "user", "content": "hi"}
-    for key, value in (("name", "bob"), ("tool_calls", [{"id": "c", "type": "function"}]),
+    for key, value in (("tool_calls", [{"id": "c", "type": "function"}]),
                        ("tool_call_id", "c"), ("function_call", {"name": "f"}), ("refusal", "no"),
                        ("audio", {"id": "a"})):
         e = err({"messages": [msg, {**msg, key: value}]}, chat=True)
@@ -287,7 +287,8 @@ def test_the_client_gets_a_400_naming_each_unimplemented_field(client):
         "suffix": lambda: client.completions.create(model="tiny", prompt="Hi", max_tokens=2, suffix="end"),
         "tools": lambda: client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}],
                                                         tools=ASKING["tools"]),
-        "user": lambda: client.completions.create(model="tiny", prompt="Hi", max_tokens=2, user="u1"),
+        "modalities": lambda: client.completions.create(model="tiny", prompt="Hi", max_tokens=2,
+                                                        extra_body={"modalities": ["text", "audio"]}),
     }
     for field in UNSUPPORTED:   # the rest as a vLLM user sends them: extra_body
         calls.setdefault(field, lambda f=field: client.completions.create(
@@ -302,3 +303,37 @@ def test_the_client_gets_a_400_naming_each_unimplemented_field(client):
     b = client.completions.create(model="tiny", prompt="Hi", max_tokens=1, temperature=0,
                                   extra_body={"add_special_tokens": False, "top_k": 5, "ignore_eos": True})
     assert (a.usage.prompt_tokens, b.usage.prompt_tokens) == (3, 2)
+
+
+# the fields that only describe a request (issue 45 item 4): accepted, as vLLM does
+DESCRIBED = {"user": "user-1", "safety_identifier": "h1", "metadata": {"k": "v"}, "store": True,
+             "service_tier": "flex", "reasoning_effort": "low", "prompt_cache_key": "k"}
+
+
+def test_fields_that_describe_a_request_are_accepted_and_change_nothing(client):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi", "name": "bob"}]
+    plain = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0)
+    described = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0,
+                                               **DESCRIBED)
+    assert described.choices[0].message.content == plain.choices[0].message.content
+    assert described.usage.prompt_tokens == plain.usage.prompt_tokens    # the default template shows no name
+
+
+@pytest.mark.parametrize("field,value", [("user", 5), ("metadata", {"k": 1}), ("metadata", {str(i): "v" for i in
+                                         range(17)}), ("store", "yes"), ("service_tier", "fast"),
+                                         ("reasoning_effort", "max"), ("prompt_cache_key", ["k"])])
+def test_a_described_field_of_the_wrong_shape_is_refused(field, value):
+    e = err({"prompt": [1], field: value})
+    assert e.status == 400 and e.param == field and e.code in ("invalid_type", "invalid_value")
+
+
+def test_a_message_name_reaches_a_chat_template():
+    from splitserve.serve.openai_io import render_chat
+    from splitserve.serve.prompts import chat_messages
+
+    info = dataclasses.replace(INFO, chat_template="{% for m in messages %}[{{ m.name or m.role }}]{{ m.content }}"
+                                                   "{% endfor %}")
+    msgs = chat_messages([{"role": "user", "content": "hi", "name": "bob"}, {"role": "user", "content": "yo"}])
+    assert render_chat(msgs, info) == "[bob]hi[user]yo"
+    e = err({"messages": [{"role": "user", "content": "hi", "name": 7}]}, chat=True)
+    assert e.param == "messages" and "name" in e.message

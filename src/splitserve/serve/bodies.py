@@ -50,10 +50,26 @@ class ResponseFormat(BaseModel):
     json_schema: JsonSchemaFormat | None = None
 
 
-class Sampling(BaseModel):
-    """Fields common to both endpoints (sampling, stopping, streaming)."""
+class Described(BaseModel):
+    """The OpenAI fields that describe a request without changing its output: accepted, checked
+    for type, and used where they mean something here (`user` in the request's log line)."""
 
     model_config = ConfigDict(strict=True, extra="ignore")
+    user: str | None = Field(None, max_length=256, description="the end user, for the log")
+    safety_identifier: str | None = Field(None, max_length=256)
+    metadata: dict[str, str] | None = Field(None, max_length=16, description="up to 16 string pairs, kept with "
+                                                                               "nothing")
+    store: bool | None = Field(None, description="accepted; nothing is stored")
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    prompt_cache_key: str | None = Field(None, max_length=256, description="accepted; prefix caching and "
+                                                                           "prefix-aware routing need no key")
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = Field(
+        None, description="accepted; the model does not reason")
+
+
+class Sampling(Described):
+    """Fields common to both endpoints (sampling, stopping, streaming)."""
+
     model: str | None = None
     temperature: float = Field(1.0, ge=0, le=2, allow_inf_nan=False)  # 1: the OpenAI default
     top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import random
 import time
 from concurrent.futures import Executor
@@ -33,6 +34,7 @@ from .schema import GenRequest, detokenize, prepare, tokenize
 
 JSON = "application/json"
 INLINE_BYTES = 4096  # bodies up to this size are checked and tokenized on the event loop itself
+logger = logging.getLogger(__name__)
 _ids = random.Random()  # response ids: unique, not secret (uuid4 costs a getrandom call each)
 
 
@@ -134,6 +136,9 @@ class Completions:
         """The response to one completion (chat: True) request; ApiError for bad input."""
         gen = await self._prepared(prepare, raw, chat, self.info, self.limits)
         rid = f"{'chatcmpl-' if chat else 'cmpl-'}{_ids.getrandbits(96):024x}"
+        if logger.isEnabledFor(logging.DEBUG):  # vLLM's request log, off unless asked (--log-level debug)
+            logger.debug("%s: %d prompt tokens, max_tokens %d, %d choices%s", rid, len(gen.prompt_ids),
+                         gen.params.max_tokens, gen.best_of or gen.n, f", user {gen.user!r}" if gen.user else "")
         q: asyncio.Queue = asyncio.Queue()
         k = gen.best_of or gen.n
         # with prefix caches, the other children follow the first one's first token, as SGLang's

@@ -88,8 +88,18 @@ def chat_messages(msgs: Any) -> list[dict]:
             raise bad(f"messages[{i}].role {m['role']!r} is not a known role", "messages", "invalid_value")
         refuse_in_message(i, m)
         check_text(content, "messages")
-        clean.append({"role": m["role"], "content": content})
+        clean.append({"role": m["role"], "content": content, **_name(i, m.get("name"))})
     return clean
+
+
+def _name(i: int, name: Any) -> dict:
+    """A message's `name`, as transformers passes it to a chat template: {"name": ...} where given
+    (the default template shows none)."""
+    if name is None:
+        return {}
+    if not isinstance(name, str) or len(name) > 256:
+        raise bad(f"messages[{i}].name must be a string of at most 256 characters", "messages", "invalid_type")
+    return {"name": name}
 
 
 def chat_ids(m: ChatCompletionRequest | TokenizeChatRequest, info: ModelInfo) -> list[int]:

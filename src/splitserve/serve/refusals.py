@@ -1,9 +1,11 @@
 """What this server does not implement, refused by name: every field of the OpenAI API (as the
 official `openai` client sends it) and of vLLM's extensions that splitserve does not implement
-(`suffix`, tools, `user`, `store`, ...; the table
+(`suffix`, tools, ...; the table
 UNSUPPORTED) is refused with 400 `unsupported`, naming the field, when it asks for anything but the
-default, never accepted and ignored; so are the keys of a chat message other than `role` and
-`content` (`name`, `tool_calls`, ...) and OpenAI's `stream_options.include_obfuscation`. Names that
+default, never accepted and ignored; so are the keys of a chat message other than `role`,
+`content` and `name` (`tool_calls`, ...) and OpenAI's `stream_options.include_obfuscation`. The
+fields that only describe a request (`user`, `metadata`, `store`, ...) are not here: bodies.py
+takes them (`Described`). Names that
 are neither OpenAI's nor vLLM's are ignored, as vLLM does, so that clients sending vendor extras
 still work."""
 
@@ -20,10 +22,8 @@ UNSUPPORTED = {
     "suffix": (None, ""),
     "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
     "parallel_tool_calls": (None, True), "audio": (None,),
-    "modalities": (None, ["text"]), "prediction": (None,), "user": (None,), "safety_identifier": (None,),
-    "metadata": (None, {}), "store": (None, False), "service_tier": (None, "auto", "default"),
-    "reasoning_effort": (None,), "verbosity": (None,), "web_search_options": (None,), "moderation": (None,),
-    "prompt_cache_key": (None,), "prompt_cache_retention": (None,), "prompt_cache_options": (None,),
+    "modalities": (None, ["text"]), "prediction": (None,), "verbosity": (None,), "web_search_options": (None,),
+    "moderation": (None,), "prompt_cache_retention": (None,), "prompt_cache_options": (None,),
     # vLLM's extensions
     "use_beam_search": (None, False),
     "length_penalty": (None, 1.0), "guided_decoding_backend": (None,), "guided_whitespace_pattern": (None,),
@@ -38,7 +38,7 @@ UNSUPPORTED = {
 }
 _STREAM_OPTIONS_UNSUPPORTED = {"include_obfuscation": (None, False)}
 _MESSAGE_UNSUPPORTED: dict[str, tuple[object, ...]] = {
-    "name": (None,), "tool_calls": (None, []), "tool_call_id": (None,), "function_call": (None,), "audio": (None,),
+    "tool_calls": (None, []), "tool_call_id": (None,), "function_call": (None,), "audio": (None,),
     "refusal": (None,)}
 
 

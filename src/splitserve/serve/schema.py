@@ -51,6 +51,7 @@ class GenRequest:
     best_of: int | None = None      # children sampled (> n: the n best answered), None: n
     include_stop: bool = False      # vLLM's include_stop_str_in_output: the text ends after the stop string
     skip_special: bool = True       # vLLM's skip_special_tokens: special tokens left out of the text
+    user: str | None = None         # OpenAI's `user`: in the request's log line
 
 
 def _stop_strings(stop: str | list[str] | None, info: ModelInfo, limits: RequestLimits) -> list[str]:
@@ -265,7 +266,7 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
     return GenRequest(ids, params, m.stream, so.include_usage, stop, echo_text,
                       so.include_usage and so.continuous_usage_stats, n_lp, m.prompt_logprobs, m.n,
                       m.best_of if m.best_of is not None and m.best_of > m.n else None,
-                      m.include_stop_str_in_output, m.skip_special_tokens)
+                      m.include_stop_str_in_output, m.skip_special_tokens, m.user)
 
 
 def tokenize(raw: bytes, info: ModelInfo) -> dict:
