@@ -29,8 +29,7 @@ LIMITS = RequestLimits()
 # one value per refused field that asks for something (a realistic one where the field has a shape)
 ASKING = {
     "suffix": "tail",
-    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-    "tool_choice": "auto", "functions": [{"name": "f"}], "function_call": "auto", "parallel_tool_calls": False,
+    "functions": [{"name": "f"}], "function_call": "auto",
     "audio": {"voice": "alloy", "format": "wav"},
     "modalities": ["text", "audio"], "prediction": {"type": "content", "content": "x"},
     "verbosity": "low", "web_search_options": {}, "moderation": {"model": "m"},
@@ -102,8 +101,7 @@ def test_each_unimplemented_field_is_refused_by_name_and_its_default_is_accepted
 
 def test_message_keys_and_stream_options_that_are_not_implemented_are_refused():
     msg = {"role": "user", "content": "hi"}
-    for key, value in (("tool_calls", [{"id": "c", "type": "function"}]),
-                       ("tool_call_id", "c"), ("function_call", {"name": "f"}), ("refusal", "no"),
+    for key, value in (("function_call", {"name": "f"}), ("refusal", "no"),
                        ("audio", {"id": "a"})):
         e = err({"messages": [msg, {**msg, key: value}]}, chat=True)
         assert (e.param, e.code) == (f"messages.{key}", "unsupported") and f"messages[1].{key}" in e.message
@@ -144,7 +142,7 @@ def test_tokenize_and_detokenize_bodies():
                               ({"prompt": "x" * 600}, None, None),
                               ({"prompt": "x" * 4000}, "prompt", "context_length_exceeded"),
                               ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
-                               "tools", "unsupported"),
+                               "tools", "missing_field"),
                               ({"prompt": "x", "model": "gpt-4"}, "model", "model_not_found")):
         fn = detokenize if "tokens" in body or not body else tokenize
         if param is None:   # longer than the context but within the text bound: counted, not refused
@@ -285,8 +283,6 @@ def test_the_client_gets_a_400_naming_each_unimplemented_field(client):
 
     calls = {
         "suffix": lambda: client.completions.create(model="tiny", prompt="Hi", max_tokens=2, suffix="end"),
-        "tools": lambda: client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}],
-                                                        tools=ASKING["tools"]),
         "modalities": lambda: client.completions.create(model="tiny", prompt="Hi", max_tokens=2,
                                                         extra_body={"modalities": ["text", "audio"]}),
     }
@@ -337,3 +333,14 @@ def test_a_message_name_reaches_a_chat_template():
     assert render_chat(msgs, info) == "[bob]hi[user]yo"
     e = err({"messages": [{"role": "user", "content": "hi", "name": 7}]}, chat=True)
     assert e.param == "messages" and "name" in e.message
+
+
+def test_tools_are_for_chat_completions_only():
+    tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    for field, value in (("tools", tool), ("tool_choice", "auto"), ("parallel_tool_calls", False)):
+        e = err({"prompt": [1], field: value})
+        assert (e.param, e.code) == (field, "unsupported") and "/v1/chat/completions" in e.message
+    e = err({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}, chat=True)
+    assert (e.param, e.code) == ("tool_choice", "invalid_value")
+    e = err({"messages": [{"role": "user", "content": "hi", "tool_calls": [{"id": "c"}]}]}, chat=True)
+    assert e.param == "messages" and "tool_calls" in e.message

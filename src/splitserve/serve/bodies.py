@@ -116,8 +116,43 @@ class CompletionRequest(Sampling):
                                                        "text prompt")
 
 
+class FunctionDef(BaseModel):
+    """A function tool: its name, what it does, and the JSON schema of its arguments."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    """tool_choice naming the function to call."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatCompletionRequest(Sampling):
     """The body of POST /v1/chat/completions."""
+
+    tools: list[Tool] | None = Field(None, max_length=128, description="function tools the model may call "
+                                                                       "(serve/tools.py)")
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        None, description="default: auto with tools, else none; required and a named function force a call")
+    parallel_tool_calls: bool = True
 
     messages: Messages = None
     max_tokens: int | None = Field(None, ge=1, description="default: all that fits the context")
@@ -145,6 +180,7 @@ class TokenizeChatRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
     model: str | None = None
     messages: Messages
+    tools: list[Tool] | None = Field(None, max_length=128, description="rendered by the chat template")
     add_generation_prompt: bool = True
     add_special_tokens: bool | None = Field(None, description="default: only with the default chat template")
     return_token_strs: bool | None = False

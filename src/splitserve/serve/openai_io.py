@@ -23,6 +23,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from .tools import rendered_call
+
 if TYPE_CHECKING:
     from ..engine.tokenizer import Tokenizer
 
@@ -130,9 +132,12 @@ def _token_str(t) -> str:
     return t or ""
 
 
-def render_chat(messages: list[dict], info: ModelInfo, add_generation_prompt: bool = True) -> str:
-    """The prompt text of checked chat messages (schema.chat_messages): the tokenizer's own chat
-    template when it has one (Jinja2, sandboxed), else DEFAULT CHAT TEMPLATE."""
+def render_chat(messages: list[dict], info: ModelInfo, add_generation_prompt: bool = True,
+                tools: list[dict] | None = None) -> str:
+    """The prompt text of checked chat messages (prompts.chat_messages) and the function `tools`
+    offered ({"type": "function", "function": {...}} each, or None): the tokenizer's own chat
+    template when it has one (Jinja2, sandboxed; `tools` passed as transformers does), else
+    DEFAULT CHAT TEMPLATE."""
     if info.tokenizer is None:
         raise bad("this model has no tokenizer, so chat is not available; use /v1/completions with token ids",
                   "messages")
@@ -142,10 +147,15 @@ def render_chat(messages: list[dict], info: ModelInfo, add_generation_prompt: bo
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         return env.from_string(info.chat_template).render(
             messages=messages, add_generation_prompt=add_generation_prompt, bos_token=info.bos_token,
-            eos_token=info.eos_token)
-    return default_chat_text(messages, add_generation_prompt)
+            eos_token=info.eos_token, tools=tools)
+    return default_chat_text(messages, add_generation_prompt, tools)
 
 
-def default_chat_text(messages: list[dict], add_generation_prompt: bool = True) -> str:
-    text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
+def default_chat_text(messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None) -> str:
+    """`<|role|>\n{content}\n` per message (an assistant's earlier tool calls after its content, in
+    serve/tools.py's form), after `<|tools|>\n{the functions as compact JSON}\n` where tools are
+    offered."""
+    text = f"<|tools|>\n{json.dumps([t['function'] for t in tools], separators=(',', ':'))}\n" if tools else ""
+    text += "".join(f"<|{m['role']}|>\n{m['content']}{''.join(map(rendered_call, m.get('tool_calls', ())))}\n"
+                    for m in messages)
     return text + "<|assistant|>\n" if add_generation_prompt else text

@@ -4,6 +4,7 @@ vocabulary), or chat messages (text content only) through the chat template."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .bodies import ChatCompletionRequest, TokenizeChatRequest
@@ -88,8 +89,36 @@ def chat_messages(msgs: Any) -> list[dict]:
             raise bad(f"messages[{i}].role {m['role']!r} is not a known role", "messages", "invalid_value")
         refuse_in_message(i, m)
         check_text(content, "messages")
-        clean.append({"role": m["role"], "content": content, **_name(i, m.get("name"))})
+        clean.append({"role": m["role"], "content": content, **_name(i, m.get("name")), **_calls(i, m)})
     return clean
+
+
+def _calls(i: int, m: dict) -> dict:
+    """An assistant message's earlier `tool_calls` (their arguments as objects, as chat templates
+    read them) and a tool message's `tool_call_id`, where given."""
+    out: dict = {}
+    if m.get("tool_call_id") is not None:
+        if not isinstance(m["tool_call_id"], str):
+            raise bad(f"messages[{i}].tool_call_id must be a string", "messages", "invalid_type")
+        out["tool_call_id"] = m["tool_call_id"]
+    calls = m.get("tool_calls")
+    if not calls:
+        return out
+    if m["role"] != "assistant" or not isinstance(calls, list):
+        raise bad(f"messages[{i}].tool_calls must be a list, on an assistant message", "messages", "invalid_type")
+    out["tool_calls"] = []
+    for c in calls:
+        f = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("arguments"), str):
+            raise bad(f"messages[{i}].tool_calls: each must be a function call with a name and arguments (a "
+                      "JSON text)", "messages", "invalid_type")
+        try:
+            args = json.loads(f["arguments"])
+        except ValueError:
+            raise bad(f"messages[{i}].tool_calls: arguments must be JSON text", "messages", "invalid_value") from None
+        out["tool_calls"].append({"id": c.get("id"), "type": "function",
+                                  "function": {"name": f["name"], "arguments": args}})
+    return out
 
 
 def _name(i: int, name: Any) -> dict:
@@ -105,6 +134,7 @@ def _name(i: int, name: Any) -> dict:
 def chat_ids(m: ChatCompletionRequest | TokenizeChatRequest, info: ModelInfo) -> list[int]:
     """The token ids of checked chat messages: the chat template, then the tokenizer (special
     tokens by default only with the default template, whose text has no BOS of its own)."""
-    text = render_chat(chat_messages(m.messages), info, m.add_generation_prompt)
+    tools = [t.model_dump(exclude_none=True) for t in m.tools] if m.tools else None
+    text = render_chat(chat_messages(m.messages), info, m.add_generation_prompt, tools)
     special = info.chat_template is None if m.add_special_tokens is None else m.add_special_tokens
     return encode_text(text, info, "messages", add_special_tokens=special)

@@ -1,9 +1,10 @@
 """What this server does not implement, refused by name: every field of the OpenAI API (as the
 official `openai` client sends it) and of vLLM's extensions that splitserve does not implement
-(`suffix`, tools, ...; the table
+(`suffix`, `functions`, ...; the table
 UNSUPPORTED) is refused with 400 `unsupported`, naming the field, when it asks for anything but the
 default, never accepted and ignored; so are the keys of a chat message other than `role`,
-`content` and `name` (`tool_calls`, ...) and OpenAI's `stream_options.include_obfuscation`. The
+`content`, `name`, `tool_calls` and `tool_call_id` (`function_call`, ...), OpenAI's
+`stream_options.include_obfuscation`, and tools on /v1/completions (`refuse_tools`). The
 fields that only describe a request (`user`, `metadata`, `store`, ...) are not here: bodies.py
 takes them (`Described`). Names that
 are neither OpenAI's nor vLLM's are ignored, as vLLM does, so that clients sending vendor extras
@@ -17,11 +18,10 @@ from .openai_io import bad
 # fields (those of the `openai` client's create params that no model above has) and vLLM's
 # extensions (its CompletionRequest, ChatCompletionRequest and TokenizeChatRequest); `echo` on
 # chat is refused in prepare (vLLM's chat echo means something else).
-UNSUPPORTED = {
+UNSUPPORTED: dict[str, tuple[object, ...]] = {
     # OpenAI
     "suffix": (None, ""),
-    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
-    "parallel_tool_calls": (None, True), "audio": (None,),
+    "functions": (None, []), "function_call": (None, "none"), "audio": (None,),
     "modalities": (None, ["text"]), "prediction": (None,), "verbosity": (None,), "web_search_options": (None,),
     "moderation": (None,), "prompt_cache_retention": (None,), "prompt_cache_options": (None,),
     # vLLM's extensions
@@ -38,7 +38,7 @@ UNSUPPORTED = {
 }
 _STREAM_OPTIONS_UNSUPPORTED = {"include_obfuscation": (None, False)}
 _MESSAGE_UNSUPPORTED: dict[str, tuple[object, ...]] = {
-    "tool_calls": (None, []), "tool_call_id": (None,), "function_call": (None,), "audio": (None,),
+    "function_call": (None,), "audio": (None,),
     "refusal": (None,)}
 
 
@@ -54,6 +54,13 @@ def refuse_unsupported(body: dict) -> None:
             if so.get(name) not in ok:
                 raise bad(f"'stream_options.{name}' is not supported by this server", f"stream_options.{name}",
                           "unsupported")
+
+
+def refuse_tools(body: dict) -> None:
+    """400 `unsupported` for tools asked of /v1/completions (chat completions take them)."""
+    for name in ("tools", "tool_choice", "parallel_tool_calls"):
+        if body.get(name) is not None:
+            raise bad(f"'{name}' is for /v1/chat/completions, not /v1/completions", name, "unsupported")
 
 
 def refuse_in_message(i: int, m: dict) -> None:

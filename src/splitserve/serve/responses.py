@@ -4,7 +4,10 @@ tokens, the finish reason in the last chunk, `usage` in a final chunk when
 `stream_options.include_usage` is set (and in every chunk with vLLM's `continuous_usage_stats`),
 then `data: [DONE]`; a stream that fails (or is cut by shutdown) ends with an error event and
 `data: [DONE]` too. Log-probabilities, where asked, in the forms of logprobs_io.py: a chunk's
-with its tokens, the prompt's (echo, vLLM's prompt_logprobs) with the first.
+with its tokens, the prompt's (echo, vLLM's prompt_logprobs) with the first. A chat request with
+tools (and tool_choice not "none") gets its output parsed for tool calls (tools.py): in one body
+as `message.tool_calls`; streamed, its chunks carry the token ids as they come and the text and
+the calls in the last one (a call is whole only once written), finish reason "tool_calls".
 
 The router's events, one queue for all the request's children (choices.py), each as (child index,
 event): ("tokens", ids, their logprob records or None), ("done", finish reason), ("error", message,
@@ -17,6 +20,17 @@ from .choices import Choice, best
 from .logprobs_io import TokenTexts, chat_logprobs, completion_logprobs, prompt_logprobs
 from .openai_io import ApiError, ModelInfo, dumps
 from .schema import GenRequest
+from .tools import parse
+
+
+def _with_calls(gen: GenRequest, text: str, reason: str | None) -> tuple[dict, str | None]:
+    """({"content": ..., "tool_calls": [...] where any}, the finish reason) of a chat output
+    with tools; "tool_calls" replaces a "stop" where the output made calls."""
+    assert gen.tools is not None, "asked with tools"
+    content, calls = parse(text, gen.tools)
+    if not calls:
+        return {"content": text}, reason
+    return {"content": content, "tool_calls": calls}, "tool_calls" if reason == "stop" else reason
 
 
 def server_error(ev: tuple) -> ApiError:
@@ -62,8 +76,10 @@ def body(info: ModelInfo, rid: str, created: int, chat: bool, gen: GenRequest, r
         lps = None if gen.logprobs is None else chat_logprobs(names, c.recs, gen.logprobs) if chat else \
             completion_logprobs(names, c.recs, 0, gen.logprobs, _echoed(gen, prompt_recs))
         if chat:
-            choice = {"index": index, "message": {"role": "assistant", "content": text},
-                      "finish_reason": c.reason, "logprobs": lps, "token_ids": c.tokens}
+            msg, reason = _with_calls(gen, text, c.reason) if gen.tools and gen.tools.parses else \
+                ({"content": text}, c.reason)
+            choice = {"index": index, "message": {"role": "assistant", **msg},
+                      "finish_reason": reason, "logprobs": lps, "token_ids": c.tokens}
         else:
             if gen.echo_text is not None:
                 text = gen.echo_text + text
@@ -86,6 +102,8 @@ class Chunks:
         self.at = [0] * len(reqs)  # the text offset of each choice's next token (completions' logprobs)
         self.extra = [_prompt_logprobs(self.names, gen, self.prompt_recs)] * len(reqs)  # each choice's first chunk
         self.n, self.n_out = len(gen.prompt_ids), 0
+        # chat with tools: each choice's text held back until it ends (its calls parsed then)
+        self.held: list[str] | None = [""] * len(reqs) if chat and gen.tools and gen.tools.parses else None
 
     def opening(self, k: int) -> str | None:
         """Choice k's first chunk before its tokens: chat's role; a completion's echoed prompt."""
@@ -106,7 +124,15 @@ class Chunks:
                 completion_logprobs(self.names, recs or [], self.at[i], gen.logprobs, echoed)
             if not self.chat:
                 self.at[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
-        if self.chat:
+        if self.held is not None:
+            self.held[i] += text
+            delta, reason = _with_calls(gen, self.held[i], reason) if reason is not None else ({}, None)
+            if not delta.get("content") and "tool_calls" not in delta:
+                delta = {}
+            if "tool_calls" in delta:
+                delta["tool_calls"] = [{"index": j, **call} for j, call in enumerate(delta["tool_calls"])]
+            c = {"index": i, "delta": delta, "token_ids": toks, "logprobs": lp, "finish_reason": reason}
+        elif self.chat:
             delta = {"content": text} if text or toks else {}
             c = {"index": i, "delta": delta, "token_ids": toks, "logprobs": lp, "finish_reason": reason}
         else:

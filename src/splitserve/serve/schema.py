@@ -30,7 +30,9 @@ from .config import RequestLimits
 from .messages import WireParams
 from .openai_io import ApiError, ModelInfo, bad, dumps, parse_json
 from .prompts import chat_ids, check_text, encode_text, prompt_ids
-from .refusals import refuse_unsupported
+from .refusals import refuse_tools, refuse_unsupported
+from .tools import ToolPlan
+from .tools import grammar as tool_grammar
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions  # its typed dict (llguidance does not export it)
@@ -52,6 +54,7 @@ class GenRequest:
     include_stop: bool = False      # vLLM's include_stop_str_in_output: the text ends after the stop string
     skip_special: bool = True       # vLLM's skip_special_tokens: special tokens left out of the text
     user: str | None = None         # OpenAI's `user`: in the request's log line
+    tools: ToolPlan | None = None   # chat's tools: the calls parsed out of the output (tools.py)
 
 
 def _stop_strings(stop: str | list[str] | None, info: ModelInfo, limits: RequestLimits) -> list[str]:
@@ -140,14 +143,16 @@ COMPACT_JSON: JsonCompileOptions = {"whitespace_flexible": False}
 GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")  # vLLM's; each a grammar
 
 
-def _grammar(m: Sampling, info: ModelInfo, limits: RequestLimits) -> str | None:
-    """The llguidance grammar the output follows (engine/structured.py): of `response_format`, or
-    of one of vLLM's guided_json / guided_regex / guided_choice / guided_grammar; None for free
-    text. Checked here, so that a grammar the workers cannot follow is refused before it reaches
-    them."""
+def _grammar(m: Sampling, info: ModelInfo, limits: RequestLimits, plan: ToolPlan | None = None) -> str | None:
+    """The llguidance grammar the output follows (engine/structured.py): of `response_format`, of
+    one of vLLM's guided_json / guided_regex / guided_choice / guided_grammar, or of a tool call
+    that `tool_choice` forces (tools.grammar); None for free text. Checked here, so that a grammar
+    the workers cannot follow is refused before it reaches them."""
     asked = [name for name in GUIDED if getattr(m, name) is not None]
     if m.response_format is not None and m.response_format.type != "text":
         asked.insert(0, "response_format")
+    if plan is not None and plan.forced:
+        asked.insert(0, "tool_choice")
     if not asked:
         return None
     if len(asked) > 1:
@@ -164,6 +169,9 @@ def _grammar(m: Sampling, info: ModelInfo, limits: RequestLimits) -> str | None:
             grammar = llguidance.LLMatcher.grammar_from_lark(_choices(m.guided_choice, limits))
         elif name == "guided_grammar":
             grammar = llguidance.LLMatcher.grammar_from_lark(_sized(m.guided_grammar, limits, name))
+        elif name == "tool_choice":
+            assert plan is not None, "asked for: a plan"
+            grammar = llguidance.LLMatcher.grammar_from_lark(_sized(tool_grammar(plan), limits, name))
         else:
             schema = _schema(m.response_format) if name == "response_format" else _json_schema(m.guided_json)
             _sized(dumps(schema).decode(), limits, name)
@@ -216,6 +224,21 @@ def _choices(choices: list[str] | None, limits: RequestLimits) -> str:
     return _sized("start: " + " | ".join(json.dumps(c) for c in choices), limits, "guided_choice")
 
 
+def tool_plan(m: ChatCompletionRequest) -> ToolPlan | None:
+    """What a chat request asked of tools (None: none offered); 400 for a tool_choice without
+    tools, or naming a function not among them."""
+    choice = m.tool_choice
+    if not m.tools:
+        if choice is not None and choice != "none":
+            raise bad("'tool_choice' needs 'tools'", "tool_choice", "invalid_value")
+        return None
+    tools = tuple(t.function.model_dump(exclude_none=True) for t in m.tools)
+    name = choice if isinstance(choice, str) or choice is None else choice.function.name
+    if name not in (None, "none", "auto", "required") and name not in {t["name"] for t in tools}:
+        raise bad(f"'tool_choice' names {name!r}, which is not among the tools", "tool_choice", "invalid_value")
+    return ToolPlan(tools, name or "auto", m.parallel_tool_calls)
+
+
 def _min_tokens(n: int, max_tokens: int) -> int:
     """vLLM's min_tokens, at most the request's max_tokens."""
     if n > max_tokens:
@@ -242,12 +265,14 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
     if m.best_of is not None and m.best_of > m.n and not info.scores:
         raise bad("'best_of' needs workers that run the model (--worker-mode engine)", "best_of", "unsupported")
     stop = _stop_strings(m.stop, info, limits)
-    echo_text = None
+    echo_text, plan = None, None
     if isinstance(m, ChatCompletionRequest):
+        plan = tool_plan(m)
         if body.get("echo"):
             raise bad("'echo' is not supported for chat completions", "echo", "unsupported")
         ids = chat_ids(m, info)
     else:
+        refuse_tools(body)
         ids, text = prompt_ids(m.prompt, info, m.add_special_tokens)
         if m.echo:
             echo_text = text if text is not None else (info.tokenizer.decode(ids) if info.tokenizer else "")
@@ -260,13 +285,13 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
                         seed=m.seed, presence_penalty=m.presence_penalty, frequency_penalty=m.frequency_penalty,
                         repetition_penalty=m.repetition_penalty,
                         logit_bias=_logit_bias(m.logit_bias, info, limits) if m.logit_bias else [],
-                        logprobs=n_lp, prompt_logprobs=prompt_lp, grammar=_grammar(m, info, limits),
+                        logprobs=n_lp, prompt_logprobs=prompt_lp, grammar=_grammar(m, info, limits, plan),
                         min_p=m.min_p, min_tokens=_min_tokens(m.min_tokens, max_tokens))
     so = m.stream_options or StreamOptions()
     return GenRequest(ids, params, m.stream, so.include_usage, stop, echo_text,
                       so.include_usage and so.continuous_usage_stats, n_lp, m.prompt_logprobs, m.n,
                       m.best_of if m.best_of is not None and m.best_of > m.n else None,
-                      m.include_stop_str_in_output, m.skip_special_tokens, m.user)
+                      m.include_stop_str_in_output, m.skip_special_tokens, m.user, plan)
 
 
 def tokenize(raw: bytes, info: ModelInfo) -> dict:
