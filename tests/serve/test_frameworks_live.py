@@ -1,7 +1,8 @@
 """Application frameworks from PyPI against `serve --model tiny` (Splitwise 1P + 1T), each as its
 users write it (issue 45): LangChain's `ChatOpenAI` (`bind_tools` with a named tool,
-`with_structured_output` by function calling), the OpenAI Agents SDK (an agent on chat
-completions whose one function tool it must call) and pydantic-ai (a typed result, which it asks
+`with_structured_output` by function calling and by JSON schema), the OpenAI Agents SDK (an agent
+whose one function tool it must call, on chat completions and on the Responses API, the SDK's
+default) and pydantic-ai (a typed result, which it asks
 for as a tool call). Each assertion is on the parsed objects the framework returns. The tools'
 arguments are an enum and a boolean: the tiny model's weights are random, and a free integer or
 string would run to max_tokens (the grammar keeps them valid, not short)."""
@@ -42,7 +43,8 @@ def test_langchain_binds_a_tool_and_gets_structured_output(split_server):
         assert isinstance(got, Weather), (method, got)
 
 
-def test_an_openai_agents_sdk_agent_calls_its_tool(split_server):
+@pytest.mark.parametrize("api", ["chat completions", "responses"])
+def test_an_openai_agents_sdk_agent_calls_its_tool(split_server, api):
     agents = pytest.importorskip("agents")
     from openai import AsyncOpenAI
 
@@ -56,9 +58,11 @@ def test_an_openai_agents_sdk_agent_calls_its_tool(split_server):
         return f"{city}: sunny"
 
     client = AsyncOpenAI(base_url=split_server.url + "/v1", api_key=split_server.api_key, max_retries=0)
-    agent = agents.Agent(name="weather", instructions="Use the tool.", tools=[forecast],
-                         model=agents.OpenAIChatCompletionsModel(model="tiny", openai_client=client),
-                         model_settings=agents.ModelSettings(tool_choice="required", max_tokens=120, temperature=1.0),
+    model = agents.OpenAIChatCompletionsModel(model="tiny", openai_client=client) if api == "chat completions" \
+        else agents.OpenAIResponsesModel(model="tiny", openai_client=client)   # the SDK's default model
+    agent = agents.Agent(name="weather", instructions="Use the tool.", tools=[forecast], model=model,
+                         model_settings=agents.ModelSettings(tool_choice="required", max_tokens=120, temperature=1.0,
+                                                             parallel_tool_calls=False),
                          tool_use_behavior="stop_on_first_tool")
     result = asyncio.run(agents.Runner.run(agent, "Weather?"))
     assert len(calls) == 1 and result.final_output == f"{calls[0][0]}: sunny"

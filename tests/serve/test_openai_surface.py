@@ -244,7 +244,7 @@ def test_openapi_lists_the_routes_and_the_request_schemas(split_server):
     assert spec["info"]["version"] == importlib.metadata.version("splitserve")
     want = {"/v1/completions": "post", "/v1/chat/completions": "post", "/tokenize": "post", "/detokenize": "post",
             "/v1/models": "get", "/v1/models/{model_id}": "get", "/version": "get", "/health": "get",
-            "/metrics": "get", "/debug/state": "get"}
+            "/metrics": "get", "/debug/state": "get", "/v1/responses": "post", "/v1/responses/{response_id}": "get"}
     assert {p: m for p, item in spec["paths"].items() for m in item} == want
     schemas = spec["components"]["schemas"]
     body = spec["paths"]["/v1/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]

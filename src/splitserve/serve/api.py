@@ -30,13 +30,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .bodies import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse,
+from .bodies import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse, ResponsesRequest,
                      TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse)
 from .completions import Completions, error_response, json_response
 from .config import ServeConfig
 from .metrics import ServeMetrics
 from .openai_io import ApiError, ModelInfo
 from .router import Router
+from .openai_responses import ResponsesEndpoint
 from .schema import check_model
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ POST_ROUTES = {
     "/tokenize": ("Token ids of a prompt or of chat messages (vLLM)",
                   (TokenizeCompletionRequest, TokenizeChatRequest), TokenizeResponse),
     "/detokenize": ("Text of token ids (vLLM)", (DetokenizeRequest,), DetokenizeResponse),
+    "/v1/responses": ("A response (OpenAI's Responses API, over the chat path); stream: true for events",
+                      (ResponsesRequest,), None),
 }
 _ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["message", "type", "param", "code"],
@@ -139,7 +142,10 @@ def create_app(cfg: ServeConfig) -> App:
     gen = Completions(cfg, router, info, metrics, prep)
     add_error_handlers(app)
     add_small_endpoints(app, router, info, metrics, gen)
+    responses = ResponsesEndpoint(gen, info)
+    add_responses_endpoint(app, gen, responses)
     app.fast_routes = {"/v1/completions": gen.handler(False), "/v1/chat/completions": gen.handler(True),
+                       "/v1/responses": gen.endpoint(responses.create),
                        "/tokenize": gen.endpoint(gen.tokenize), "/detokenize": gen.endpoint(gen.detokenize)}
     return app
 
@@ -182,6 +188,14 @@ def add_error_handlers(app: App) -> None:
     @app.exception_handler(Exception)
     async def _internal(request: Request, e: Exception):
         return error_response(ApiError(500, f"internal error: {e!r}", "server_error", None, "internal_error"))
+
+
+def add_responses_endpoint(app: App, gen: Completions, responses: ResponsesEndpoint) -> None:
+    """GET /v1/responses/{id}: a response kept in memory (openai_responses.py)."""
+    @app.get("/v1/responses/{response_id}")
+    async def retrieve(response_id: str, request: Request):
+        gen.check_key(request.headers.get("authorization", ""))
+        return json_response(responses.retrieve(response_id))
 
 
 def add_small_endpoints(app: App, router: Router, info: ModelInfo, metrics: ServeMetrics, gen: Completions) -> None:

@@ -164,6 +164,27 @@ class ChatCompletionRequest(Sampling):
                                                               "default: only with the default chat template")
 
 
+class ResponsesRequest(Described):
+    """The body of POST /v1/responses (OpenAI's Responses API; serve/openai_responses.py runs it
+    as a chat completion). `input`, `tools`, `tool_choice` and `text` are checked there, item by
+    item."""
+
+    model: str | None = None
+    input: Any = Field(None, description="a text, or a list of message, function_call and function_call_output "
+                                         "items")
+    instructions: str | None = Field(None, description="the system message (not carried by previous_response_id)")
+    previous_response_id: str | None = Field(None, description="continue a response kept in memory")
+    tools: list[dict[str, Any]] | None = Field(None, max_length=128, description="function tools")
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0, le=2, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
+    stream: bool = False
+    text: dict[str, Any] | None = Field(None, description="{format: text, json_object or json_schema}")
+    reasoning: dict[str, Any] | None = Field(None, description="accepted; the model does not reason")
+
+
 class TokenizeCompletionRequest(BaseModel):
     """vLLM's POST /tokenize with a prompt."""
 
