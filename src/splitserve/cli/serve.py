@@ -74,6 +74,7 @@ def serve(
     pin_workers: Annotated[bool, typer.Option("--pin-workers", help="CPU workers: run worker i on its own --worker-threads cores (those after worker i-1's, round this process's cores) instead of where the OS moves it; with more workers than cores, workers share cores in turn. Steadier step times; `splitserve twin --pin-workers` models it.")] = False,
     tokenizer_dir: Annotated[Optional[Path], typer.Option("--tokenizer-dir", help="A preset with a built-in tokenizer (tiny): write it here as a Hugging Face tokenizer directory for benchmark clients (guidellm, aiperf), and print the path (default: $XDG_CACHE_HOME/splitserve/tokenizers/MODEL, ~/.cache when unset).")] = None,
     step_log: Annotated[Optional[Path], typer.Option("--step-log", help="Directory: each worker appends a JSON line per engine step to DIR/worker-<id>.jsonl on its host (start, seconds, the worker's CPU seconds, each sequence's KV tokens before and tokens run, and the prompt tokens of each prompt whose KV the step sent), to check a performance model against (`splitserve twin` reads them).")] = None,
+    chat_template: Annotated[Optional[Path], typer.Option("--chat-template", help="A Jinja2 chat template file to use in place of the model's own (tokenizer_config.json's chat_template, or chat_template.jinja), rendered as transformers does.")] = None,
     log_stats_interval: Annotated[float, typer.Option("--log-stats-interval", help="Seconds between the router's stats lines in the log, one per pool (throughput, running and waiting requests, KV usage, as vLLM's); 0: none.")] = 10.0,
     no_restart_workers: Annotated[bool, typer.Option("--no-restart-workers", help="Mark dead workers down instead of replacing them.")] = False,
     worker_mode: Annotated[str, typer.Option(hidden=True, help="BENCHMARK TOOL: 'echo' returns tokens without computing.")] = "engine",
@@ -110,6 +111,7 @@ def serve(
                       orphan_timeout_s=orphan_timeout,
                       echo_token_delay_s=echo_token_delay, startup_timeout_s=worker_start_timeout,
                       drain_timeout_s=drain_timeout, log_stats_interval_s=log_stats_interval, step_log_dir=str(step_log.resolve()) if step_log else None,
+                      chat_template=_read_template(chat_template),
                       limits=RequestLimits(max_body_bytes=int(max_body_mb * 2 ** 20), max_stop_strings=max_stop_strings,
                                            max_stop_chars=max_stop_chars))
     if plan is not None:
@@ -129,6 +131,24 @@ def serve(
     if step_log is not None:
         step_log.mkdir(parents=True, exist_ok=True)
     _start(cfg, tokenizer_dir, http_impl, loop_impl)
+
+
+def _read_template(path: Path | None) -> str | None:
+    """--chat-template's text; a UserError naming the file where it cannot be read or parsed."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"cannot read --chat-template {path}: {e.strerror}") from None
+    import jinja2
+
+    from ..serve.openai_io import chat_env
+    try:
+        chat_env().parse(text)
+    except jinja2.TemplateSyntaxError as e:
+        raise UserError(f"--chat-template {path} is not a Jinja2 template: {e.message} (line {e.lineno})") from None
+    return text
 
 
 def _use_plan(ctx: typer.Context, cfg: ServeConfig, path: Path, scale: bool) -> None:

@@ -131,6 +131,8 @@ class App(FastAPI):
 def create_app(cfg: ServeConfig) -> App:
     """The server's app: its router (started and stopped with the app), the endpoints above."""
     info = ModelInfo.load(cfg.model)
+    if cfg.chat_template is not None:
+        info.chat_template = cfg.chat_template
     info.scores = cfg.worker_mode == "engine"
     metrics = ServeMetrics(info.name, info.max_model_len)
     router = Router(cfg, metrics)

@@ -67,6 +67,7 @@ class ServeConfig:
     drain_timeout_s: float = 20.0        # on SIGTERM: how long requests in flight may finish
     limits: RequestLimits = field(default_factory=RequestLimits)
     step_log_dir: str | None = None      # each worker appends its engine steps to DIR/worker-<id>.jsonl
+    chat_template: str | None = None     # --chat-template: a Jinja2 chat template in place of the model's
     log_stats_interval_s: float = 10.0   # the router logs each pool's stats this often (0: never; stats_log.py)
     debug_layer_delay_s: float = 0.0     # tests only: slow each prefill layer down
     debug_fail_token: int | None = None  # tests only: a step holding a prompt with this token raises

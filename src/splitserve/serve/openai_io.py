@@ -120,6 +120,8 @@ class ModelInfo:
                 info.chat_template = tmpl if isinstance(tmpl, str) else None
                 info.bos_token = _token_str(data.get("bos_token"))
                 info.eos_token = _token_str(data.get("eos_token"))
+            if info.chat_template is None and (p / "chat_template.jinja").is_file():  # transformers >= 4.43 saves it so
+                info.chat_template = (p / "chat_template.jinja").read_text()
             return info
         cfg = get_preset(model)
         tok = Tokenizer.tiny() if model.startswith("tiny") else None
@@ -142,13 +144,38 @@ def render_chat(messages: list[dict], info: ModelInfo, add_generation_prompt: bo
         raise bad("this model has no tokenizer, so chat is not available; use /v1/completions with token ids",
                   "messages")
     if info.chat_template:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        import jinja2
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        return env.from_string(info.chat_template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt, bos_token=info.bos_token,
-            eos_token=info.eos_token, tools=tools)
+        try:
+            return chat_env().from_string(info.chat_template).render(
+                messages=messages, add_generation_prompt=add_generation_prompt, bos_token=info.bos_token,
+                eos_token=info.eos_token, tools=tools)
+        except jinja2.TemplateError as e:  # the template's raise_exception, or a template it cannot run
+            raise bad(f"the chat template refused these messages: {e}", "messages", "invalid_value") from None
     return default_chat_text(messages, add_generation_prompt, tools)
+
+
+def chat_env():
+    """A sandboxed Jinja2 environment as transformers' apply_chat_template makes one: blocks trimmed,
+    loop controls, `tojson` without ASCII escapes, `raise_exception` and `strftime_now` (Llama 3's
+    templates use them)."""
+    import datetime
+
+    import jinja2
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str):
+        raise jinja2.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    return env
 
 
 def default_chat_text(messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None) -> str:
