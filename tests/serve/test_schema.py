@@ -121,3 +121,17 @@ def test_token_id_prompts_are_checked_before_they_are_scanned():
     assert err({"prompt": [1, "a"]}).code == "invalid_type"
     assert err({"prompt": [1, True]}).code == "invalid_type"
     assert err({"prompt": [1, 259]}).code == "invalid_value"
+
+
+def test_object_schemas_that_list_their_properties_are_closed():
+    from splitserve.serve.schema import closed
+
+    s = {"type": "object", "properties": {"properties": {"type": "object", "properties": {
+        "x": {"enum": [{"properties": {}}]}}}, "b": {"type": "array", "items": {"properties": {"c": {}}}}},
+        "$defs": {"D": {"properties": {}}}, "anyOf": [{"properties": {"z": {}}, "additionalProperties": True}]}
+    got = closed(s)
+    assert got["additionalProperties"] is False and got["properties"]["properties"]["additionalProperties"] is False
+    assert got["properties"]["b"]["items"]["additionalProperties"] is False
+    assert got["$defs"]["D"]["additionalProperties"] is False and got["anyOf"][0]["additionalProperties"] is True
+    assert got["properties"]["properties"]["properties"]["x"] == {"enum": [{"properties": {}}]}  # values untouched
+    assert "additionalProperties" not in closed({"type": "object"})             # json_object: any object

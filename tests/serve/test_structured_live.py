@@ -87,3 +87,15 @@ def test_a_schema_that_cannot_be_used_is_refused(split_server):
             client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=4,
                                            response_format=fmt)
         assert e.value.body["param"] == "response_format", e.value.body
+
+
+def test_an_open_schema_is_closed_so_the_answer_ends(server):
+    # no additionalProperties: read as false (vLLM's xgrammar strict mode, OpenAI's strict mode), so
+    # the random model cannot add keys until max_tokens
+    schema = {"type": "object", "required": ["answer"], "properties": {"answer": {"enum": ["yes", "no"]}}}
+    client = client_of(server)
+    for seed in range(3):
+        r = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=60, temperature=1.0, seed=seed,
+                                      extra_body={"response_format": {"type": "json_schema", "json_schema": {
+                                          "name": "a", "schema": schema}}})
+        assert r.choices[0].finish_reason == "stop" and set(json.loads(r.choices[0].text)) == {"answer"}

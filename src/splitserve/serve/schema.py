@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .bodies import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse, ResponseFormat,
                      Sampling, StreamOptions, TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse, validate)
@@ -173,7 +173,7 @@ def _grammar(m: Sampling, info: ModelInfo, limits: RequestLimits, plan: ToolPlan
             assert plan is not None, "asked for: a plan"
             grammar = llguidance.LLMatcher.grammar_from_lark(_sized(tool_grammar(plan), limits, name))
         else:
-            schema = _schema(m.response_format) if name == "response_format" else _json_schema(m.guided_json)
+            schema = closed(_schema(m.response_format) if name == "response_format" else _json_schema(m.guided_json))
             _sized(dumps(schema).decode(), limits, name)
             grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=COMPACT_JSON)
         error = llguidance.LLMatcher.validate_grammar(grammar)
@@ -182,6 +182,28 @@ def _grammar(m: Sampling, info: ModelInfo, limits: RequestLimits, plan: ToolPlan
     if error:
         raise bad(f"{name} cannot be followed: {error[:300]}", name, "invalid_value")
     return _sized(grammar, limits, name)
+
+
+_NAMED_SCHEMAS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")  # name -> schema
+
+
+def closed(schema: Any) -> Any:
+    """`schema` with `additionalProperties: false` on each object schema that lists its properties
+    and says nothing of others, as vLLM's default grammar backend (xgrammar's strict mode) and
+    OpenAI's strict mode read such a schema: otherwise a model may add keys until max_tokens."""
+    if isinstance(schema, list):
+        return [closed(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for k, v in schema.items():
+        if k in _NAMED_SCHEMAS and isinstance(v, dict):
+            out[k] = {name: closed(x) for name, x in v.items()}
+        else:
+            out[k] = v if k in ("enum", "const", "default", "examples") else closed(v)
+    if isinstance(schema.get("properties"), dict) and "additionalProperties" not in schema:
+        out["additionalProperties"] = False
+    return out
 
 
 def _sized(text: str | None, limits: RequestLimits, name: str) -> str:
@@ -232,7 +254,8 @@ def tool_plan(m: ChatCompletionRequest) -> ToolPlan | None:
         if choice is not None and choice != "none":
             raise bad("'tool_choice' needs 'tools'", "tool_choice", "invalid_value")
         return None
-    tools = tuple(t.function.model_dump(exclude_none=True) for t in m.tools)
+    tools = tuple({**f, "parameters": closed(f["parameters"])} if "parameters" in f else f
+                  for f in (t.function.model_dump(exclude_none=True) for t in m.tools))
     name = choice if isinstance(choice, str) or choice is None else choice.function.name
     if name not in (None, "none", "auto", "required") and name not in {t["name"] for t in tools}:
         raise bad(f"'tool_choice' names {name!r}, which is not among the tools", "tool_choice", "invalid_value")
