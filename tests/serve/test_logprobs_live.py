@@ -8,6 +8,8 @@ router first (the prompt worker's `out` or the token worker's `kv_in`): 16 reque
 
 from __future__ import annotations
 
+import codecs
+
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
@@ -51,7 +53,17 @@ def check_completion(lp, prompt, ids, prompt_recs, recs, n):
         wanted = {text(want[0]): want[1], **{text(t): v for t, v in want[3][:n] if text(t) not in top}}
         assert set(top) == {text(want[0])} | {text(t) for t, _ in want[3][:n]}
         assert max(abs(top[k] - v) for k, v in wanted.items() if k in top) < TOL
-    assert lp.text_offset == [sum(len(s) for s in lp.tokens[:i]) for i in range(len(lp.tokens))]
+    assert lp.text_offset == offsets(prompt + ids)
+
+
+def offsets(ids: list[int]) -> list[int]:
+    """Where each tiny token starts in the text: the BOS adds nothing, a character's bytes count once
+    it is whole (byte b is token 3 + b)."""
+    dec, at, out = codecs.getincrementaldecoder("utf-8")("replace"), 0, []
+    for t in ids:
+        out.append(at)
+        at += len(dec.decode(bytes([t - 3]) if t >= 3 else b""))
+    return out
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -93,7 +105,7 @@ def test_chat_logprobs(server, reference_engine, stream):
     toks, _, recs = engine_records(reference_engine, ids, 3, 6)
     assert [c.token for c in content] == [text(t) for t in toks]
     for c, (tok, lp, rank, top) in zip(content, recs):
-        assert abs(c.logprob - lp) < TOL and c.bytes == list(text(tok).encode())
+        assert abs(c.logprob - lp) < TOL and c.bytes == ([tok - 3] if tok >= 3 else [])  # the token's own byte
         assert [t.token for t in c.top_logprobs] == [text(t) for t, _ in top]
         assert max(abs(t.logprob - v) for t, (_, v) in zip(c.top_logprobs, top)) < TOL
 

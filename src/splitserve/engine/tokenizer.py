@@ -49,6 +49,9 @@ def tiny_tokenizer() -> HFTokenizer:
     return tk
 
 
+_CHAR_TO_BYTE = {c: b for b, c in byte_to_char().items()}
+
+
 class Tokenizer:
     """encode/decode with a model's tokenizer; `eos_ids` are the ids that end generation."""
 
@@ -56,6 +59,7 @@ class Tokenizer:
         self.tk = tk
         self.eos_ids = eos_ids
         self._max_token_chars: int | None = None
+        self._special: set[int] | None = None   # its special tokens' ids (token_bytes)
 
     @classmethod
     def from_file(cls, path: str | Path, eos_ids: tuple[int, ...] = ()) -> "Tokenizer":
@@ -88,6 +92,24 @@ class Tokenizer:
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.tk.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_bytes(self, tok: int) -> bytes:
+        """The bytes token `tok` stands for in the text (b"" for a special token, left out of the
+        text): a byte-level piece's own bytes (part of a character: not U+FFFD's), a
+        SentencePiece byte-fallback piece's (<0xE2>), else its text's UTF-8."""
+        if self._special is None:
+            self._special = {i for i, t in self.tk.get_added_tokens_decoder().items() if t.special}
+        piece = self.tk.id_to_token(tok)
+        if piece is None or tok in self._special:
+            return b""
+        if isinstance(self.tk.decoder, decoders.ByteLevel) and all(c in _CHAR_TO_BYTE for c in piece):
+            return bytes(_CHAR_TO_BYTE[c] for c in piece)
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                pass
+        return self.decode([tok], skip_special_tokens=False).encode("utf-8")
 
 
 def parse_token_ids(text: str) -> list[int]:

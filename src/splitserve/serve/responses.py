@@ -17,7 +17,7 @@ status[, code]).
 from __future__ import annotations
 
 from .choices import Choice, best
-from .logprobs_io import TokenTexts, chat_logprobs, completion_logprobs, prompt_logprobs
+from .logprobs_io import TextOffsets, TokenTexts, chat_logprobs, completion_logprobs, prompt_logprobs
 from .openai_io import ApiError, ModelInfo, dumps
 from .schema import GenRequest
 from .tools import parse
@@ -74,7 +74,7 @@ def body(info: ModelInfo, rid: str, created: int, chat: bool, gen: GenRequest, r
     for index, c in enumerate(best(choices, gen.n)):
         text = c.detok.text()[0]
         lps = None if gen.logprobs is None else chat_logprobs(names, c.recs, gen.logprobs) if chat else \
-            completion_logprobs(names, c.recs, 0, gen.logprobs, _echoed(gen, prompt_recs))
+            completion_logprobs(names, c.recs, TextOffsets(names), gen.logprobs, _echoed(gen, prompt_recs))
         if chat:
             msg, reason = _with_calls(gen, text, c.reason) if gen.tools and gen.tools.parses else \
                 ({"content": text}, c.reason)
@@ -99,7 +99,7 @@ class Chunks:
         self.head = f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{dumps(info.name).decode()},'
         self.chat, self.gen, self.reqs = chat, gen, reqs
         self.names, self.prompt_recs = TokenTexts(info.tokenizer), _prompt_records(reqs)  # the first event brought them
-        self.at = [0] * len(reqs)  # the text offset of each choice's next token (completions' logprobs)
+        self.at = [TextOffsets(self.names) for _ in reqs]  # each choice's text offsets (completions' logprobs)
         self.extra = [_prompt_logprobs(self.names, gen, self.prompt_recs)] * len(reqs)  # each choice's first chunk
         self.n, self.n_out = len(gen.prompt_ids), 0
         # chat with tools: each choice's text held back until it ends (its calls parsed then)
@@ -122,8 +122,6 @@ class Chunks:
         if gen.logprobs is not None and (recs or echoed):
             lp = chat_logprobs(self.names, recs or [], gen.logprobs) if self.chat else \
                 completion_logprobs(self.names, recs or [], self.at[i], gen.logprobs, echoed)
-            if not self.chat:
-                self.at[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
         if self.held is not None:
             self.held[i] += text
             delta, reason = _with_calls(gen, self.held[i], reason) if reason is not None else ({}, None)

@@ -195,7 +195,7 @@ def closed(schema: Any) -> Any:
         return [closed(x) for x in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in schema.items():
         if k in _NAMED_SCHEMAS and isinstance(v, dict):
             out[k] = {name: closed(x) for name, x in v.items()}
