@@ -24,16 +24,16 @@ class Weather(BaseModel):
 
 
 def test_langchain_binds_a_tool_and_gets_structured_output(split_server):
-    lc = pytest.importorskip("langchain_openai")
     from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
 
     @tool
     def get_weather(city: Literal["Paris", "Lima"], metric: bool) -> str:
         """The forecast."""
         return "sunny"
 
-    llm = lc.ChatOpenAI(base_url=split_server.url + "/v1", api_key=split_server.api_key, model="tiny",
-                        temperature=1.0, max_tokens=120, seed=1, max_retries=0)
+    llm = ChatOpenAI(base_url=split_server.url + "/v1", api_key=split_server.api_key, model="tiny",
+                     temperature=1.0, max_tokens=120, seed=1, max_retries=0)
     msg = llm.bind_tools([get_weather], tool_choice="get_weather").invoke("Weather?")
     assert [c["name"] for c in msg.tool_calls] == ["get_weather"]
     assert Weather(**msg.tool_calls[0]["args"]) and msg.tool_calls[0]["id"].startswith("call_")
@@ -45,7 +45,7 @@ def test_langchain_binds_a_tool_and_gets_structured_output(split_server):
 
 @pytest.mark.parametrize("api", ["chat completions", "responses"])
 def test_an_openai_agents_sdk_agent_calls_its_tool(split_server, api):
-    agents = pytest.importorskip("agents")
+    import agents
     from openai import AsyncOpenAI
 
     agents.set_tracing_disabled(True)
@@ -69,7 +69,6 @@ def test_an_openai_agents_sdk_agent_calls_its_tool(split_server, api):
 
 
 def test_pydantic_ai_returns_a_typed_result(split_server):
-    pytest.importorskip("pydantic_ai")
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider

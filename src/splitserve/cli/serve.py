@@ -137,18 +137,8 @@ def _read_template(path: Path | None) -> str | None:
     """--chat-template's text; a UserError naming the file where it cannot be read or parsed."""
     if path is None:
         return None
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise UserError(f"cannot read --chat-template {path}: {e.strerror}") from None
-    import jinja2
-
-    from ..serve.openai_io import chat_env
-    try:
-        chat_env().parse(text)
-    except jinja2.TemplateSyntaxError as e:
-        raise UserError(f"--chat-template {path} is not a Jinja2 template: {e.message} (line {e.lineno})") from None
-    return text
+    from ..serve.openai_io import read_chat_template
+    return read_chat_template(path)
 
 
 def _use_plan(ctx: typer.Context, cfg: ServeConfig, path: Path, scale: bool) -> None:

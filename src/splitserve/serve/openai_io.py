@@ -155,6 +155,22 @@ def render_chat(messages: list[dict], info: ModelInfo, add_generation_prompt: bo
     return default_chat_text(messages, add_generation_prompt, tools)
 
 
+def read_chat_template(path: Path) -> str:
+    """serve --chat-template's text, checked to parse; a UserError naming the file otherwise."""
+    import jinja2
+
+    from ..errors import UserError
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"cannot read --chat-template {path}: {e.strerror}") from None
+    try:
+        chat_env().parse(text)
+    except jinja2.TemplateSyntaxError as e:
+        raise UserError(f"--chat-template {path} is not a Jinja2 template: {e.message} (line {e.lineno})") from None
+    return text
+
+
 def chat_env():
     """A sandboxed Jinja2 environment as transformers' apply_chat_template makes one: blocks trimmed,
     loop controls, `tojson` without ASCII escapes, `raise_exception` and `strftime_now` (Llama 3's
