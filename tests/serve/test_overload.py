@@ -47,3 +47,26 @@ def test_bounded_queue_sheds_with_429_then_503(server_factory):
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
     assert r.json()["error"]["code"] == "unavailable"
     assert httpx.get(srv.url + "/health").status_code == 503
+
+
+def test_a_full_server_refuses_before_parsing(server_factory):
+    # with the one slot taken, a body that is not even JSON gets the 429 (not the 400 its parse
+    # would give): the refusal costs the front end no parsing, tokenizing or checking
+    srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--worker-mode", "echo",
+                         "--echo-token-delay", "0.05", "--max-queue", "1")
+
+    async def run():
+        async with httpx.AsyncClient(timeout=30) as client:
+            long = asyncio.ensure_future(client.post(srv.url + "/v1/completions",
+                                                     json={"prompt": [5], "max_tokens": 40, "temperature": 0}))
+            while not srv.metric("splitserve_requests_in_flight") and not long.done():
+                await asyncio.sleep(0.01)
+            bad = await client.post(srv.url + "/v1/completions", content=b"{not json",
+                                    headers={"Content-Type": "application/json"})
+            return bad, await long
+
+    bad, long = asyncio.run(run())
+    assert long.status_code == 200
+    assert bad.status_code == 429 and bad.json()["error"]["code"] == "overloaded"
+    after = httpx.post(srv.url + "/v1/completions", content=b"{not json", timeout=30)
+    assert after.status_code == 400                      # with room, the same body is parsed and refused

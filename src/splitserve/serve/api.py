@@ -147,7 +147,7 @@ def create_app(cfg: ServeConfig) -> App:
     responses = ResponsesEndpoint(gen, info)
     add_responses_endpoint(app, gen, responses)
     app.fast_routes = {"/v1/completions": gen.handler(False), "/v1/chat/completions": gen.handler(True),
-                       "/v1/responses": gen.endpoint(responses.create),
+                       "/v1/responses": gen.endpoint(responses.create, shed=True),
                        "/tokenize": gen.endpoint(gen.tokenize), "/detokenize": gen.endpoint(gen.detokenize)}
     return app
 

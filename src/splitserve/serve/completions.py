@@ -106,9 +106,7 @@ class Completions:
                 reqs.append(self.router.submit(gen.prompt_ids, params, name, Tagged(q, i)))
             return reqs
         except Overloaded as e:
-            self.metrics.splitwise.rejected.labels("429").inc()
-            raise ApiError(429, f"server overloaded: {e}; retry later", "rate_limit_error", None,
-                           "overloaded", {"Retry-After": str(self.cfg.retry_after_s)}) from None
+            raise self.overloaded(str(e)) from None
         except TooLarge as e:
             raise ApiError(400, str(e), "invalid_request_error", "prompt", "context_length_exceeded") from None
         except Unavailable as e:
@@ -119,6 +117,12 @@ class Completions:
             if len(reqs) < len(children):
                 for r in reqs:
                     self.router.cancel(r)
+
+    def overloaded(self, why: str) -> ApiError:
+        """The 429 of a request refused for the requests in flight (counted)."""
+        self.metrics.splitwise.rejected.labels("429").inc()
+        return ApiError(429, f"server overloaded: {why}; retry later", "rate_limit_error", None, "overloaded",
+                        {"Retry-After": str(self.cfg.retry_after_s)})
 
     async def _prepared(self, fn, raw: bytes, *args):
         """fn(raw, *args): on the event loop for a small body, else on the prep threads."""
@@ -172,10 +176,12 @@ class Completions:
 
     def handler(self, chat: bool):
         """The ASGI handler of one generation endpoint (chat: True for /v1/chat/completions)."""
-        return self.endpoint(lambda raw: self.generate(raw, chat))
+        return self.endpoint(lambda raw: self.generate(raw, chat), shed=True)
 
-    def endpoint(self, respond):
-        """The ASGI handler of a POST endpoint whose response is `await respond(raw body)`."""
+    def endpoint(self, respond, shed: bool = False):
+        """The ASGI handler of a POST endpoint whose response is `await respond(raw body)`; `shed`:
+        a generation, refused with 429 before its body is parsed while the router is full (a refusal
+        costs the front end no parsing, tokenizing or checking)."""
         async def handle(scope, receive, send) -> None:
             try:
                 auth, length = "", None
@@ -189,6 +195,8 @@ class Completions:
                 if length is not None and (not length.isdigit() or int(length) > self.limits.max_body_bytes):
                     raise too_large(self.limits.max_body_bytes)
                 raw = await _read_body(receive, self.limits.max_body_bytes)
+                if shed and raw is not None and self.router.full():   # read (the connection stays
+                    raise self.overloaded(f"{self.cfg.max_queue} requests in flight (the limit)")  # usable), not parsed
             except ApiError as e:
                 await error_response(e)(scope, receive, send)
                 return

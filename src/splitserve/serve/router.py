@@ -176,6 +176,10 @@ class Router:
             self._max_request = min(min(w.max_len, w.kv_tokens) for w in holders)
         return self._max_request
 
+    def full(self) -> bool:
+        """Whether a request now would be refused as Overloaded (max_queue requests in flight)."""
+        return len(self.state.reqs) >= self.cfg.max_queue
+
     def submit(self, prompt_ids: list[int], params: WireParams, name: str = "", queue=None) -> LiveRequest:
         """Admit one request; its events go to `queue` (its own asyncio.Queue when None)."""
         s = self.state
