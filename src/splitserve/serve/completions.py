@@ -29,7 +29,7 @@ from .detokenize import Detokenizer
 from .metrics import ServeMetrics
 from .openai_io import ApiError, ModelInfo, dumps
 from .responses import body, server_error, stream
-from .router import Overloaded, Router, TooLarge, Unavailable
+from .router import Overloaded, Router, TooLarge, Unavailable, full
 from .schema import GenRequest, detokenize, prepare, tokenize
 
 JSON = "application/json"
@@ -195,7 +195,7 @@ class Completions:
                 if length is not None and (not length.isdigit() or int(length) > self.limits.max_body_bytes):
                     raise too_large(self.limits.max_body_bytes)
                 raw = await _read_body(receive, self.limits.max_body_bytes)
-                if shed and raw is not None and self.router.full():   # read (the connection stays
+                if shed and raw is not None and full(self.router):   # read (the connection stays
                     raise self.overloaded(f"{self.cfg.max_queue} requests in flight (the limit)")  # usable), not parsed
             except ApiError as e:
                 await error_response(e)(scope, receive, send)

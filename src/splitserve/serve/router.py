@@ -50,6 +50,11 @@ from .worker_args import worker_argv
 POOLS = {"prompt": Pool.PROMPT, "token": Pool.TOKEN, "mixed": Pool.MIXED}
 
 
+def full(router: Router) -> bool:
+    """Whether a request now would be refused as Overloaded (max_queue requests in flight)."""
+    return len(router.state.reqs) >= router.cfg.max_queue
+
+
 class Overloaded(Exception):
     """Too many requests in flight: shed this one (HTTP 429)."""
 
@@ -176,16 +181,12 @@ class Router:
             self._max_request = min(min(w.max_len, w.kv_tokens) for w in holders)
         return self._max_request
 
-    def full(self) -> bool:
-        """Whether a request now would be refused as Overloaded (max_queue requests in flight)."""
-        return len(self.state.reqs) >= self.cfg.max_queue
-
     def submit(self, prompt_ids: list[int], params: WireParams, name: str = "", queue=None) -> LiveRequest:
         """Admit one request; its events go to `queue` (its own asyncio.Queue when None)."""
         s = self.state
         if not s.ready or s.closing or s.draining:
             raise Unavailable("the server is starting or shutting down")
-        if len(s.reqs) >= self.cfg.max_queue:
+        if full(self):
             raise Overloaded(f"{len(s.reqs)} requests in flight (limit {self.cfg.max_queue})")
         need = len(prompt_ids) + params.max_tokens
         if need > self._max_request:
