@@ -41,8 +41,8 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{_ids.getrandbits(96):024x}"
 
 
-def request_of(raw: bytes, info: ModelInfo) -> tuple[ResponsesRequest, dict]:
-    """The checked request and its body; 400 for a field or item not implemented."""
+def request_of(raw: bytes, info: ModelInfo) -> ResponsesRequest:
+    """The checked request; 400 for a field or item not implemented."""
     body = parse_json(raw)
     m = validate(ResponsesRequest, body)
     if m.model is not None and m.model != info.name:
@@ -51,14 +51,13 @@ def request_of(raw: bytes, info: ModelInfo) -> tuple[ResponsesRequest, dict]:
     for name, ok in UNSUPPORTED.items():
         if body.get(name) not in ok:
             raise bad(f"'{name}' is not supported by this server", name, "unsupported")
-    return m, body
+    return m
 
 
-def chat_body(m: ResponsesRequest, history: list[dict]) -> dict:
-    """The chat completion request of a Responses request, after the messages of `history` (a
-    previous response's)."""
-    messages = ([{"role": "system", "content": m.instructions}] if m.instructions else []) + history + \
-        input_messages(m.input)
+def chat_body(m: ResponsesRequest, conversation: list[dict]) -> dict:
+    """The chat completion request of a Responses request whose messages, its instructions left
+    out, are `conversation` (a previous response's, then its input's)."""
+    messages = ([{"role": "system", "content": m.instructions}] if m.instructions else []) + conversation
     chat: dict[str, Any] = {"messages": messages, "temperature": m.temperature, "top_p": m.top_p, "stream": m.stream}
     if m.stream:
         chat["stream_options"] = {"include_usage": True}
@@ -295,13 +294,13 @@ class ResponsesEndpoint:
         self.gen, self.info, self.kept = gen, info, Kept(keep)
 
     async def create(self, raw: bytes) -> Response:
-        m, _ = request_of(raw, self.info)
+        m = request_of(raw, self.info)
         history = []
         if m.previous_response_id is not None:
             prev, prev_messages = self.kept.get(m.previous_response_id, "previous_response_id")
             history = history_of(prev, prev_messages)
-        chat = chat_body(m, history)
-        conversation = [x for x in chat["messages"] if not (m.instructions and x is chat["messages"][0])]
+        conversation = history + input_messages(m.input)
+        chat = chat_body(m, conversation)
         rid, created = _new_id("resp"), now()
         answer = await self.gen.generate(dumps(chat), True)
         if m.stream:
