@@ -4,8 +4,10 @@ the processes a command starts."""
 
 from __future__ import annotations
 
+import ast
 import logging
 import re
+from pathlib import Path
 
 import pytest
 import typer
@@ -89,3 +91,18 @@ def test_every_command_has_the_option():
     found = {path: any("--log-level" in p.opts for p in cmd.params)
              for path, cmd in leaves(typer.main.get_command(app))}
     assert len(found) >= 14 and all(found.values()), found
+
+
+def prints(source: str) -> list[int]:
+    """Lines of `source` that call the builtin print (a `console.print` or a print inside a string
+    of child-process code is not one)."""
+    return [n.lineno for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"]
+
+
+def test_the_library_logs_and_only_the_cli_prints():
+    assert prints("print('x')\nconsole.print('y')\nCHILD = 'print(1)'\nif x:\n    print(2, file=e)\n") == [1, 5]
+    pkg = Path(logs.__file__).parent
+    found = {str(p.relative_to(pkg)): prints(p.read_text()) for p in sorted(pkg.rglob("*.py"))
+             if p.relative_to(pkg).parts[0] != "cli"}
+    assert {k: v for k, v in found.items() if v} == {}, "use logging.getLogger(__name__) below the CLI"

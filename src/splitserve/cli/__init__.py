@@ -17,7 +17,7 @@ from ..errors import UserError
 from .log_level import with_log_level
 
 # the command modules, each named as its command (or, reproduce and tokenizer, its group): imported
-# only when asked for, so that `splitserve simulate` does not load the serving stack (issue 44)
+# only when asked for, so that `splitserve simulate` does not load the serving stack
 NAMES = ("simulate", "provision", "generate", "bench", "compare", "serve", "profile", "twin", "reproduce", "tokenizer")
 _WRAPPED: set[str] = set()
 

@@ -27,8 +27,11 @@ class StepFailed(Exception):
 class BlockCounts(Protocol):
     """An engine's KV blocks as its worker reports them."""
 
-    num_blocks: int
-    block_size: int
+    @property
+    def num_blocks(self) -> int: ...
+
+    @property
+    def block_size(self) -> int: ...
 
     @property
     def num_free(self) -> int: ...
@@ -59,13 +62,25 @@ class Engine(Protocol):
     """Requests in, one step at a time, tokens out; a KV connector attached by the worker
     (`connector`), told of each step's batch before it runs (`on_schedule`)."""
 
-    max_model_len: int
-    device: object  # where its KV lives (a torch.device; None: it holds none)
-    blocks: BlockCounts
-    kv_host: WorkerKVHost
     connector: KVConnector | None
     on_schedule: Callable[[BatchReport], None] | None
-    last_shape: list[tuple[int, int]]  # the last step's (KV tokens before, tokens) per sequence; [] if none
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    @property
+    def device(self) -> object:
+        """Where its KV lives (a torch.device; None: it holds none)."""
+
+    @property
+    def blocks(self) -> BlockCounts: ...
+
+    @property
+    def kv_host(self) -> WorkerKVHost: ...
+
+    @property
+    def last_shape(self) -> list[tuple[int, int]]:
+        """The last step's (KV tokens before, tokens) per sequence; [] if none."""
 
     @property
     def num_preemptions(self) -> int:

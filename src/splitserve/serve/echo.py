@@ -14,9 +14,10 @@ dropped, the reservations complete or let go; it streams nothing (no layers).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..engine.kv_connector import KVLayout
+from ..engine.kv_connector import KVConnector, KVLayout
 from ..errors import UserError
 from ..policy.machine import BatchReport
 
@@ -57,8 +58,8 @@ class EchoEngine:
     blocks: _Blocks = field(default_factory=_Blocks)
     max_model_len: int = 1 << 16
     token_delay_s: float = 0.0  # > 0: one token per request per step, and each step sleeps this long
-    on_schedule: object = None                    # called with each step's BatchReport
-    connector: object = None                      # a KVConnector, bound by the worker
+    on_schedule: Callable[[BatchReport], None] | None = None  # called with each step's BatchReport
+    connector: KVConnector | None = None          # bound by the worker
     kv_layout: KVLayout = KVLayout(0, 0, 0, None, 16)
     device: None = None                           # it holds no KV
     last_shape: list = field(default_factory=list)  # never a shape: no step log
@@ -67,13 +68,16 @@ class EchoEngine:
     _new: dict = field(default_factory=dict)     # rid -> prompt tokens (first step not run yet), or 0: joins
     _reserved: dict = field(default_factory=dict)
 
-    def add_request(self, ids, params, request_id, prefill_only=False, isolated=False, predicted=0, resumed=0):
+    def add_request(self, ids: list[int], params, request_id: str | None = None, prefill_only: bool = False,
+                    isolated: bool = False, predicted: int = 0, resumed: int = 0) -> str:
+        if request_id is None:
+            raise ValueError("the echo engine needs the worker's request id")
         self._queue[request_id] = ((ids[-1] + 1) % self.cfg.vocab_size, params.max_tokens, prefill_only, 0)
         self._new[request_id] = len(ids)
         return request_id
 
     @property
-    def kv_host(self):
+    def kv_host(self) -> EchoEngine:
         return self
 
     def check_alive(self):

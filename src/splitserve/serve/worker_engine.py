@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import os
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from .messages import WireParams
 
+if TYPE_CHECKING:
+    from ..engine.contract import Engine
 
-def build_engine(args, kv_alloc=None):
+
+def build_engine(args, kv_alloc=None) -> Engine:
     """The engine of a worker with options `args`; `kv_alloc` allocates its KV cache (a shared
     region for same-host peers, shm.py) where given."""
     if args.worker_mode == "echo":
