@@ -106,3 +106,12 @@ def test_the_library_logs_and_only_the_cli_prints():
     found = {str(p.relative_to(pkg)): prints(p.read_text()) for p in sorted(pkg.rglob("*.py"))
              if p.relative_to(pkg).parts[0] != "cli"}
     assert {k: v for k, v in found.items() if v} == {}, "use logging.getLogger(__name__) below the CLI"
+
+
+def test_ray_worker_actors_get_the_level(monkeypatch):
+    from splitserve.serve.launcher import ray_env
+    from splitserve.serve.protocol import SECRET_ENV
+
+    assert ray_env(b"\x01\x02") == {"env_vars": {SECRET_ENV: "0102"}}
+    logs.configure("debug")
+    assert ray_env(b"\x01") == {"env_vars": {SECRET_ENV: "01", logs.ENV: "DEBUG"}}

@@ -30,6 +30,7 @@ import subprocess
 import sys
 from typing import Any, Protocol
 
+from .. import logs
 from ..errors import UserError
 from .protocol import SECRET_ENV
 
@@ -136,13 +137,22 @@ def join_ray(cfg, log=None) -> None:
             f"one {per} per tensor-parallel process, each worker's group on one node, spread over the nodes")
 
 
+def ray_env(secret: bytes) -> dict[str, dict[str, str]]:
+    """A Ray worker actor's runtime_env: the channel's secret and, where set, the log level (Ray
+    starts actors from its own processes, which do not inherit this one's environment)."""
+    env = {SECRET_ENV: secret.hex()}
+    if logs.ENV in os.environ:
+        env[logs.ENV] = os.environ[logs.ENV]
+    return {"env_vars": env}
+
+
 class RayLauncher:
     def __init__(self, secret: bytes, address: str | None) -> None:
         from ..nodes.ray_cluster import connect, import_ray, is_local
 
         ray = self.ray = import_ray()
         connect(address, log_to_driver=True)   # joined already by join_ray (the serve command)
-        self.env = {"env_vars": {SECRET_ENV: secret.hex()}}
+        self.env = ray_env(secret)
         self.node_ip = not is_local(address)    # workers on other hosts bind their node's IP
         self.gpus = ray.cluster_resources().get("GPU", 0)
         self.placed: dict[int, str] = {}        # worker id -> the node it runs on, once known
