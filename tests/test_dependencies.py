@@ -8,6 +8,7 @@ and must be declared where the importing code is installed from:
 - serve/, bench/ (a client of `serve`), twin/ (profiles a live server) -> the `serve` extra
   (which pulls in `engine` through `splitserve[engine]`)
 - `ray`, anywhere (provision/ and serve/ import it lazily, as an optional backend) -> the `ray` extra
+- `triton`, anywhere (engine/'s optional CUDA kernels, imported only when chosen) -> the `triton` extra
 - everything else (simulator, policies, provisioning, reports, cli/) -> `[project] dependencies`
 
 A module may always use what the core declares. Conversely every declared dependency must be used:
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "splitserve"
 
 SUBPACKAGE_EXTRA = {"engine": "engine", "serve": "serve", "bench": "serve", "twin": "serve"}
-MODULE_EXTRA = {"ray": "ray"}
+MODULE_EXTRA = {"ray": "ray", "triton": "triton"}
 LOADED_BY_NAME = {"httptools": "uvicorn's --http httptools", "uvloop": "uvicorn's --loop uvloop"}
 
 
@@ -112,6 +113,8 @@ def _installed() -> dict[str, list[str]]:
 
 def _distributions(module: str) -> set[str]:
     dists = _installed().get(module)
+    if not dists and module in MODULE_EXTRA:  # an optional backend not installed here: its own name
+        return {_norm(module)}
     assert dists, f"{module} is imported but no installed distribution provides it"
     return {_norm(d) for d in dists}
 
@@ -153,7 +156,7 @@ def test_every_declared_dependency_is_used():
         assert f'"{name}"' in serve_text, f"{name} is declared for {how}, but serve/ no longer names it"
     by_name = {_norm(n) for n in LOADED_BY_NAME}
     unused = []
-    for section in ("", "engine", "serve", "ray"):
+    for section in ("", "engine", "serve", "ray", "triton"):
         for name in direct(section) - src_dists - by_name:
             unused.append(f"{name} ({section or 'dependencies'})")
     assert not unused, f"declared but never imported in src/splitserve: {', '.join(sorted(unused))}"
