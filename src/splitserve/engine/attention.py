@@ -19,6 +19,7 @@ prompt length is a new shape.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -120,15 +121,18 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
-                    window: int | None = None) -> torch.Tensor:
-    """Write this step's K/V into the cache, then attend. q: (T, heads, hd) -> (T, heads, hd)."""
-    write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+                    window: int | None = None, write: Callable[..., None] = write_kv,
+                    decode: Callable[..., torch.Tensor] = decode_attention) -> torch.Tensor:
+    """Write this step's K/V into the cache, then attend. q: (T, heads, hd) -> (T, heads, hd).
+    `write` and `decode`: the KV write and the decode attention (default this module's; the
+    Triton kernels of kernels.py have the same contracts)."""
+    write(k, v, k_cache, v_cache, meta.slot_mapping)
     nd = meta.num_decode
     if not meta.prefills:
-        return decode_attention(q, k_cache, v_cache, *meta.decode_tables(), scale, window)
-    out = torch.empty_like(q)
+        return decode(q, k_cache, v_cache, *meta.decode_tables(), scale, window)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if nd:
-        out[:nd] = decode_attention(q[:nd], k_cache, v_cache, *meta.decode_tables(), scale, window)
+        out[:nd] = decode(q[:nd], k_cache, v_cache, *meta.decode_tables(), scale, window)
     for seg in meta.prefills:
         rows = slice(seg.q_start, seg.q_start + seg.q_len)
         out[rows] = prefill_attention(q[rows], k[rows], v[rows], k_cache, v_cache, seg, scale, window)

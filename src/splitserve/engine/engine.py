@@ -39,6 +39,7 @@ from .contract import StepFailed
 from .conveniences import generate, prefill_only
 from .device import keep_freed_memory, resolve_device, resolve_dtype
 from .engine_config import EngineConfig
+from .kernels import select_kernels
 from .kv_cache import KVAllocator, KVCache, KVExport
 from .kv_connector import KVConnector
 from .kv_host import EngineKVHost
@@ -80,6 +81,7 @@ class LLMEngine:
         self.dtype = resolve_dtype(c.dtype, self.device, cfg)
         self.max_model_len = min(c.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
         self.model = build_weights(cfg, path, self.device, self.dtype, self.max_model_len, shard, c.weight_seed)
+        self.model.use_kernels(select_kernels(c.kernels, self.device))
         self.tokenizer: Tokenizer | None = (default_tokenizer(model, path, cfg) if c.tokenizer == "auto"
                                             else c.tokenizer)  # type: ignore[assignment]
         self.eos_ids = set(cfg.eos_token_ids)
@@ -93,7 +95,7 @@ class LLMEngine:
         if c.tp > 1:
             self.ranks = start_group(RankSpec(model, self.device.type, self.device.index or 0, self.dtype,
                                               c.weight_seed, self.max_model_len, num_blocks, c.block_size,
-                                              torch.get_num_threads(), c.cuda_graphs, c.max_num_seqs), c.tp)
+                                              torch.get_num_threads(), c.cuda_graphs, c.max_num_seqs, c.kernels), c.tp)
             self.group = self.ranks.group
             self.model.set_reduce(self.group.all_reduce)
             weakref.finalize(self, self.ranks.close)  # also at exit: followers stop quietly

@@ -29,7 +29,9 @@ class EngineConfig:
     only). tokenizer: a Tokenizer, None, or "auto" (the checkpoint's tokenizer.json; the
     byte-level one for `tiny`). tp: tensor parallel size (rank r on cuda:(N + r) for device
     cuda:N; all on the CPU else). prefix_caching: a prompt shares the cached K/V of its longest
-    prefix computed before, in whole blocks, and computes only the rest (policy/prefix_cache.py)."""
+    prefix computed before, in whole blocks, and computes only the rest (policy/prefix_cache.py).
+    kernels: the layers' kernels (kernels.py): torch, triton, or auto (triton on CUDA when it
+    imports, torch otherwise)."""
 
     device: str | torch.device = "cpu"
     dtype: str | torch.dtype = "auto"
@@ -45,3 +47,4 @@ class EngineConfig:
     tokenizer: Tokenizer | str | None = "auto"
     tp: int = 1
     prefix_caching: bool = True
+    kernels: str = "auto"

@@ -18,8 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import AttentionMetadata, paged_attention
+from .attention import AttentionMetadata, decode_attention, paged_attention, write_kv
 from .config import ModelConfig, rope_inv_freq
+from .kernels import Kernels
 from .sharding import Shard
 
 
@@ -90,16 +91,25 @@ class Attention(nn.Module):
         self.window = cfg.window_for_layer(layer)
         self.k_cache: torch.Tensor | None = None  # (blocks, block_size, kv_heads, hd), bound later
         self.v_cache: torch.Tensor | None = None
+        self.kernels: Kernels | None = None  # CausalLM.use_kernels
 
-    def forward(self, x, cos, sin, meta: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x, cos, sin, meta: AttentionMetadata, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (T, hidden). cos/sin: the positions' angles (Rotary.lookup); with `kernels`, the whole
+        tables and `positions` (the rotary kernel looks them up)."""
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.nh * self.hd, self.kvh * self.hd, self.kvh * self.hd], -1)
-        q = apply_rotary(q.view(t, self.nh, self.hd), cos, sin)
-        k = apply_rotary(k.view(t, self.kvh, self.hd), cos, sin)
-        v = v.view(t, self.kvh, self.hd)
+        qkv = self.qkv_proj(x)
+        kern = self.kernels
+        if kern is not None and positions is not None:
+            kern.rotary_(qkv, positions, cos, sin, self.nh + self.kvh, self.hd)
+        q, k, v = qkv.split([self.nh * self.hd, self.kvh * self.hd, self.kvh * self.hd], -1)
+        q, k, v = q.view(t, self.nh, self.hd), k.view(t, self.kvh, self.hd), v.view(t, self.kvh, self.hd)
+        if kern is None or positions is None:
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if self.k_cache is None or self.v_cache is None:
             raise RuntimeError("the model's KV cache is not bound (CausalLM.bind_kv_cache)")
-        o = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window)
+        write, decode = (write_kv, decode_attention) if kern is None else (kern.write_kv, kern.decode_attention)
+        o = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window,
+                            write=write, decode=decode)
         return self.o_proj(o.reshape(t, self.nh * self.hd))
 
 
@@ -108,8 +118,11 @@ class MLP(nn.Module):
         super().__init__()
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * shard.inter, bias=cfg.mlp_bias)
         self.down_proj = RowLinear(shard.inter, cfg.hidden_size, bias=cfg.mlp_bias)
+        self.kernels: Kernels | None = None  # CausalLM.use_kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernels is not None:
+            return self.down_proj(self.kernels.silu_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
@@ -121,10 +134,24 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(cfg, layer, shard)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg, shard)
+        self.kernels: Kernels | None = None  # CausalLM.use_kernels
 
-    def forward(self, x, cos, sin, meta):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, cos, sin, meta, residual: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None):
+        """x + attention + MLP (torch's ops). With `kernels`: x is the previous layer's MLP
+        output (the embeddings for the first, `residual` None), `residual` the sum so far, and it
+        returns the pair for the next layer, as vLLM's layers do: each residual add fused into
+        the norm that follows it."""
+        kern = self.kernels
+        if kern is None:
+            x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta)
+            return x + self.mlp(self.post_attention_layernorm(x))
+        norm = self.input_layernorm
+        h, residual = kern.rms_norm(x, norm.weight, norm.eps, residual)
+        h = self.self_attn(h, cos, sin, meta, positions)
+        norm = self.post_attention_layernorm
+        h, residual = kern.rms_norm(h, norm.weight, norm.eps, residual)
+        return self.mlp(h), residual
 
 
 class Embedding(nn.Embedding):
@@ -146,6 +173,13 @@ class CausalLM(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.rotary = Rotary(cfg, max_len or cfg.max_position_embeddings)
+        self.kernels: Kernels | None = None
+
+    def use_kernels(self, kernels: Kernels | None) -> None:
+        """Run the layers on `kernels` (kernels.py: the Triton set), or torch's ops (None)."""
+        self.kernels = kernels
+        for layer in self.decoder_layers():
+            layer.kernels = layer.self_attn.kernels = layer.mlp.kernels = kernels
 
     def lm_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
@@ -166,10 +200,19 @@ class CausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
+        if self.kernels is not None:
+            return self._forward_fused(x, positions, meta, self.kernels)
         cos, sin = self.rotary.lookup(positions)
         for layer in self.layers:
             x = layer(x, cos, sin, meta)
         return self.norm(x)
+
+    def _forward_fused(self, x: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                       kern: Kernels) -> torch.Tensor:
+        residual = None
+        for layer in self.layers:
+            x, residual = layer(x, self.rotary.cos, self.rotary.sin, meta, residual, positions)
+        return kern.rms_norm(x, self.norm.weight, self.norm.eps, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         w = self.lm_weight()

@@ -67,6 +67,7 @@ class RankSpec:
     threads: int
     cuda_graphs: bool
     max_num_seqs: int
+    kernels: str = "auto"  # kernels.py
 
 
 def rank_device(spec: RankSpec, rank: int) -> torch.device:

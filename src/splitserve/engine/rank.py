@@ -17,6 +17,7 @@ import torch
 from ..logs import configure as configure_logging
 from .build import build_weights, resolve_model
 from .device import keep_freed_memory
+from .kernels import select_kernels
 from .kv_cache import KVCache
 from .model_runner import StepInputs, execute
 from .parallel import Group, KVShards, RankSpec, die_with_parent, rank_device
@@ -34,6 +35,7 @@ class Follower:
         if dev.type == "cpu":
             keep_freed_memory()  # as rank 0 does (engine.py): no page faults on each step's activations
         self.model = build_weights(cfg, path, dev, spec.dtype, spec.max_model_len, shard, spec.weight_seed)
+        self.model.use_kernels(select_kernels(spec.kernels, dev))
         self.model.set_reduce(group.all_reduce)
         self.kv = KVCache(cfg.num_layers, spec.num_blocks, spec.block_size, shard.kv_heads, cfg.head_dim,
                           spec.dtype, dev)
