@@ -90,14 +90,16 @@ PROMPTS = [[1] + [(13 * i + j) % 250 + 3 for j in range(n)] for i, n in enumerat
 
 
 def test_a_model_on_the_triton_kernels_makes_the_torch_kernels_tokens():
-    """tiny, float32, blocks of 4 tokens: a batch of prompts, then batched decodes, through the
-    fused kernels and the paged decode kernel give the torch path's greedy tokens and logits."""
+    """tiny, float32, blocks of 4 tokens: a batch of prompts, then batched decodes, then a prompt
+    whose first 20 tokens are cached (its prefill after cached context: the packed prefill
+    kernel), through the Triton kernels, give the torch path's greedy tokens and logits."""
     params = SamplingParams(max_tokens=5, ignore_eos=True, return_logits=True)
     runs = {}
     for kernels in ("torch", "triton"):
         eng = LLMEngine("tiny", EngineConfig(device=DEV, dtype="float32", kernels=kernels, block_size=4))
         assert (eng.model.kernels is None) == (kernels == "torch")
-        runs[kernels] = eng.generate(PROMPTS, params)
+        runs[kernels] = eng.generate(PROMPTS, params) + eng.generate([PROMPTS[1] + [7, 8, 9]], params)
+    assert runs["triton"][-1].num_cached_tokens == 20
     for ref, out in zip(runs["torch"], runs["triton"]):
         assert out.token_ids == ref.token_ids
         torch.testing.assert_close(torch.stack(out.logits), torch.stack(ref.logits), rtol=0, atol=1e-4)

@@ -11,7 +11,10 @@ token's K/V is written into the cache at its slot (block * block_size + offset).
   (FlashAttention on CUDA); a later chunk gathers its sequence's earlier K/V from the cache.
 
 On CUDA, SDPA may not pick its cuDNN backend: cuDNN builds a graph for every new shape, and every
-prompt length is a new shape.
+prompt length is a new shape. A fresh prompt (causal, no mask) runs at the flash backend. A
+segment after cached context needs a mask, which the flash backend does not take (SDPA falls back
+to the memory-efficient or the math backend); with the Triton kernels (kernels.py) such segments
+go instead to `cached_prefill`, all of a step's in one launch, read from the cache like decodes.
 
 `reference_attention` is the plain contiguous softmax(QK^T)V the tests compare against.
 """
@@ -122,10 +125,13 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
                     window: int | None = None, write: Callable[..., None] = write_kv,
-                    decode: Callable[..., torch.Tensor] = decode_attention) -> torch.Tensor:
+                    decode: Callable[..., torch.Tensor] = decode_attention,
+                    cached_prefill: Callable[..., None] | None = None) -> torch.Tensor:
     """Write this step's K/V into the cache, then attend. q: (T, heads, hd) -> (T, heads, hd).
     `write` and `decode`: the KV write and the decode attention (default this module's; the
-    Triton kernels of kernels.py have the same contracts)."""
+    Triton kernels of kernels.py have the same contracts). `cached_prefill` (Triton's
+    triton_attention.prefill_attention), when given, takes every segment after cached context
+    in one call (SDPA would need a mask there, which keeps it off the flash backend)."""
     write(k, v, k_cache, v_cache, meta.slot_mapping)
     nd = meta.num_decode
     if not meta.prefills:
@@ -133,9 +139,15 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if nd:
         out[:nd] = decode(q[:nd], k_cache, v_cache, *meta.decode_tables(), scale, window)
+    packed = []
     for seg in meta.prefills:
+        if cached_prefill is not None and seg.ctx_len > seg.q_len and seg.blocks is not None:
+            packed.append((seg.q_start, seg.q_len, seg.ctx_len, seg.blocks))
+            continue
         rows = slice(seg.q_start, seg.q_start + seg.q_len)
         out[rows] = prefill_attention(q[rows], k[rows], v[rows], k_cache, v_cache, seg, scale, window)
+    if packed and cached_prefill is not None:
+        cached_prefill(q, k_cache, v_cache, out, packed, scale, window)
     return out
 
 

@@ -7,7 +7,9 @@
   CPU tensors under Triton's interpreter (TRITON_INTERPRET=1: tests only, slow);
 * `auto`: triton on CUDA when `import triton` works, torch otherwise (always torch on the CPU).
 
-Prefill attention stays torch's SDPA either way (attention.py).
+A fresh prompt's attention stays torch's SDPA either way (FlashAttention on CUDA: causal, no
+mask); with triton, the segments after cached context (chunked prefill, a prefix-cache hit) go to
+triton_attention.prefill_attention, all in one launch, where SDPA needs a mask (attention.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Kernels:
     silu_mul: Callable[[torch.Tensor], torch.Tensor]
     write_kv: Callable[..., None]         # attention.write_kv's contract
     decode_attention: Callable[..., torch.Tensor]  # attention.decode_attention's contract
+    cached_prefill: Callable[..., None]   # prefill segments after cached context, packed in one call
 
 
 def triton_kernels() -> Kernels:
@@ -42,7 +45,8 @@ def triton_kernels() -> Kernels:
     from . import triton_attention, triton_fused
 
     return Kernels(rms_norm=triton_fused.rms_norm, rotary_=triton_fused.rotary_, silu_mul=triton_fused.silu_mul,
-                   write_kv=triton_fused.write_kv, decode_attention=triton_attention.decode_attention)
+                   write_kv=triton_fused.write_kv, decode_attention=triton_attention.decode_attention,
+                   cached_prefill=triton_attention.prefill_attention)
 
 
 def interpreting() -> bool:

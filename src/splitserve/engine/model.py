@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import AttentionMetadata, decode_attention, paged_attention, write_kv
+from .attention import AttentionMetadata, paged_attention
 from .config import ModelConfig, rope_inv_freq
 from .kernels import Kernels
 from .sharding import Shard
@@ -107,9 +107,11 @@ class Attention(nn.Module):
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if self.k_cache is None or self.v_cache is None:
             raise RuntimeError("the model's KV cache is not bound (CausalLM.bind_kv_cache)")
-        write, decode = (write_kv, decode_attention) if kern is None else (kern.write_kv, kern.decode_attention)
-        o = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window,
-                            write=write, decode=decode)
+        if kern is None:
+            o = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window)
+        else:
+            o = paged_attention(q, k, v, self.k_cache, self.v_cache, meta, self.scale, self.window,
+                                kern.write_kv, kern.decode_attention, kern.cached_prefill)
         return self.o_proj(o.reshape(t, self.nh * self.hd))
 
 

@@ -160,3 +160,87 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         ml.stride(0), ml.stride(1), out.stride(0), out.stride(1),
         HD=hd, BLOCK_D=block_d, BLOCK_S=max(2, triton.next_power_of_2(splits)), EMULATE=emulate(q))
     return out
+
+
+@triton.jit
+def _prefill_kernel(Q, K, V, O, TILES, SEGS, T, scale, window,
+                    sq_t, sq_h, so_t, so_h, sk_s, sk_h, st_s,
+                    BS: tl.constexpr, GROUP: tl.constexpr, HD: tl.constexpr, BLOCK_D: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                    LOW: tl.constexpr, EMULATE: tl.constexpr):
+    seg = tl.load(TILES + tl.program_id(0) * 2)
+    m0 = tl.load(TILES + tl.program_id(0) * 2 + 1)
+    h = tl.program_id(1)
+    kh = h // GROUP
+    q0 = tl.load(SEGS + seg * 3)
+    qlen = tl.load(SEGS + seg * 3 + 1)
+    ctx = tl.load(SEGS + seg * 3 + 2)
+    m = m0 + tl.arange(0, BLOCK_M)
+    mmask = m < qlen
+    qpos = ctx - qlen + m  # each query row's position in its sequence
+    d = tl.arange(0, BLOCK_D)
+    dmask = d < HD
+    rows = (q0 + m).to(tl.int64)
+    q = tl.load(Q + rows[:, None] * sq_t + h * sq_h + d[None, :], mask=mmask[:, None] & dmask[None, :], other=0.0)
+    if LOW:
+        q = q.to(K.dtype.element_ty)
+    hi = tl.minimum(ctx, ctx - qlen + m0 + BLOCK_M)  # the tile's last row sees up to its own position
+    lo = 0
+    if HAS_WINDOW:
+        lo = tl.maximum(0, ctx - qlen + m0 - window + 1)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for start in range(lo, hi, BLOCK):
+        pos = start + tl.arange(0, BLOCK)
+        pmask = pos < hi
+        blk = tl.load(T + seg * st_s + pos // BS, mask=pmask, other=0)
+        kv_off = (blk.to(tl.int64) * BS + pos % BS)[:, None] * sk_s + kh * sk_h + d[None, :]
+        k = tl.load(K + kv_off, mask=pmask[:, None] & dmask[None, :], other=0.0)
+        v = tl.load(V + kv_off, mask=pmask[:, None] & dmask[None, :], other=0.0)
+        seen = pmask[None, :] & (pos[None, :] <= qpos[:, None])
+        if HAS_WINDOW:
+            seen = seen & (pos[None, :] > qpos[:, None] - window)
+        qk = tl.where(seen, _dot(q, tl.trans(k), LOW, EMULATE) * scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_safe = tl.where(m_new > float("-inf"), m_new, 0.0)  # a row that has seen nothing yet
+        p = tl.exp(qk - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if LOW:
+            p = narrow(p, V.dtype.element_ty, EMULATE)
+        acc = acc * alpha[:, None] + _dot(p, v, LOW, EMULATE)
+        m_i = m_new
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    tl.store(O + rows[:, None] * so_t + h * so_h + d[None, :], narrow(out, O.dtype.element_ty, EMULATE),
+             mask=mmask[:, None] & dmask[None, :])
+
+
+PREFILL_ROWS = 32  # query rows of one prefill program
+
+
+def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
+                      segments: list[tuple[int, int, int, torch.Tensor]], scale: float,
+                      window: int | None = None, block_m: int = PREFILL_ROWS) -> None:
+    """Causal attention of prefill segments, every one in one launch, K/V read from the cache
+    through each segment's block table (this step's K/V already written there). segments:
+    (first row, rows, context length, block ids) each; their rows of `out` are written.
+    q/out (T, heads, hd); caches as `decode_attention`'s. One compiled kernel for every length."""
+    if not segments:
+        return
+    _, nh, hd = q.shape
+    _, bs, kvh, _ = k_cache.shape
+    width = max(len(t) for _, _, _, t in segments)
+    dev = q.device
+    tables = torch.full((len(segments), width), k_cache.shape[0] - 1, dtype=torch.long, device=dev)
+    for i, (_, _, _, t) in enumerate(segments):
+        tables[i, : len(t)] = t
+    segs = torch.tensor([(q0, n, ctx) for q0, n, ctx, _ in segments], dtype=torch.int32, device=dev)
+    tiles = torch.tensor([(i, m) for i, (_, n, _, _) in enumerate(segments) for m in range(0, n, block_m)],
+                         dtype=torch.int32, device=dev)
+    _prefill_kernel[(tiles.shape[0], nh)](
+        q, k_cache, v_cache, out, tiles, segs, tables, scale, window or 0,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), kvh * hd, hd, tables.stride(0),
+        BS=bs, GROUP=nh // kvh, HD=hd, BLOCK_D=max(16, triton.next_power_of_2(hd)), BLOCK_M=block_m,
+        BLOCK=BLOCK_N, HAS_WINDOW=window is not None, LOW=k_cache.dtype in (torch.bfloat16, torch.float16),
+        EMULATE=emulate(q))
