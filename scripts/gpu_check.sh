@@ -8,8 +8,11 @@
 # (GPU_CHECK_BUDGET_S, default 540 s: a part that would not fit is skipped and says so).
 #
 # Parts: 1 machine facts; 2 engine decode B=1,8,64 with CUDA graphs, prefill 2048 tokens
-# (llama3-8b bf16) and a torch.profiler table of the B=1 decode step, graph and eager; 3 the CUDA
-# tests (pytest -m gpu); 4 serve --cuda-graphs, 1 prompt + 1 token worker on the GPU, 4 streams:
+# (llama3-8b bf16) and a torch.profiler table of the B=1 decode step, graph and eager; 2d decode at
+# serving batches (B=1,16,64,256, contexts 512-4096) with the Triton kernels and the torch ones,
+# against the bound of weights + KV read (issue 46); 3 the CUDA tests (pytest -m gpu) and the Triton
+# kernel tests compiled; 4c offline throughput, 512 ShareGPT-like requests, Triton kernels on and
+# off (issue 46); 4 serve --cuda-graphs, 1 prompt + 1 token worker on the GPU, 4 streams:
 # TPOT P50 against the engine's own step; 4b the engine's throughput with 200 requests of
 # ShareGPT-like lengths at once, KV reserved and on demand (issue 41); 5 KV exposed time,
 # --transport local (CUDA IPC), and nccl only with 2+ GPUs; 6 splitserve profile + twin (small
@@ -86,6 +89,9 @@ if [ "$DEVICE" = cuda ]; then
   KV=(--model llama3-8b --device cuda --dtype bfloat16 --requests 3 --num-blocks 256 --startup-timeout 120)
   TWIN_MODEL="${GPU_CHECK_TWIN_MODEL:-small}"; TWIN_DUR=20
   ALLOC=(--model llama3-8b --device cuda --dtype bfloat16 --requests 200)
+  BAT=(--grid 64x1024,1x512,1x4096,16x1024,16x4096,256x512,64x4096,256x1024 --kernels triton,torch --steps 16)
+  THR=(--requests 512 --kernels triton,torch)
+  KTESTS="tests/engine/test_triton_attention.py tests/engine/test_triton_fused.py"  # compiled on the GPU
   PROF=(--num-blocks 4096)  # twin's two workers share the GPU: each gets this many KV blocks, not 90% of it
 else
   MODEL=small; DTYPE=float32; THREADS="--threads 1"
@@ -94,6 +100,9 @@ else
   KV=(--model tiny --device cpu --dtype float32 --requests 2 --prompt-tokens 64 --num-blocks 64 --startup-timeout 60)
   TWIN_MODEL=small; TWIN_DUR=15
   ALLOC=(--model tiny --device cpu --requests 40 --num-blocks 256)
+  BAT=(--grid 1x64,4x128 --kernels torch --steps 4)  # the Triton kernels need CUDA (the interpreter is for tests)
+  THR=(--requests 24 --kernels torch)
+  KTESTS=""  # in the interpreter they are CI's own tests (tests/engine), not this check's
   PROF=()
   if [ $QUICK = 1 ]; then  # CI's smoke run of the whole script: the smallest model everywhere
     MODEL=tiny
@@ -192,7 +201,8 @@ try:
         m.update(datasheet_bf16_flops=flops, datasheet_hbm_Bps=bw)
 except Exception as e:
     m["torch_error"] = repr(e)
-for mod in ("zmq", "fastapi", "starlette", "pydantic", "uvicorn", "httpx", "tokenizers", "safetensors", "typer"):
+for mod in ("zmq", "fastapi", "starlette", "pydantic", "uvicorn", "httpx", "tokenizers", "safetensors", "typer",
+            "triton"):
     try:
         m.setdefault("packages", {})[mod] = getattr(__import__(mod), "__version__", "present")
     except Exception as e:
@@ -203,15 +213,23 @@ EOF
 
 # 2. engine: decode, the profiler tables, prefill
 part decode 150 "$PY" scripts/gpu_check_engine.py decode "${ENG[@]}" "${DEC[@]}"
+# 2d. serving batches and long contexts, the Triton kernels against the torch ones (issue 46)
+part batches 180 "$PY" scripts/gpu_check_engine.py batches "${ENG[@]}" "${BAT[@]}"
 part kernels 120 "$PY" scripts/gpu_check_engine.py kernels "${ENG[@]}" "${KER[@]}"
 part prefill 100 "$PY" scripts/gpu_check_engine.py prefill "${ENG[@]}" "${PRE[@]}"
 
 # 3. the CUDA tests (on a CPU they skip, which the summary shows)
 # (then the device checks of serve's start, which behave differently where a GPU exists); no
 # plugin of the test extra is needed here, and loading schemathesis' and faker's takes ~2 s a run
+# (the Triton kernel tests, run in the interpreter on CPU, run compiled here: issue 46)
 part tests 150 env PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 bash -c '"$0" -m pytest -m gpu -rs -p no:cacheprovider tests/engine/test_engine_cuda.py \
-  tests/serve/test_transports.py; a=$?; "$0" -m pytest -rs -p no:cacheprovider tests/serve/test_startup_errors.py \
-  -k "cuda or gpu or device"; b=$?; exit $(( a > b ? a : b ))' "$PY"
+  tests/engine/test_kernels_cuda.py tests/serve/test_transports.py; a=$?; if [ -n "$1" ]; then \
+  "$0" -m pytest -rs -p no:cacheprovider $1; c=$?; a=$(( a > c ? a : c )); fi; \
+  "$0" -m pytest -rs -p no:cacheprovider tests/serve/test_startup_errors.py \
+  -k "cuda or gpu or device"; b=$?; exit $(( a > b ? a : b ))' "$PY" "$KTESTS"
+
+# 4c. offline throughput: 512 ShareGPT-like requests at once, the Triton kernels and the torch ones (issue 46)
+part throughput 200 "$PY" scripts/gpu_check_engine.py throughput "${ENG[@]}" "${THR[@]}"
 
 # 4. serve with CUDA graphs: TPOT against the engine's step at the same batch
 part serve 200 "$PY" benchmarks/serve/tpot_vs_step.py "${SERVE[@]}" --out "$DIR/serve_tpot.json"

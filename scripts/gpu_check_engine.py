@@ -5,9 +5,13 @@ replayed from a CUDA graph and eager, so a step far above its bandwidth bound sa
     python scripts/gpu_check_engine.py decode  --dir DIR [--device cuda --model llama3-8b ...]
     python scripts/gpu_check_engine.py prefill --dir DIR ...
     python scripts/gpu_check_engine.py kernels --dir DIR ...
+    python scripts/gpu_check_engine.py batches --dir DIR --grid 64x1024,1x4096 --kernels triton,torch ...
+    python scripts/gpu_check_engine.py throughput --dir DIR --requests 512 --kernels triton,torch ...
 
 Writes DIR/decode.json, DIR/prefill.json, DIR/kernels.json and DIR/kernels.txt (and on CUDA
-DIR/trace_graph.json and DIR/trace_eager.json, Chrome traces of the profiled steps).
+DIR/trace_graph.json and DIR/trace_eager.json, Chrome traces of the profiled steps),
+DIR/batches.json (benchmarks/engine/bench_batches.py: decode at serving batches and contexts,
+Triton kernels on and off) and DIR/throughput.json (bench_throughput.py: offline tokens/s).
 """
 
 from __future__ import annotations
@@ -39,6 +43,22 @@ def prefill(a) -> None:
     argv = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--tokens", str(a.tokens),
             "--reps", str(a.reps), "--name", "prefill"]
     _bench("bench_prefill", a.dir, argv + (["--threads", str(a.threads)] if a.threads else []))
+
+
+def batches(a) -> None:
+    argv = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--grid", a.grid, "--kernels", a.kernels,
+            "--steps", str(a.steps), "--name", "batches"]
+    _bench("bench_batches", a.dir, argv + (["--threads", str(a.threads)] if a.threads else []))
+
+
+def throughput(a) -> None:
+    argv = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--requests", str(a.requests),
+            "--kernels", a.kernels, "--name", "throughput"]
+    if a.threads:
+        import torch
+
+        torch.set_num_threads(a.threads)
+    _bench("bench_throughput", a.dir, argv)
 
 
 def _attr(e, *names: str) -> float:
@@ -134,7 +154,7 @@ def kernels(a) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=["decode", "prefill", "kernels"])
+    ap.add_argument("part", choices=["decode", "prefill", "kernels", "batches", "throughput"])
     ap.add_argument("--dir", type=Path, required=True)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--model", default="llama3-8b")
@@ -145,9 +165,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens", type=int, default=2048, help="prefill tokens")
     ap.add_argument("--reps", type=int, default=10, help="prefill repetitions")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--grid", default="64x1024,1x512,1x4096", help="batches: BATCHxCONTEXT,...")
+    ap.add_argument("--kernels", default="triton,torch", help="batches, throughput: engine/kernels.py choices")
+    ap.add_argument("--requests", type=int, default=512, help="throughput: ShareGPT-like requests")
     a = ap.parse_args(argv)
     a.dir.mkdir(parents=True, exist_ok=True)
-    {"decode": decode, "prefill": prefill, "kernels": kernels}[a.part](a)
+    {"decode": decode, "prefill": prefill, "kernels": kernels, "batches": batches, "throughput": throughput}[a.part](a)
 
 
 if __name__ == "__main__":

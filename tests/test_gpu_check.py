@@ -41,8 +41,10 @@ def test_cpu_quick_run_names_every_part_with_a_figure_or_a_skip(tmp_path):
     summary = (out / "summary.md").read_text()
     parts = sections(summary)
     titles = ["1. machine facts", "2a. engine decode (CUDA graphs)", "2b. engine prefill",
-              "2c. profiler tables, B=1 decode step (graph and eager)", "3. CUDA tests",
+              "2c. profiler tables, B=1 decode step (graph and eager)",
+              "2d. decode at serving batches, Triton kernels and torch's", "3. CUDA tests",
               "4. serve TPOT against the engine step", "4b. KV reserved against on demand, requests all at once",
+              "4c. offline throughput, ShareGPT-like requests, Triton kernels and torch's",
               "5a. KV exposed time, --transport local",
               "5b. KV exposed time, --transport nccl", "6a. splitserve profile", "6b. splitserve twin (P50 error)"]
     assert list(parts) == titles, summary
@@ -59,6 +61,8 @@ def test_cpu_quick_run_names_every_part_with_a_figure_or_a_skip(tmp_path):
     assert re.search(r"ratio [0-9.]+ \(target <= 1.15", summary)
     assert re.search(r"local layerwise: exposed P50 [0-9.]+ ms", summary)
     assert re.search(r"on demand / reserve: x[0-9.]+ tokens/s", summary)
+    assert re.search(r"B=4 ctx=128: torch [0-9.]+ ms/step \([0-9]+ tok/s\) = [0-9.]+x the [0-9.]+ ms bound", summary)
+    assert re.search(r"torch: [0-9]+ output tokens/s, [0-9]+ tokens/s with the prompts", summary)
     assert "skipped; no GPU" in "\n".join(parts["5b. KV exposed time, --transport nccl"])
     assert re.search(r"\d+ skipped", "\n".join(parts["3. CUDA tests"]))
     assert (out / "kernels.txt").read_text().count("top 25 by host (CPU) self time") == 1

@@ -4,6 +4,8 @@ bucket views are exercised without a GPU (test_engine_cuda.py does the real capt
 
 from __future__ import annotations
 
+import torch
+
 from splitserve.engine.cuda_graph import DecodeGraphs
 from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
@@ -43,3 +45,16 @@ def test_padded_replays_equal_plain_decode():
     for r, o in zip(ref, outs):
         assert o.token_ids == r.token_ids
     assert eng.blocks.num_free == 24
+
+
+def test_capture_all_takes_every_reachable_bucket_and_writes_only_the_null_block():
+    eng = LLMEngine("tiny", EngineConfig(max_num_seqs=6, num_blocks=24, block_size=8))
+    eng.kv.data.normal_()  # cache contents that a stray write would change
+    before = eng.kv.data.clone()
+    g = EagerGraphs(eng.model, eng.kv, max_batch=6, max_blocks=20)
+    reachable = {g.bucket(b, n) for b in range(1, 7) for n in range(1, 21)}
+    assert sorted(reachable) == g.buckets() and len(reachable) == 4 * 3  # batches 1, 2, 4, 6; blocks 8, 16, 20
+    g.capture_all()
+    assert set(g.graphs) == reachable
+    null = eng.kv.null_block
+    assert torch.equal(eng.kv.data[:, :, :null], before[:, :, :null])

@@ -53,6 +53,22 @@ class DecodeGraphs:
             nb *= 2
         return b, min(nb, self.max_blocks)
 
+    def buckets(self) -> list[tuple[int, int]]:
+        """Every (batch, blocks) bucket a step may use."""
+        blocks, nb = set(), MIN_BLOCKS
+        while nb < self.max_blocks:
+            blocks.add(nb)
+            nb *= 2
+        blocks.add(min(nb, self.max_blocks))
+        return [(b, n) for b in self.batch_sizes for n in sorted(blocks)]
+
+    def capture_all(self) -> None:
+        """Capture every bucket now (a benchmark, before its clock starts). The static inputs then
+        hold padding only: the captures' warm-up steps write the null block alone."""
+        for b, nb in self.buckets():
+            if (b, nb) not in self.graphs:
+                self._capture(b, nb)
+
     def _forward(self, b: int, nb: int) -> torch.Tensor:
         meta = AttentionMetadata(slot_mapping=self.slots[:b], num_decode=b,
                                  decode_block_tables=self.tables[:b, :nb],
