@@ -117,6 +117,19 @@ def test_cuda_graphs_reach_every_worker():
     assert not parse_args(worker_argv(ServeConfig(device="cuda"), w, "tcp://x:1")).cuda_graphs
 
 
+def test_kernels_reach_every_worker_and_triton_needs_cuda_workers(capsys, no_server):
+    from splitserve.serve.supervisor import WorkerInfo
+    from splitserve.serve.worker_args import parse_args, worker_argv
+
+    w = WorkerInfo(id=0, home="token")
+    assert parse_args(worker_argv(ServeConfig(device="cuda", kernels="torch"), w, "tcp://x:1")).kernels == "torch"
+    assert parse_args(worker_argv(ServeConfig(), w, "tcp://x:1")).kernels == "auto"
+    line = one_error_line(capsys, main(["serve", "--kernels", "triton", "--device", "cpu", "--port", "0"]))
+    assert "--kernels triton needs CUDA workers" in line and "not --device cpu" in line
+    line = one_error_line(capsys, main(["serve", "--kernels", "fast", "--port", "0"]))
+    assert line == "error: --kernels must be auto, torch, triton, got 'fast'" and no_server == []
+
+
 def test_workers_elsewhere_are_not_checked_here():
     # a Ray cluster's workers may run on hosts with GPUs; echo workers compute nothing
     ServeConfig(device="cuda", backend="ray", ray_address="10.0.0.1:6379").check_device()

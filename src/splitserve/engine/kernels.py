@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Callable
-
-import torch
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import UserError
+
+if TYPE_CHECKING:  # importing this module imports no torch (serve's config checks KERNEL_CHOICES)
+    import torch
 
 logger = logging.getLogger(__name__)
 

@@ -7,6 +7,7 @@ import errno
 import socket
 from dataclasses import dataclass, field
 
+from ..engine.kernels import KERNEL_CHOICES
 from ..errors import UserError
 from ..policy.config import PolicyConfig
 
@@ -45,6 +46,7 @@ class ServeConfig:
     dtype: str = "auto"
     prefix_caching: bool = True          # workers share cached K/V of prompts' common prefixes (policy/prefix_cache.py)
     cuda_graphs: bool = False            # decode-only steps of CUDA workers replay CUDA graphs (engine/cuda_graph.py)
+    kernels: str = "auto"                # the workers' kernels: auto | torch | triton (engine/kernels.py)
     tp: int = 1                          # tensor-parallel processes (GPUs) per worker: every pool's default
     prompt_tp: int | None = None         # the prompt pool's (default: tp); the mixed pool runs at tp
     token_tp: int | None = None          # the token pool's (default: tp)
@@ -270,6 +272,11 @@ def check_placement(cfg: ServeConfig) -> None:
                             "none: use --transport tcp")
     if cfg.cuda_graphs and (cfg.worker_mode == "echo" or cfg.device == "cpu"):
         raise UserError("--cuda-graphs needs CUDA workers (--device cuda, or auto on a host with a GPU), "
+                        f"not {'echo workers' if cfg.worker_mode == 'echo' else '--device cpu'}")
+    if cfg.kernels not in KERNEL_CHOICES:
+        raise UserError(f"--kernels must be {', '.join(KERNEL_CHOICES)}, got {cfg.kernels!r}")
+    if cfg.kernels == "triton" and (cfg.worker_mode == "echo" or cfg.device == "cpu"):
+        raise UserError("--kernels triton needs CUDA workers (--device cuda, or auto on a host with a GPU), "
                         f"not {'echo workers' if cfg.worker_mode == 'echo' else '--device cpu'}")
     if cfg.kv_encryption not in ("auto", "on", "off"):
         raise UserError(f"--kv-encryption must be auto, on or off, got {cfg.kv_encryption!r}")

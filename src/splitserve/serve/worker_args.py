@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..engine.kernels import KERNEL_CHOICES
 from ..policy.config import PolicyConfig
 from .config import ServeConfig
 from .gpus import worker_devices
@@ -29,6 +30,7 @@ def worker_argv(cfg: ServeConfig, w, router_address: str) -> list[str]:
         argv += ["--gpus", visible]
     if cfg.cuda_graphs:
         argv += ["--cuda-graphs"]
+    argv += ["--kernels", cfg.kernels]
     if not cfg.prefix_caching:
         argv += ["--no-prefix-caching"]
     if cfg.echo_token_delay_s:
@@ -73,6 +75,7 @@ def parse_args(argv=None, description: str = "a splitserve worker") -> argparse.
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel processes of this worker, one per device")
     ap.add_argument("--gpus", default=None, help="the GPUs the launcher gave this worker (its CUDA_VISIBLE_DEVICES)")
     ap.add_argument("--cuda-graphs", action="store_true", help="replay decode-only steps from CUDA graphs")
+    ap.add_argument("--kernels", default="auto", choices=KERNEL_CHOICES, help="the layers' kernels (engine/kernels.py)")
     ap.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
                     help="compute every prompt whole (no K/V shared between requests)")
     ap.add_argument("--seed", type=int, default=0)

@@ -34,7 +34,7 @@ def build_engine(args, kv_alloc=None) -> Engine:
     engine = LLMEngine(args.model, EngineConfig(device=args.device, dtype=args.dtype, seed=args.seed,
                                                 num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
                                                 batching=args.policy.batching, tokenizer=None,
-                                                cuda_graphs=args.cuda_graphs, tp=args.tp,
+                                                cuda_graphs=args.cuda_graphs, tp=args.tp, kernels=args.kernels,
                                                 prefix_caching=args.prefix_caching), kv_alloc=kv_alloc)
     if args.debug_fail_token is not None:
         fail_on_token(engine, args.debug_fail_token)
