@@ -4,15 +4,17 @@ Skipped without CUDA (their CPU counterparts, in Triton's interpreter: test_trit
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 import pytest
 import torch
 
 from splitserve.engine.engine import EngineConfig, LLMEngine
 from splitserve.engine.sampler import SamplingParams
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
-                                                   reason="needs CUDA: the Triton kernels compiled for a GPU")]
-pytest.importorskip("triton", reason="triton is not installed: the Triton kernels cannot run")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the Triton kernels compiled for a GPU"),
+              pytest.mark.skipif(find_spec("triton") is None, reason="triton is not installed: the Triton kernels cannot run")]
 
 # 64 prompts of 1-300 tokens (decode contexts past one split of 64 positions and many blocks)
 PROMPTS = [[1] + [(17 * i + 5 * j) % 30000 + 3 for j in range((37 * i) % 300)] for i in range(64)]

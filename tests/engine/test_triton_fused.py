@@ -89,20 +89,38 @@ def test_write_kv_from_a_fused_qkv_view_equals_the_indexed_write(dtype):
 PROMPTS = [[1] + [(13 * i + j) % 250 + 3 for j in range(n)] for i, n in enumerate([1, 19, 6])]
 
 
+def run_with_a_late_prompt(eng: LLMEngine) -> tuple[dict[str, list], list[list[tuple[int, int]]]]:
+    """PROMPTS at once; two steps later, while they decode, a prompt whose first 20 tokens are
+    PROMPTS[1]'s (cached). Each request's outputs, and every step's (KV before, tokens) shapes."""
+    params = SamplingParams(max_tokens=6, ignore_eos=True, return_logits=True)
+    outs: dict[str, list] = {}
+    shapes = []
+    for i, p in enumerate(PROMPTS):
+        eng.add_request(p, params, str(i))
+    while eng.has_unfinished():
+        if len(shapes) == 2:
+            eng.add_request(PROMPTS[1] + [7, 8, 9], params, "late")
+        for o in eng.step():
+            outs.setdefault(o.request_id, []).append(o)
+        shapes.append(eng.last_shape)
+    return outs, shapes
+
+
 def test_a_model_on_the_triton_kernels_makes_the_torch_kernels_tokens():
-    """tiny, float32, blocks of 4 tokens: a batch of prompts, then batched decodes, then a prompt
-    whose first 20 tokens are cached (its prefill after cached context: the packed prefill
-    kernel), through the Triton kernels, give the torch path's greedy tokens and logits."""
-    params = SamplingParams(max_tokens=5, ignore_eos=True, return_logits=True)
+    """tiny, float32, blocks of 4 tokens, through the Triton kernels: prompts, batched decodes,
+    then a step of decodes with a prompt after 20 cached tokens (the decode kernel on the first
+    rows, the packed prefill kernel on the rest) give the torch path's greedy tokens and logits."""
     runs = {}
     for kernels in ("torch", "triton"):
         eng = LLMEngine("tiny", EngineConfig(device=DEV, dtype="float32", kernels=kernels, block_size=4))
         assert (eng.model.kernels is None) == (kernels == "torch")
-        runs[kernels] = eng.generate(PROMPTS, params) + eng.generate([PROMPTS[1] + [7, 8, 9]], params)
-    assert runs["triton"][-1].num_cached_tokens == 20
-    for ref, out in zip(runs["torch"], runs["triton"]):
-        assert out.token_ids == ref.token_ids
-        torch.testing.assert_close(torch.stack(out.logits), torch.stack(ref.logits), rtol=0, atol=1e-4)
+        runs[kernels] = run_with_a_late_prompt(eng)
+    (ref, _), (out, shapes) = runs["torch"], runs["triton"]
+    assert (20, 3) in shapes[2] and sum(n == 1 for _, n in shapes[2]) == 3  # a mixed step: 3 decodes + the late prompt
+    assert out.keys() == ref.keys() == {"0", "1", "2", "late"}
+    for rid, r in ref.items():
+        assert out[rid][-1].token_ids == r[-1].token_ids
+        torch.testing.assert_close(torch.stack(out[rid][-1].logits), torch.stack(r[-1].logits), rtol=0, atol=1e-4)
 
 
 def test_auto_picks_triton_only_on_cuda():

@@ -1,8 +1,10 @@
 """Triton for the kernel tests: compiled on a CUDA device, else Triton's interpreter on CPU tensors.
 
-TRITON_INTERPRET must be set before a module with `@triton.jit` kernels is imported:
-`triton.jit` reads it when it wraps a kernel (importing triton itself earlier does no harm, as
-triton 3.9 behaves). A test module calls `device()` before importing splitserve's Triton modules. On a CUDA machine the interpreter stays off and
+TRITON_INTERPRET must be set before triton is imported at all: `triton.jit` reads it when it wraps
+a function, and triton.language's own (tl.zeros, tl.max, ...) are wrapped at its import; a
+kernel interpreted around compiled library functions fails. tests/engine/conftest.py sets it
+before any test module is collected; a test module also calls `device()` before importing
+splitserve's Triton modules. On a CUDA machine the interpreter stays off and
 the same tests run the compiled kernels on the GPU.
 """
 

@@ -64,9 +64,14 @@ def select_kernels(choice: str, device: torch.device) -> Kernels | None:
     if choice == "triton" and device.type != "cuda" and not interpreting():
         raise UserError("kernels 'triton' need a CUDA device (or TRITON_INTERPRET=1, for tests)")
     try:
-        return triton_kernels()
+        kernels = triton_kernels()
     except ImportError as e:
         if choice == "triton":
             raise UserError(f"kernels 'triton' asked for, but triton does not import: {e}") from e
         logger.info("triton does not import (%s): the torch kernels run", e)
         return None
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.set_device(device)  # Triton launches on the current device, whatever its tensors' device
+    return kernels

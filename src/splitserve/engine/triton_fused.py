@@ -62,6 +62,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     """(RMSNorm(s), s) with s = x + residual (x alone without one): model.py's
     `x = x + f(...)` then `RMSNorm(x)` in one pass. x, residual (T, n) -> two (T, n)."""
     t, n = x.shape
+    if x.stride(-1) != 1 or weight.stride(-1) != 1 or (residual is not None and residual.stride(-1) != 1):
+        raise ValueError("rms_norm reads unit-stride rows")
     y = torch.empty_like(x)
     s = x if residual is None else torch.empty_like(x)
     r = x if residual is None else residual
@@ -121,6 +123,8 @@ SILU_BLOCK = 1024
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """SiLU(gate) * up of the fused (T, 2n) gate_up rows -> (T, n): model.MLP's activation."""
     t, two_n = gate_up.shape
+    if gate_up.stride(-1) != 1:
+        raise ValueError("silu_mul reads unit-stride rows")
     n = two_n // 2
     out = torch.empty(t, n, dtype=gate_up.dtype, device=gate_up.device)
     if t:
