@@ -15,12 +15,30 @@ process, but long), or `unit` (the rest: what a developer runs every few minutes
 from __future__ import annotations
 
 import multiprocessing.process
+import os
 import re
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+
+
+def _triton_interpreter_without_cuda() -> None:
+    """Where triton is installed and there is no CUDA device, turn Triton's interpreter on before
+    anything imports triton (transformers does): triton.language wraps its own jit functions
+    (tl.zeros, tl.max, ...) at import, interpreted only if TRITON_INTERPRET is set then. The
+    engine's kernel tests (tests/engine/test_triton_*.py) then run on CPU tensors."""
+    if find_spec("triton") is None or find_spec("torch") is None:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+_triton_interpreter_without_cuda()
 
 LIVE_FIXTURES = {"server_factory", "split_server", "split_2x2_server", "single_server",
                  "profile_dir"}   # the live twin tests' profiled machine (tests/twin/conftest.py)

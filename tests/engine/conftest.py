@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    # before anything imports triton (transformers may): Triton wraps its own library's jit
-    # functions (tl.zeros, tl.max, ...) when it is imported, interpreted only if this is set then.
-    # The kernel tests (test_triton_*.py) then run in Triton's interpreter on CPU tensors.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from hf_checkpoints import HF_CLASSES, make_checkpoint  # noqa: E402
+from hf_checkpoints import HF_CLASSES, make_checkpoint
 
 # The test models are tiny: one thread is as fast, and immune to a busy second core (with two
 # threads, a CI neighbour on one core made these tests 5x slower).

@@ -2,9 +2,9 @@
 
 TRITON_INTERPRET must be set before triton is imported at all: `triton.jit` reads it when it wraps
 a function, and triton.language's own (tl.zeros, tl.max, ...) are wrapped at its import; a
-kernel interpreted around compiled library functions fails. tests/engine/conftest.py sets it
-before any test module is collected; a test module also calls `device()` before importing
-splitserve's Triton modules. On a CUDA machine the interpreter stays off and
+kernel interpreted around compiled library functions fails. tests/conftest.py sets it before
+any test module is collected; a test module also calls `device()` before importing splitserve's
+Triton modules (for a run without that conftest). On a CUDA machine the interpreter stays off and
 the same tests run the compiled kernels on the GPU.
 """
 
