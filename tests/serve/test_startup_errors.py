@@ -122,8 +122,8 @@ def test_kernels_reach_every_worker_and_triton_needs_cuda_workers(capsys, no_ser
     from splitserve.serve.worker_args import parse_args, worker_argv
 
     w = WorkerInfo(id=0, home="token")
-    assert parse_args(worker_argv(ServeConfig(device="cuda", kernels="torch"), w, "tcp://x:1")).kernels == "torch"
-    assert parse_args(worker_argv(ServeConfig(), w, "tcp://x:1")).kernels == "auto"
+    assert parse_args(worker_argv(ServeConfig(device="cuda", kernels="triton"), w, "tcp://x:1")).kernels == "triton"
+    assert parse_args(worker_argv(ServeConfig(), w, "tcp://x:1")).kernels == "torch"   # until run on a GPU
     line = one_error_line(capsys, main(["serve", "--kernels", "triton", "--device", "cpu", "--port", "0"]))
     assert "--kernels triton needs CUDA workers" in line and "not --device cpu" in line
     line = one_error_line(capsys, main(["serve", "--kernels", "fast", "--port", "0"]))

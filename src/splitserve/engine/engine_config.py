@@ -30,8 +30,8 @@ class EngineConfig:
     byte-level one for `tiny`). tp: tensor parallel size (rank r on cuda:(N + r) for device
     cuda:N; all on the CPU else). prefix_caching: a prompt shares the cached K/V of its longest
     prefix computed before, in whole blocks, and computes only the rest (policy/prefix_cache.py).
-    kernels: the layers' kernels (kernels.py): torch, triton, or auto (triton on CUDA when it
-    imports, torch otherwise)."""
+    kernels: the layers' kernels (kernels.py): torch (the default: the path measured on GPUs),
+    triton, or auto (triton on CUDA when it imports, torch otherwise)."""
 
     device: str | torch.device = "cpu"
     dtype: str | torch.dtype = "auto"
@@ -47,4 +47,4 @@ class EngineConfig:
     tokenizer: Tokenizer | str | None = "auto"
     tp: int = 1
     prefix_caching: bool = True
-    kernels: str = "auto"
+    kernels: str = "torch"   # triton: not yet run on a GPU (README)

@@ -46,7 +46,7 @@ class ServeConfig:
     dtype: str = "auto"
     prefix_caching: bool = True          # workers share cached K/V of prompts' common prefixes (policy/prefix_cache.py)
     cuda_graphs: bool = False            # decode-only steps of CUDA workers replay CUDA graphs (engine/cuda_graph.py)
-    kernels: str = "auto"                # the workers' kernels: auto | torch | triton (engine/kernels.py)
+    kernels: str = "torch"               # the workers' kernels: torch | triton | auto (engine/kernels.py)
     tp: int = 1                          # tensor-parallel processes (GPUs) per worker: every pool's default
     prompt_tp: int | None = None         # the prompt pool's (default: tp); the mixed pool runs at tp
     token_tp: int | None = None          # the token pool's (default: tp)

@@ -75,7 +75,7 @@ def parse_args(argv=None, description: str = "a splitserve worker") -> argparse.
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel processes of this worker, one per device")
     ap.add_argument("--gpus", default=None, help="the GPUs the launcher gave this worker (its CUDA_VISIBLE_DEVICES)")
     ap.add_argument("--cuda-graphs", action="store_true", help="replay decode-only steps from CUDA graphs")
-    ap.add_argument("--kernels", default="auto", choices=KERNEL_CHOICES, help="the layers' kernels (engine/kernels.py)")
+    ap.add_argument("--kernels", default="torch", choices=KERNEL_CHOICES, help="the layers' kernels (engine/kernels.py)")
     ap.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
                     help="compute every prompt whole (no K/V shared between requests)")
     ap.add_argument("--seed", type=int, default=0)
