@@ -3,7 +3,10 @@ Splitwise 1P + 1T server (one grammar walked by both workers) and an unsplit one
 a named function and `required` force a call whose arguments follow the tool's schema (checked
 with jsonschema), `parallel_tool_calls` false makes it one call, `auto` and `none` leave the text
 free (the tiny model writes no call of its own), and a conversation carrying earlier calls and
-their results is taken. serve/tools.py's parser and grammar are checked on hand-written text."""
+their results is taken. Streamed, the calls come as OpenAI streams them (a first delta naming
+each call, then its arguments in fragments), read by the SDK's own stream helper, and equal the
+same request's calls unstreamed. serve/tool_stream.py's parser and tools.py's grammar are checked
+on hand-written text, the parser cut at any points."""
 
 from __future__ import annotations
 
@@ -12,7 +15,11 @@ import json
 import openai
 import pytest
 
-from splitserve.serve.tools import ToolPlan, grammar, parse
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splitserve.serve.tool_stream import ToolStream, deltas, parse
+from splitserve.serve.tools import ToolPlan, grammar
 
 llguidance = pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
@@ -116,3 +123,90 @@ def test_the_grammars_are_valid_and_name_only_the_chosen_function():
         g = llguidance.LLMatcher.grammar_from_lark(grammar(plan))
         assert llguidance.LLMatcher.validate_grammar(g) == "", plan
     assert "get_weather" not in grammar(ToolPlan(PLAN.tools, "get_time"))
+
+
+@pytest.mark.parametrize("choice", ["named", "required"])
+def test_streamed_calls_come_as_openai_streams_them(server, choice):
+    # the SDK's stream helper (client.chat.completions.stream) reads the chunks; its accumulated
+    # calls equal the unstreamed answer's (same seed, same tokens), the arguments in many pieces
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=server.api_key or "none", max_retries=0)
+    tool_choice = {"type": "function", "function": {"name": "get_weather"}} if choice == "named" else "required"
+    kw = dict(model="tiny", messages=ASK, tools=LIVE, temperature=1.0, seed=5, max_tokens=100, tool_choice=tool_choice,
+              parallel_tool_calls=False)
+    whole = client.chat.completions.create(**kw).choices[0]
+    firsts, fragments = [], []
+    with client.chat.completions.stream(**kw) as s:
+        for ev in s:
+            if ev.type == "chunk":
+                for d in ev.chunk.choices[0].delta.tool_calls or []:
+                    if d.id is not None:      # a call's first delta: its index, id, type and name, no arguments
+                        firsts.append((d.index, d.type, d.function.name, d.function.arguments))
+                    else:                      # then only arguments
+                        assert d.function.name is None and d.function.arguments
+            elif ev.type == "tool_calls.function.arguments.delta":
+                fragments.append(ev.arguments_delta)
+        final = s.get_final_completion().choices[0]
+    assert final.finish_reason == whole.finish_reason == "tool_calls"
+    assert firsts == [(0, "function", "get_weather", "")]
+    got = [(c.function.name, c.function.arguments) for c in final.message.tool_calls]
+    assert got == [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+    assert len(fragments) > 1 and "".join(fragments) == got[0][1] and valid(final.message.tool_calls[0].model_dump())
+    assert final.message.content is None and whole.message.content is None
+
+
+TEXTS = [
+    'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa\\"ris}", "days": [1, {"a": 2}]}}\n'
+    '</tool_call>\n<tool_call>\n{"name": "unknown", "arguments": {}}\n</tool_call>\n'
+    '<tool_call>{"name": "get_time", "arguments": {"utc": true}}</tool_call> done <tool',
+    '<tool_call>{"arguments": {"utc": false}, "name": "get_time"}</tool_call>'
+    '<tool_call>{"name": "get_time", "parameters": "{\\"utc\\": true}"}</tool_call>\n\n',
+    '  plain text, < and <tool and <tool_call>{not json}</tool_call> <tool_call>{"name": "get_time", "arguments": {',
+]
+
+
+def test_the_stream_reader_gives_calls_as_openai_sends_them():
+    s = ToolStream(PLAN)
+    ds = [d for ch in TEXTS[0] for d in deltas(s.push(ch))] + deltas(s.finish())   # a character at a time
+    first = next(k for k, d in enumerate(ds) if "tool_calls" in d)
+    assert "".join(d["content"] for d in ds[:first]) == "Let me check."   # the text before the call as content
+    head = ds[first]["tool_calls"][0]
+    assert head["index"] == 0 and head["type"] == "function" and head["id"].startswith("call_")
+    assert head["function"] == {"name": "get_weather", "arguments": ""}
+    args = [d["tool_calls"][0]["function"]["arguments"] for d in ds[first + 1:] if "tool_calls" in d and
+            "id" not in d["tool_calls"][0] and d["tool_calls"][0]["index"] == 0]
+    assert "".join(args) == '{"city": "Pa\\"ris}", "days": [1, {"a": 2}]}'   # as written, one piece a character
+    assert len(args) == len("".join(args))
+    content, calls = parse(TEXTS[0], PLAN)
+    assert content == 'Let me check.\n\n<tool_call>\n{"name": "unknown", "arguments": {}}\n</tool_call>\n done <tool'
+    assert [c["function"]["name"] for c in calls] == ["get_weather", "get_time"]
+    # a block of another shape is read whole; string arguments are given decoded
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in parse(TEXTS[1], PLAN)[1]] == [
+        ("get_time", '{"utc": false}'), ("get_time", '{"utc": true}')]
+    assert parse(TEXTS[1], PLAN)[0] is None
+    content, calls = parse(TEXTS[2], PLAN)    # an unfinished call keeps what was written of its arguments
+    assert content == "  plain text, < and <tool and <tool_call>{not json}</tool_call>"
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [("get_time", "{")]
+    assert parse(TEXTS[2][:-60], PLAN) == (TEXTS[2][:-60], [])    # without calls: the text as written
+
+
+def _streamed(text: str, cuts: list[int], plan: ToolPlan) -> tuple[str | None, list]:
+    s, items, at = ToolStream(plan), [], 0
+    for c in sorted(cuts) + [len(text)]:
+        items += s.push(text[at:c])
+        at = c
+    content, calls = "", {}
+    for d in deltas(items + s.finish()):
+        content += d.get("content", "")
+        for t in d.get("tool_calls", []):
+            c = calls.setdefault(t["index"], {"name": t["function"].get("name"), "arguments": ""})
+            c["arguments"] += t["function"]["arguments"]
+    return (content or None) if calls else content, [calls[k] for k in sorted(calls)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(TEXTS), st.lists(st.integers(0, 400), max_size=30), st.booleans())
+def test_the_stream_reader_gives_the_same_calls_cut_anywhere(text, cuts, parallel):
+    plan = ToolPlan(PLAN.tools, "auto", parallel)
+    content, calls = parse(text, plan)
+    assert _streamed(text, [c for c in cuts if c <= len(text)], plan) == (
+        content, [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in calls])

@@ -217,7 +217,7 @@ async def events(chunks: AsyncIterator, rid: str, m: ResponsesRequest, info: Mod
     for kind in ("response.created", "response.in_progress"):
         yield sse({"type": kind, "sequence_number": next(seq), "response": start})
     msg_id, text, finish, usage = _new_id("msg"), "", None, None
-    calls: list[dict] = []
+    calls: dict[int, dict] = {}
     opened = False
     async for raw in chunks:
         for line in (raw.decode() if isinstance(raw, bytes) else raw).split("\n"):
@@ -230,7 +230,10 @@ async def events(chunks: AsyncIterator, rid: str, m: ResponsesRequest, info: Mod
             usage = c.get("usage") or usage
             for ch in c.get("choices", []):
                 piece = ch["delta"].get("content") or ""
-                calls += ch["delta"].get("tool_calls") or []
+                for d in ch["delta"].get("tool_calls") or []:   # a call's first delta, then its arguments
+                    call = calls.setdefault(d["index"], {"id": d.get("id"), "function": {"name": "", "arguments": ""}})
+                    call["function"]["name"] += d["function"].get("name") or ""
+                    call["function"]["arguments"] += d["function"].get("arguments") or ""
                 finish = ch.get("finish_reason") or finish
                 if piece:
                     if not opened:
@@ -240,7 +243,7 @@ async def events(chunks: AsyncIterator, rid: str, m: ResponsesRequest, info: Mod
                     text += piece
                     yield sse({"type": "response.output_text.delta", "sequence_number": next(seq), "item_id": msg_id,
                                "output_index": 0, "content_index": 0, "delta": piece, "logprobs": []})
-    output = output_items({"content": text, "tool_calls": [{"id": c["id"], "function": c["function"]} for c in calls]})
+    output = output_items({"content": text, "tool_calls": [calls[k] for k in sorted(calls)]})
     if opened:
         output[0]["id"] = msg_id
     for e in _items_done(output, opened):

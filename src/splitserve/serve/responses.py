@@ -6,8 +6,9 @@ then `data: [DONE]`; a stream that fails (or is cut by shutdown) ends with an er
 `data: [DONE]` too. Log-probabilities, where asked, in the forms of logprobs_io.py: a chunk's
 with its tokens, the prompt's (echo, vLLM's prompt_logprobs) with the first. A chat request with
 tools (and tool_choice not "none") gets its output parsed for tool calls (tools.py): in one body
-as `message.tool_calls`; streamed, its chunks carry the token ids as they come and the text and
-the calls in the last one (a call is whole only once written), finish reason "tool_calls".
+as `message.tool_calls`; streamed, as OpenAI streams them (tool_stream.py): the text before a
+call as content, then a delta naming the call (index, id, type, name, arguments ""), then its
+arguments in fragments as they are written; finish reason "tool_calls".
 
 The router's events, one queue for all the request's children (choices.py), each as (child index,
 event): ("tokens", ids, their logprob records or None), ("done", finish reason), ("error", message,
@@ -20,7 +21,7 @@ from .choices import Choice, best
 from .logprobs_io import TextOffsets, TokenTexts, chat_logprobs, completion_logprobs, prompt_logprobs
 from .openai_io import ApiError, ModelInfo, dumps
 from .schema import GenRequest
-from .tools import parse
+from .tool_stream import ToolStream, deltas, parse
 
 
 def _with_calls(gen: GenRequest, text: str, reason: str | None) -> tuple[dict, str | None]:
@@ -102,13 +103,14 @@ class Chunks:
         self.at = [TextOffsets(self.names) for _ in reqs]  # each choice's text offsets (completions' logprobs)
         self.extra = [_prompt_logprobs(self.names, gen, self.prompt_recs)] * len(reqs)  # each choice's first chunk
         self.n, self.n_out = len(gen.prompt_ids), 0
-        # chat with tools: each choice's text held back until it ends (its calls parsed then)
-        self.held: list[str] | None = [""] * len(reqs) if chat and gen.tools and gen.tools.parses else None
+        # chat with tools: each choice's output read for calls as it comes (tool_stream.py)
+        self.tools = [ToolStream(gen.tools) for _ in reqs] if chat and gen.tools and gen.tools.parses else None
 
     def opening(self, k: int) -> str | None:
         """Choice k's first chunk before its tokens: chat's role; a completion's echoed prompt."""
         if self.chat:
-            role = {"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+            # with tools, no content yet (as OpenAI's): an answer that is only calls has none
+            role = {"index": k, "delta": {"role": "assistant", "content": None if self.tools else ""}, "logprobs": None,
                     "finish_reason": None, **self.extra[k]}
             self.extra[k] = {}
             return f"data: {self.head}\"choices\":[{dumps(role).decode()}]{self.usage_so_far()}}}\n\n"
@@ -122,15 +124,9 @@ class Chunks:
         if gen.logprobs is not None and (recs or echoed):
             lp = chat_logprobs(self.names, recs or [], gen.logprobs) if self.chat else \
                 completion_logprobs(self.names, recs or [], self.at[i], gen.logprobs, echoed)
-        if self.held is not None:
-            self.held[i] += text
-            delta, reason = _with_calls(gen, self.held[i], reason) if reason is not None else ({}, None)
-            if not delta.get("content") and "tool_calls" not in delta:
-                delta = {}
-            if "tool_calls" in delta:
-                delta["tool_calls"] = [{"index": j, **call} for j, call in enumerate(delta["tool_calls"])]
-            c = {"index": i, "delta": delta, "token_ids": toks, "logprobs": lp, "finish_reason": reason}
-        elif self.chat:
+        if self.tools is not None:
+            return self._tool_chunks(i, text, toks, reason, lp)
+        if self.chat:
             delta = {"content": text} if text or toks else {}
             c = {"index": i, "delta": delta, "token_ids": toks, "logprobs": lp, "finish_reason": reason}
         else:
@@ -138,6 +134,24 @@ class Chunks:
         c.update(self.extra[i])
         self.extra[i] = {}
         return f"data: {self.head}\"choices\":[{dumps(c).decode()}]{self.usage_so_far()}}}\n\n"
+
+    def _tool_chunks(self, i: int, text: str, toks: list[int], reason: str | None, lp) -> str:
+        """Choice i's next text with tools: a chunk per delta (content, a call's first delta, its
+        arguments), the token ids and logprobs on the first, the finish reason on the last
+        ("tool_calls" for a "stop" where the output made calls)."""
+        assert self.tools is not None
+        ts = self.tools[i]
+        items = ts.push(text) + (ts.finish() if reason is not None else [])
+        if reason == "stop" and ts.calls:
+            reason = "tool_calls"
+        out = []
+        ds = deltas(items) or [{}]
+        for k, d in enumerate(ds):
+            c = {"index": i, "delta": d, "token_ids": toks if k == 0 else [], "logprobs": lp if k == 0 else None,
+                 "finish_reason": reason if k == len(ds) - 1 else None, **(self.extra[i] if k == 0 else {})}
+            out.append(f"data: {self.head}\"choices\":[{dumps(c).decode()}]{self.usage_so_far()}}}\n\n")
+        self.extra[i] = {}
+        return "".join(out)
 
     def usage_so_far(self) -> str:
         """vLLM's continuous_usage_stats: the usage in every chunk."""

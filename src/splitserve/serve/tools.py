@@ -8,22 +8,17 @@
 `ToolPlan` is what a request asked (its `tools`, `tool_choice`, `parallel_tool_calls`); `grammar`
 makes the llguidance grammar that forces a call (`tool_choice` "required", or a named function:
 the call's name one of the tools', its arguments their JSON schema), so that even a small model
-returns valid arguments; "auto" leaves the model free and `parse` finds the calls it wrote;
-"none" offers the tools to the template but parses nothing. `parse` returns the text around the
-calls and the calls in OpenAI's form (`id`, `type`, `function.name`, `function.arguments` as JSON
-text); a block that is not a call to one of the tools stays text.
+returns valid arguments; "auto" leaves the model free and tool_stream.py finds the calls it
+writes, as it writes them (`parse` there reads a whole output); "none" offers the tools to the
+template but parses nothing.
 """
 
 from __future__ import annotations
 
 import json
-import random
-import re
 from dataclasses import dataclass
 
 OPEN, CLOSE = "<tool_call>\n", "\n</tool_call>"
-_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-_ids = random.Random()  # call ids: unique, not secret
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,26 +54,9 @@ def grammar(plan: ToolPlan) -> str:
     return "\n".join([start, *rules])
 
 
-def parse(text: str, plan: ToolPlan) -> tuple[str | None, list[dict]]:
-    """(the text around the calls, None where there is none; the calls) of a finished output."""
-    calls, kept, at = [], [], 0
-    names = set(plan.names())
-    for m in _BLOCK.finditer(text):
-        call = _call(m.group(1), names)
-        if call is None:
-            continue
-        kept.append(text[at:m.start()])
-        at = m.end()
-        calls.append(call)
-        if not plan.parallel:
-            break
-    kept.append(text[at:])
-    rest = "".join(kept).strip()
-    return (rest or None) if calls else text, calls
-
-
-def _call(block: str, names: set[str]) -> dict | None:
-    """A tool call in OpenAI's form of one block's JSON, None unless it names one of the tools."""
+def call_of(block: str, names: set[str]) -> tuple[str, str] | None:
+    """(name, arguments as JSON text) of one block's call, None unless it is JSON naming one of the
+    tools."""
     try:
         v = json.loads(block)
     except ValueError:
@@ -86,8 +64,7 @@ def _call(block: str, names: set[str]) -> dict | None:
     if not isinstance(v, dict) or v.get("name") not in names:
         return None
     args = v.get("arguments", v.get("parameters", {}))
-    return {"id": f"call_{_ids.getrandbits(96):024x}", "type": "function",
-            "function": {"name": v["name"], "arguments": args if isinstance(args, str) else json.dumps(args)}}
+    return v["name"], args if isinstance(args, str) else json.dumps(args)
 
 
 def rendered_call(call: dict) -> str:
