@@ -1,9 +1,12 @@
 """Prefix caching as the policies see it (policy/prefix_cache.py BlockCache, policy/prefix_routing.py):
-LRU order and matches by hand, and hand-computed routes."""
+LRU order and matches by hand, and hand-computed routes, prompt cache keys' too."""
 
+from splitserve.policy.cluster import RoutingConfig
+from splitserve.policy.pools import JSQScheduler, SplitwiseScheduler
 from splitserve.policy.prefix_cache import BlockCache, attachable
-from splitserve.policy.prefix_routing import pick
+from splitserve.policy.prefix_routing import CacheKeys, cache_key, pick
 from splitserve.policy.state import Machine, Pool, Request
+from splitserve.policy.transitions import enqueue_prompt
 
 
 def test_a_cache_drops_the_least_recently_freed_and_keeps_a_prefix_over_its_tails():
@@ -51,3 +54,46 @@ def test_routes_by_hand():
     assert pick(ms, r, 4096).id == 0
     r.blocks = [77]
     assert pick(ms, r, 4096).id == 1          # no machine holds any: least pending (the first such)
+
+
+def test_a_prompt_cache_key_keeps_its_prompt_worker_while_the_load_allows():
+    # two prompt workers (0, 1) and a token worker (2), slack 1,000 pending tokens; A and B are keys
+    ms = [Machine(0, "x", Pool.PROMPT, 10**6), Machine(1, "x", Pool.PROMPT, 10**6), Machine(2, "x", Pool.TOKEN, 10**6)]
+    s = SplitwiseScheduler(ms, RoutingConfig(prefix_slack=1000))
+    a, b = cache_key("conversation A"), cache_key("conversation B")
+
+    def arrive(i: int, tokens: int, key: int) -> int:
+        r = Request(i, 0.0, tokens, 4, cache_key=key)
+        p, t = s.route(r)
+        assert t.id == 2
+        enqueue_prompt(p, r)
+        return p.id
+
+    assert arrive(0, 600, a) == 0     # A's first: JSQ, both at 0 -> the first; A -> 0 (pending 600, 0)
+    assert arrive(1, 300, b) == 1     # B's first: JSQ -> 1; B -> 1 (600, 300)
+    assert arrive(2, 500, a) == 0     # A: 0, though 1 is less loaded: 600 - 300 <= 1,000 (1,100, 300)
+    assert arrive(3, 200, -1) == 1    # no key: JSQ (1,100, 500)
+    assert arrive(4, 100, b) == 1     # B: 1 (1,100, 600)
+    assert arrive(5, 400, a) == 0     # A: 1,100 - 600 = 500 <= 1,000 (1,500, 600)
+    assert arrive(6, 700, a) == 0     # A: 1,500 - 600 = 900 <= 1,000 (2,200, 600)
+    assert arrive(7, 100, a) == 1     # A: 2,200 - 600 = 1,600 > 1,000: the usual rule, JSQ -> 1,
+                                      # and A follows it there (2,200, 700)
+    assert arrive(8, 100, a) == 1     # A: now 1 (2,200, 800)
+    assert arrive(9, 100, b) == 1     # B: 1 (2,200, 900)
+    assert s.keys.where == {b: 1, a: 1}
+    off = SplitwiseScheduler(ms[:1] + [Machine(1, "x", Pool.PROMPT, 10**6), ms[2]], RoutingConfig(prefix_slack=-1))
+    assert off.route(Request(10, 0.0, 10, 4, cache_key=a))[0].id == 1 and not off.keys.where  # routing off: JSQ
+
+
+def test_the_keys_kept_are_bounded_and_the_unsplit_baseline_keeps_them_too():
+    keys = CacheKeys(kept=2)
+    ms = _machines([0, 0], [[], []])
+    for k in (1, 2, 1, 3):            # 1 used again after 2: 2 is the least recently used when 3 comes
+        keys.pick(ms, Request(0, 0.0, 10, 4, cache_key=k), 100)
+    assert list(keys.where) == [1, 3]
+    jsq = JSQScheduler(_machines([0, 0], [[], []]), prefix_slack=100)
+    jsq.machines[0].pending = 50      # a key's first request: JSQ -> 1; then 1 while within the slack
+    assert [jsq.route(Request(i, 0.0, 10, 4, cache_key=7))[0].id for i in range(2)] == [1, 1]
+    jsq.machines[1].pending = 151
+    assert jsq.route(Request(2, 0.0, 10, 4, cache_key=7))[0].id == 0   # 151 - 50 > 100
+    assert cache_key("x") == cache_key("x") != cache_key("y") and 0 <= cache_key("x") < 2**63

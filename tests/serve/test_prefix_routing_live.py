@@ -25,8 +25,12 @@ import openai
 import pytest
 
 from splitserve.policy.cluster import RoutingConfig
+from splitserve.policy.prefix_routing import cache_key
 from splitserve.policy.state import Phase, Pool, Request
 from splitserve.serve.cluster_state import LiveCluster
+from splitserve.serve.config import RequestLimits
+from splitserve.serve.openai_io import ModelInfo
+from splitserve.serve.schema import prepare
 
 BS = 16
 
@@ -49,8 +53,8 @@ class View:
                                 routing=RoutingConfig(prefix_slack=slack), kv_block=BS, prefix=True)
         self.ids = 0
 
-    def request(self, prompt: list[int], out: int = 8, prefix: bool = True) -> Request:
-        r = Request(self.ids, 0.0, len(prompt), out)
+    def request(self, prompt: list[int], out: int = 8, prefix: bool = True, key: int = -1) -> Request:
+        r = Request(self.ids, 0.0, len(prompt), out, cache_key=key)
         self.ids += 1
         if prefix:
             r.blocks = self.live.view.prefix.names(prompt)
@@ -83,6 +87,25 @@ def test_a_shared_prefix_goes_where_its_blocks_are(slack, load, to):
     assert r2.prompt_machine == to
     v.live.prefixes.sent(r2)
     assert r2.cached == (48 if to == 0 else 0)                 # what the view expects worker `to` to give it
+
+
+def test_a_prompt_cache_key_goes_to_its_workers_in_the_routers_view():
+    # the router's view (LiveCluster) routes through the simulator's schedulers, keys and all: two
+    # prompts that share nothing but their key go to one prompt worker while the load allows
+    first, second = prompts(4)
+    second = [2] + second[1:]                                  # no block in common with `first`
+    v = View(4096)
+    key = prepare(b'{"prompt": [1], "prompt_cache_key": "conversation 7"}', False, ModelInfo.load("tiny"),
+                  RequestLimits()).cache_key
+    assert key == cache_key("conversation 7") >= 0
+    assert v.request(first, key=key).prompt_machine == 0      # both idle: the first (pending 64, 0)
+    v.request([7] * 1000, prefix=False)                        # JSQ: to 1 (64, 1,000)
+    v.request([7] * 2000, prefix=False)                        # JSQ: to 0 (2,064, 1,000)
+    assert v.request(second, key=key).prompt_machine == 0      # its key's worker, 1,064 past 1 (2,128, 1,000)
+    assert v.request(second).prompt_machine == 1               # no key: JSQ, nothing cached matches (2,128, 1,064)
+    assert v.request([3] * 4000, key=key, prefix=False).prompt_machine == 0   # 1,064 past 1 (6,128, 1,064)
+    assert v.request(second, key=key).prompt_machine == 1      # 5,064 past 1 > 4,096: JSQ, the key follows
+    assert v.request(second, key=key).prompt_machine == 1      # (6,128, 1,192): its key's worker now 1
 
 
 def test_a_report_of_fewer_cached_tokens_drops_the_names():

@@ -32,7 +32,7 @@ from operator import attrgetter
 from .cluster import ClusterScheduler, RoutingConfig
 from .latency import LIVE_FIT, BatchLatency
 from .predictor import make_predictor
-from .prefix_routing import least_pending, pick
+from .prefix_routing import CacheKeys, least_pending, pick
 from .state import Machine, Pool, Request
 from .tetriinfer import Registry, pick_decode
 
@@ -59,6 +59,7 @@ class SplitwiseScheduler(ClusterScheduler):
         if not self.pools[Pool.PROMPT] or not self.pools[Pool.TOKEN]:
             raise ValueError("Splitwise needs at least one prompt and one token machine")
         self.borrowed = 0                # machines moved into the mixed pool so far
+        self.keys = CacheKeys()          # each prompt cache key's prompt machine (prefix_routing.py)
         self.authors = cfg.borrow_rule == "authors"
         self.lat: BatchLatency = LIVE_FIT
         if cfg.decode_dispatch == "tetriinfer":
@@ -89,11 +90,12 @@ class SplitwiseScheduler(ClusterScheduler):
 
     # ---- the authors' rule (borrow_rule="authors") ------------------------------------------------
     def _shortest(self, pool: Pool, r: Request, full: Full, exclude: int = -1) -> Machine | None:
-        """The shortest queue of `pool` (but machine `exclude`), or None if none or it is `full`."""
+        """The shortest queue of `pool` (but machine `exclude`), or None if none or it is `full`; in
+        the prompt pool, a request's prompt cache key's machine first (prefix_routing.CacheKeys)."""
         ms = [m for m in self.pools[pool] if m.id != exclude] if exclude >= 0 else self.pools[pool]
         if not ms:
             return None
-        m = pick(ms, r, self.cfg.prefix_slack)
+        m = self.keys.pick(ms, r, self.cfg.prefix_slack) if pool is Pool.PROMPT else pick(ms, r, self.cfg.prefix_slack)
         return None if full(m, r) else m
 
     def _borrow(self, lender: Pool, exclude: int = -1) -> Machine | None:
@@ -153,7 +155,7 @@ class SplitwiseScheduler(ClusterScheduler):
                 return p
             return min((m for m in prompts + self.pools[Pool.MIXED] if m.id != r.token_machine),
                        key=_pending, default=min(prompts + self.pools[Pool.MIXED], key=_pending))
-        p = pick(prompts, r, self.cfg.prefix_slack) if prompts else None
+        p = self.keys.pick(prompts, r, self.cfg.prefix_slack) if prompts else None
         if p is not None and (not self.cfg.mixed_pool or not self._prompt_full(p, r)):
             return p
         m = self._overflow(r, Pool.TOKEN) if self.cfg.mixed_pool else None
@@ -217,9 +219,10 @@ class JSQScheduler(ClusterScheduler):
             m.pool = m.home = Pool.MIXED
         self.machines = list(machines)  # its own list: removing a dead machine must not shrink the caller's
         self.borrowed = 0
+        self.keys = CacheKeys()         # each prompt cache key's machine (prefix_routing.py)
 
     def route(self, r: Request) -> tuple[Machine, Machine]:
-        m = pick(self.machines, r, self.slack)
+        m = self.keys.pick(self.machines, r, self.slack)
         return m, m
 
     def pick_prompt(self, r: Request) -> Machine:

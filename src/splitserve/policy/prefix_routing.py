@@ -7,11 +7,22 @@ One rule for the simulator, whose machines' caches are modelled (sim/prefix.py),
 router, whose view of each worker's cache follows what it sent there and the workers' reports
 (serve/cluster_state.py): both set `Machine.cache` (a policy/prefix_cache.py BlockCache) and
 `Request.blocks`. A request without blocks, or machines without caches, get plain JSQ.
+
+A request may name its cache (OpenAI's `prompt_cache_key`, hashed by `cache_key`: requests that
+share a key share a prefix, as a conversation's turns do, before any of it is cached). `CacheKeys`
+remembers the machine each key's last request went to (the newest `KEYS_KEPT` keys): the next one
+goes there too unless that machine's pending tokens pass the least's by more than the slack, when
+it is routed by `pick` and the key follows it. The cluster schedulers (pools.py) route their prompt
+side through it, in the simulator and the live router alike.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 from .state import Machine, Request
+
+KEYS_KEPT = 65536   # prompt cache keys remembered, least recently used out first
 
 
 def least_pending(*groups: list[Machine]) -> Machine:
@@ -45,3 +56,37 @@ def pick(ms: list[Machine], r: Request, slack: int) -> Machine:
         if n > most or (n == most and n and m.pending < best.pending):
             best, most = m, n
     return best if best.pending - least.pending <= slack else least
+
+
+def cache_key(key: str) -> int:
+    """`Request.cache_key` of a request's key: a 63-bit hash, the same in every process."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
+
+
+class CacheKeys:
+    """Each prompt cache key's machine: that of its last request (the module's docstring)."""
+
+    def __init__(self, kept: int = KEYS_KEPT) -> None:
+        self.where: dict[int, int] = {}   # key -> machine id, least recently used first
+        self.kept = kept
+
+    def pick(self, ms: list[Machine], r: Request, slack: int) -> Machine:
+        """The machine of `ms` for `r`: its key's machine while that one is among `ms` and its
+        pending tokens are at most the least's plus `slack`; else `pick`'s (remembered for the key).
+        Without a key, or with `slack` < 0 (prefix-aware routing off), `pick`'s alone."""
+        key = r.cache_key
+        if key < 0 or slack < 0:
+            return pick(ms, r, slack)
+        mid = self.where.pop(key, -1)
+        m: Machine | None = None
+        if mid >= 0:
+            for x in ms:
+                if x.id == mid:
+                    m = x
+                    break
+        if m is None or m.pending - least_pending(ms).pending > slack:
+            m = pick(ms, r, slack)
+        self.where[key] = m.id
+        if len(self.where) > self.kept:
+            del self.where[next(iter(self.where))]
+        return m

@@ -64,6 +64,7 @@ class Request:
     blocks: list[int] | None           # its prompt's full blocks' names (policy/prefix_cache.py) where
                                        # caches are modelled or viewed; None: prefix-aware routing skips it
     cached: int                        # prompt tokens its prefill machine's cache gave its current prefill
+    cache_key: int                     # its prompt cache key's hash (prefix_routing.cache_key), -1: none
 
     def __init__(self, id: int, arrival: float, prompt_tokens: int, output_tokens: int, generated: int = 0,
                  prefilled: int = 0, phase: Phase = Phase.QUEUED, prompt_machine: int = -1, token_machine: int = -1,
@@ -71,7 +72,7 @@ class Request:
                  in_flight: bool = False, first_token_at: float = -1.0, last_token_at: float = -1.0,
                  prompt_started_at: float = -1.0, token_times: list[float] | None = None, ref_tbt: float = 0.0,
                  log_ref: float = 0.0, predicted: int = 0, kv_held: int = 0, sched: Any = None,
-                 blocks: list[int] | None = None, cached: int = 0) -> None:
+                 blocks: list[int] | None = None, cached: int = 0, cache_key: int = -1) -> None:
         """A dataclass's own __init__ runs interpreted under mypyc (about 0.6 us a request against
         0.04 us for this one, compiled): the simulator makes one per arrival."""
         self.id = id
@@ -99,6 +100,7 @@ class Request:
         self.sched = sched
         self.blocks = blocks
         self.cached = cached
+        self.cache_key = cache_key
 
     @property
     def prefill_len(self) -> int:

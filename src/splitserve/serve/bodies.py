@@ -52,7 +52,8 @@ class ResponseFormat(BaseModel):
 
 class Described(BaseModel):
     """The OpenAI fields that describe a request without changing its output: accepted, checked
-    for type, and used where they mean something here (`user` in the request's log line)."""
+    for type, and used where they mean something here (`user` in the request's log line,
+    `prompt_cache_key` as a routing hint: policy/prefix_routing.py CacheKeys)."""
 
     model_config = ConfigDict(strict=True, extra="ignore")
     user: str | None = Field(None, max_length=256, description="the end user, for the log")
@@ -61,8 +62,8 @@ class Described(BaseModel):
                                                                                "nothing")
     store: bool | None = Field(None, description="accepted; nothing is stored")
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
-    prompt_cache_key: str | None = Field(None, max_length=256, description="accepted; prefix caching and "
-                                                                           "prefix-aware routing need no key")
+    prompt_cache_key: str | None = Field(None, max_length=256, description="a routing hint: with prefix-aware "
+                                         "routing, requests of one key go to one prompt worker while its load allows")
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = Field(
         None, description="accepted; the model does not reason")
 

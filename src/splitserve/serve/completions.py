@@ -103,7 +103,7 @@ class Completions:
         try:
             for i in children:
                 params = gen.params if k == 1 else child_params(gen.params, i, k > gen.n)
-                reqs.append(self.router.submit(gen.prompt_ids, params, name, Tagged(q, i)))
+                reqs.append(self.router.submit(gen.prompt_ids, params, name, Tagged(q, i), gen.cache_key))
             return reqs
         except Overloaded as e:
             raise self.overloaded(str(e)) from None

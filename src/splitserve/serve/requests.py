@@ -42,6 +42,7 @@ class LiveRequest:
     cached_tokens: int = 0     # prompt tokens its latest try's prefill took from a prefix cache
     prompt_logprobs: list | None = None  # its prompt's logprob records, where it asked (with its first token)
     blocks: list[int] | None = None  # its prompt's full blocks' names (serve/prefix_view.py), for every try
+    cache_key: int = -1        # its prompt cache key's hash (policy/prefix_routing.py), -1: none
 
     @property
     def routed(self) -> Request:
@@ -91,6 +92,7 @@ class RequestTable:
             if req.blocks is None:
                 req.blocks = prefix.names(req.prompt_ids)
             r.blocks = req.blocks
+            r.cache_key = req.cache_key  # a routing hint only where caches are
         req.pr = r
         req.wire = f"{req.id}.{req.tries}"
         req.tries += 1

@@ -181,8 +181,10 @@ class Router:
             self._max_request = min(min(w.max_len, w.kv_tokens) for w in holders)
         return self._max_request
 
-    def submit(self, prompt_ids: list[int], params: WireParams, name: str = "", queue=None) -> LiveRequest:
-        """Admit one request; its events go to `queue` (its own asyncio.Queue when None)."""
+    def submit(self, prompt_ids: list[int], params: WireParams, name: str = "", queue=None,
+               cache_key: int = -1) -> LiveRequest:
+        """Admit one request; its events go to `queue` (its own asyncio.Queue when None); `cache_key`:
+        its prompt cache key's hash (policy/prefix_routing.py), -1: none."""
         s = self.state
         if not s.ready or s.closing or s.draining:
             raise Unavailable("the server is starting or shutting down")
@@ -195,6 +197,7 @@ class Router:
         if not any(w.up for w in s.workers):
             raise Unavailable("no worker is up")
         req = s.reqs.new(name, prompt_ids, params, time.perf_counter(), queue)
+        req.cache_key = cache_key
         self.flow.begin(req)
         return req
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .bodies import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse, ResponseFormat,
                      Sampling, StreamOptions, TokenizeChatRequest, TokenizeCompletionRequest, TokenizeResponse, validate)
+from ..policy.prefix_routing import cache_key
 from .config import RequestLimits
 from .messages import WireParams
 from .openai_io import ApiError, ModelInfo, bad, dumps, parse_json
@@ -55,6 +56,7 @@ class GenRequest:
     skip_special: bool = True       # vLLM's skip_special_tokens: special tokens left out of the text
     user: str | None = None         # OpenAI's `user`: in the request's log line
     tools: ToolPlan | None = None   # chat's tools: the calls parsed out of the output (tools.py)
+    cache_key: int = -1             # OpenAI's prompt_cache_key, hashed (policy/prefix_routing.py); -1: none
 
 
 def _stop_strings(stop: str | list[str] | None, info: ModelInfo, limits: RequestLimits) -> list[str]:
@@ -314,7 +316,8 @@ def prepare(raw: bytes, chat: bool, info: ModelInfo, limits: RequestLimits) -> G
     return GenRequest(ids, params, m.stream, so.include_usage, stop, echo_text,
                       so.include_usage and so.continuous_usage_stats, n_lp, m.prompt_logprobs, m.n,
                       m.best_of if m.best_of is not None and m.best_of > m.n else None,
-                      m.include_stop_str_in_output, m.skip_special_tokens, m.user, plan)
+                      m.include_stop_str_in_output, m.skip_special_tokens, m.user, plan,
+                      -1 if m.prompt_cache_key is None else cache_key(m.prompt_cache_key))
 
 
 def tokenize(raw: bytes, info: ModelInfo) -> dict:
