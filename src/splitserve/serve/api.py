@@ -142,6 +142,7 @@ def create_app(cfg: ServeConfig) -> App:
               description="OpenAI-compatible phase-split (Splitwise) LLM serving")
     app.state.router, app.state.info, app.state.metrics = router, info, metrics
     gen = Completions(cfg, router, info, metrics, prep)
+    app.state.refusal = gen.refusal  # the HTTP protocol's own 429 (shed.py; server.py)
     add_error_handlers(app)
     add_small_endpoints(app, router, info, metrics, gen)
     responses = ResponsesEndpoint(gen, info)

@@ -33,6 +33,7 @@ from .router import Overloaded, Router, TooLarge, Unavailable, full
 from .schema import GenRequest, detokenize, prepare, tokenize
 
 JSON = "application/json"
+SHED_PATHS = frozenset((b"/v1/completions", b"/v1/chat/completions", b"/v1/responses"))  # the generations
 INLINE_BYTES = 4096  # bodies up to this size are checked and tokenized on the event loop itself
 logger = logging.getLogger(__name__)
 _ids = random.Random()  # response ids: unique, not secret (uuid4 costs a getrandom call each)
@@ -65,6 +66,23 @@ async def _read_body(receive, limit: int) -> bytes | None:
         chunks.append(chunk)
         if not msg.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def raw_response(status: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
+    """A whole HTTP/1.1 response: status line (`429 Too Many Requests`), headers, body."""
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers)
+    return f"HTTP/1.1 {status}\r\n{head}content-length: {len(body)}\r\n\r\n".encode("latin-1") + body
+
+
+def _auth_and_length(headers) -> tuple[str, bytes | None]:
+    """A request's Authorization header ("" when none) and Content-Length (None when none)."""
+    auth, length = "", None
+    for k, v in headers:
+        if k == b"authorization":
+            auth = v.decode("latin-1")
+        elif k == b"content-length":
+            length = v
+    return auth, length
 
 
 async def _cancel_when_gone(receive, task: asyncio.Task, left: list) -> None:
@@ -123,6 +141,23 @@ class Completions:
         self.metrics.splitwise.rejected.labels("429").inc()
         return ApiError(429, f"server overloaded: {why}; retry later", "rate_limit_error", None, "overloaded",
                         {"Retry-After": str(self.cfg.retry_after_s)})
+
+    def refusal(self, path: bytes, headers: list[tuple[bytes, bytes]]) -> bytes | None:
+        """The whole 429 of a generation that a full server refuses as its headers are read
+        (shed.py), or None where the usual path answers: not full, not a generation, an API key
+        missing or wrong (401 first), a body announced too large (413 first)."""
+        if path not in SHED_PATHS or not full(self.router):
+            return None
+        auth, length = _auth_and_length(headers)
+        if length is not None and (not length.isdigit() or int(length) > self.limits.max_body_bytes):
+            return None
+        if self.key is not None:
+            try:
+                self.check_key(auth)
+            except ApiError:
+                return None
+        e = self.overloaded(f"{self.cfg.max_queue} requests in flight (the limit)")
+        return raw_response("429 Too Many Requests", [("content-type", JSON), *e.headers.items()], dumps(e.body()))
 
     async def _prepared(self, fn, raw: bytes, *args):
         """fn(raw, *args): on the event loop for a small body, else on the prep threads."""
@@ -184,12 +219,7 @@ class Completions:
         costs the front end no parsing, tokenizing or checking)."""
         async def handle(scope, receive, send) -> None:
             try:
-                auth, length = "", None
-                for k, v in scope["headers"]:
-                    if k == b"authorization":
-                        auth = v.decode("latin-1")
-                    elif k == b"content-length":
-                        length = v
+                auth, length = _auth_and_length(scope["headers"])
                 if self.key is not None:
                     self.check_key(auth)  # before a byte of the body is read
                 if length is not None and (not length.isdigit() or int(length) > self.limits.max_body_bytes):

@@ -4,10 +4,12 @@ answer). Imported by the `serve` command once the serve extra is known to be ins
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import signal
 import socket
 import time
+from typing import Any
 
 import uvicorn
 
@@ -28,8 +30,12 @@ def run_server(cfg, sock: socket.socket, http: str = "auto", loop: str = "auto")
     if cfg.worker_mode == "echo":
         logger.warning("WORKER MODE echo: a benchmark tool; workers return tokens WITHOUT computing them")
     app = create_app(cfg)
+    protocol: Any = http
+    if http in ("auto", "httptools") and importlib.util.find_spec("httptools") is not None:
+        from .shed import shedding_protocol   # a full server's 429 from the protocol itself
+        protocol = shedding_protocol(app.state.refusal)
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
-                            lifespan="on", timeout_graceful_shutdown=5, http=http, loop=loop)
+                            lifespan="on", timeout_graceful_shutdown=5, http=protocol, loop=loop)
     server = DrainingServer(config, app.state.router, cfg.drain_timeout_s)
     server.run(sockets=[sock])
     if not server.started:
