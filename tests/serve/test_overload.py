@@ -139,7 +139,7 @@ def test_a_full_server_refuses_in_the_http_protocol_and_keeps_the_connection(ser
     srv = server_factory("--design", "baseline", "--mixed-workers", "1", "--worker-mode", "echo",
                          "--echo-token-delay", "0.05", "--max-queue", "1", api_key="k1")
     long = threading.Thread(target=lambda: httpx.post(srv.url + "/v1/completions", headers=srv.headers, timeout=30,
-                                                      json={"prompt": [5], "max_tokens": 60}))
+                                                      json={"prompt": [5], "max_tokens": 120}))
     long.start()
     deadline = time.monotonic() + 10
     while not srv.metric("splitserve_requests_in_flight") and time.monotonic() < deadline:
