@@ -159,3 +159,14 @@ def test_a_full_server_refuses_in_the_http_protocol_and_keeps_the_connection(ser
         assert b" 200 " in s.recv(65536).split(b"\r\n")[0] + b" "
     long.join()
     assert srv.metric("splitserve_rejected_total", status="429") >= 3
+
+
+def test_a_uvicorn_without_a_hook_leaves_429s_to_the_handler(monkeypatch, caplog):
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from splitserve.serve.shed import shedding_protocol
+
+    assert isinstance(shedding_protocol(lambda path, headers: None), type)
+    monkeypatch.delattr(HttpToolsProtocol, "on_response_complete")
+    assert shedding_protocol(lambda path, headers: None) == "httptools"
+    assert "lacks on_response_complete" in caplog.text

@@ -17,25 +17,42 @@ It relies on uvicorn's HttpToolsProtocol (its parser callbacks, `cycle`, `url`, 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+logger = logging.getLogger(__name__)
+HOOKS = ("on_headers_complete", "on_body", "on_message_complete", "on_response_complete")
+
 Refusal = Callable[[bytes, list[tuple[bytes, bytes]]], "bytes | None"]   # (path, headers) -> an answer
 
 
-def shedding_protocol(refusal: Refusal) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol, answering what `refusal` refuses itself (the docstring)."""
+def shedding_protocol(refusal: Refusal) -> type[HttpToolsProtocol] | str:
+    """uvicorn's httptools protocol, answering what `refusal` refuses itself (the docstring); plain
+    "httptools" where this uvicorn's protocol lacks a hook it needs. Should a later uvicorn lack an
+    attribute it reads, it logs that once and leaves every request to uvicorn."""
+    missing = [h for h in HOOKS if not callable(getattr(HttpToolsProtocol, h, None))]
+    if missing:
+        logger.warning("this uvicorn's httptools protocol lacks %s: 429s are written by the handler",
+                       ", ".join(missing))
+        return "httptools"
 
     class Shedding(HttpToolsProtocol):
         shed: bytes | None = None  # the answer of the request being read, when it is refused here
+        works = True               # False once an attribute it reads was missing (a newer uvicorn)
 
         def on_headers_complete(self) -> None:
-            cycle = self.cycle
-            if ((cycle is None or cycle.response_complete) and not self.expect_100_continue
-                    and self.parser.get_method() == b"POST"):
-                self.shed = refusal(httptools.parse_url(self.url).path, self.headers)
+            if Shedding.works:
+                try:
+                    cycle = self.cycle
+                    if ((cycle is None or cycle.response_complete) and not self.expect_100_continue
+                            and self.parser.get_method() == b"POST"):
+                        self.shed = refusal(httptools.parse_url(self.url).path, self.headers)
+                except AttributeError as e:
+                    Shedding.works = False
+                    logger.warning("shedding in the HTTP protocol is off (%s): 429s are written by the handler", e)
                 if self.shed is not None:
                     return
             super().on_headers_complete()
