@@ -18,11 +18,11 @@ def section(title: str) -> str:
 
 
 def rows(text: str) -> list[list[str]]:
-    out = []
-    for line in text.splitlines():
-        if line.startswith("|") and not line.startswith("|---"):
-            out.append([c.strip() for c in line.strip("|").split("|")])
-    return out[1:]  # without the header
+    """The body rows of every table in `text` (a header is the line above a `|---` line)."""
+    lines = text.splitlines()
+    return [[c.strip() for c in line.strip("|").split("|")] for i, line in enumerate(lines)
+            if line.startswith("|") and not line.startswith("|---")
+            and not (i + 1 < len(lines) and lines[i + 1].startswith("|---"))]
 
 
 def defined_names(path: Path) -> set[str]:
