@@ -14,14 +14,13 @@ time limit keeps what it measured. Writes results/batches-<device>-<model>-<dtyp
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import (add_threads_arg, apply_threads, gpu_datasheet, machine_info,  # noqa: E402
+from common import (engine_parser, add_threads_arg, apply_threads, gpu_datasheet, machine_info,  # noqa: E402
                     measured_bandwidth, summary, timed, write_result)
 
 from splitserve.engine.engine import EngineConfig, LLMEngine  # noqa: E402
@@ -101,10 +100,7 @@ def build(args, grid: list[tuple[int, int]]) -> LLMEngine:
 
 def main(argv: list[str] | None = None) -> dict:
     cuda = torch.cuda.is_available()
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="llama3-8b" if cuda else "small")
-    ap.add_argument("--device", default="cuda" if cuda else "cpu")
-    ap.add_argument("--dtype", default="bfloat16" if cuda else "float32")
+    ap = engine_parser(__doc__)
     ap.add_argument("--grid", default=CUDA_GRID if cuda else "1x64,4x128", help="BATCHxCONTEXT,...")
     ap.add_argument("--kernels", default="triton,torch" if cuda else "torch", help="engine/kernels.py choices")
     ap.add_argument("--steps", type=int, default=16)

@@ -12,14 +12,13 @@ Writes results/decode-<device>-<model>-<dtype>.json.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import (add_threads_arg, apply_threads, gpu_datasheet, machine_info,  # noqa: E402
+from common import (engine_parser, add_threads_arg, apply_threads, gpu_datasheet, machine_info,  # noqa: E402
                     measured_bandwidth, summary, sync, timed, write_result)
 
 from splitserve.engine.engine import EngineConfig, LLMEngine  # noqa: E402
@@ -29,10 +28,7 @@ from splitserve.engine.sampler import SamplingParams  # noqa: E402
 
 def main(argv: list[str] | None = None) -> dict:
     cuda = torch.cuda.is_available()
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="llama3-8b" if cuda else "small")
-    ap.add_argument("--device", default="cuda" if cuda else "cpu")
-    ap.add_argument("--dtype", default="bfloat16" if cuda else "float32")
+    ap = engine_parser(__doc__)
     ap.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128,256" if cuda else "1,4,16,64")
     ap.add_argument("--context", type=int, default=128, help="prompt tokens per request")
     ap.add_argument("--steps", type=int, default=32 if cuda else 16)

@@ -13,14 +13,13 @@ Writes results/prefill-<device>-<model>-<dtype>.json.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import (add_threads_arg, apply_threads, gpu_datasheet, machine_info,  # noqa: E402
+from common import (engine_parser, add_threads_arg, apply_threads, gpu_datasheet, machine_info,  # noqa: E402
                     measured_matmul_flops, summary, timed, write_result)
 
 from splitserve.engine.engine import EngineConfig, LLMEngine  # noqa: E402
@@ -37,10 +36,7 @@ def prefill_flops(cfg, tokens: int) -> float:
 
 def main(argv: list[str] | None = None) -> dict:
     cuda = torch.cuda.is_available()
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="llama3-8b" if cuda else "small")
-    ap.add_argument("--device", default="cuda" if cuda else "cpu")
-    ap.add_argument("--dtype", default="bfloat16" if cuda else "float32")
+    ap = engine_parser(__doc__)
     ap.add_argument("--tokens", type=int, default=2048 if cuda else 512)
     ap.add_argument("--reps", type=int, default=10 if cuda else 5)
     ap.add_argument("--name", default=None, help="result file name (without .json)")

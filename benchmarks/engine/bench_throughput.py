@@ -17,7 +17,6 @@ result file is rewritten after each run. Writes results/throughput-<device>-<mod
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import statistics
@@ -28,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine_info, sync, write_result  # noqa: E402
+from common import engine_parser, machine_info, sync, write_result  # noqa: E402
 
 from splitserve.engine.engine import EngineConfig, LLMEngine  # noqa: E402
 from splitserve.engine.sampler import SamplingParams  # noqa: E402
@@ -84,10 +83,7 @@ def run(args, kernels: str, sizes: list[tuple[int, int]]) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     cuda = torch.cuda.is_available()
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="llama3-8b" if cuda else "tiny")
-    ap.add_argument("--device", default="cuda" if cuda else "cpu")
-    ap.add_argument("--dtype", default="bfloat16" if cuda else "float32")
+    ap = engine_parser(__doc__, cpu_model="tiny")
     ap.add_argument("--requests", type=int, default=512)
     ap.add_argument("--max-num-seqs", type=int, default=256, help="running at most (vLLM's default)")
     ap.add_argument("--num-blocks", type=int, default=None, help="default: the engine's")

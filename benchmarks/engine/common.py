@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -115,3 +116,14 @@ def write_result(name: str, result: dict) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
+
+
+def engine_parser(doc: str | None, cpu_model: str = "small") -> argparse.ArgumentParser:
+    """A benchmark's parser with --model, --device and --dtype: llama3-8b in bf16 on CUDA where
+    there is a GPU, `cpu_model` in float32 on the CPU otherwise."""
+    cuda = torch.cuda.is_available()
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="llama3-8b" if cuda else cpu_model)
+    ap.add_argument("--device", default="cuda" if cuda else "cpu")
+    ap.add_argument("--dtype", default="bfloat16" if cuda else "float32")
+    return ap
