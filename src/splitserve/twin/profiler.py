@@ -116,7 +116,7 @@ def profiling_engine(s: ProfileSettings, prompt_cap: int, max_seqs: int):
     args = argparse.Namespace(model=s.model, device=s.device, dtype=s.dtype, seed=s.seed, num_blocks=s.num_blocks,
                               max_num_seqs=max(256, max_seqs), threads=s.threads, policy=policy,
                               worker_mode="engine", debug_fail_token=None, cpus=None,
-                              cuda_graphs=False, tp=1,  # serve's defaults (a --cuda-graphs server is not profiled yet)
+                              cuda_graphs=False, tp=1, kernels="torch",  # serve's defaults (not profiled yet: --cuda-graphs, --kernels triton)
                               prefix_caching=False)  # every row computes its prompts whole, repeats alike
     return build_engine(args)
 
