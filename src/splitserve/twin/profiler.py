@@ -105,19 +105,20 @@ def engine_limits(grid: list[tuple[int, int, int]]) -> tuple[int, int]:
 
 
 def profiling_engine(s: ProfileSettings, prompt_cap: int, max_seqs: int):
-    """The engine a worker builds (worker_engine.build_engine), with the profile's batch limits."""
-    import argparse
-
+    """The engine a worker builds (worker_engine.build_engine) from a worker's own options and their
+    defaults (not profiled yet: --cuda-graphs, --kernels triton), with the profile's batch limits."""
     from ..policy.config import PolicyConfig
     from ..policy.machine import BatchingConfig
+    from ..serve.worker_args import parse_args
     from ..serve.worker_engine import build_engine
 
-    policy = PolicyConfig(batching=BatchingConfig(prompt_token_cap=prompt_cap, max_seqs=max_seqs))
-    args = argparse.Namespace(model=s.model, device=s.device, dtype=s.dtype, seed=s.seed, num_blocks=s.num_blocks,
-                              max_num_seqs=max(256, max_seqs), threads=s.threads, policy=policy,
-                              worker_mode="engine", debug_fail_token=None, cpus=None,
-                              cuda_graphs=False, tp=1, kernels="torch",  # serve's defaults (not profiled yet: --cuda-graphs, --kernels triton)
-                              prefix_caching=False)  # every row computes its prompts whole, repeats alike
+    argv = ["--id", "0", "--router", "-", "--model", s.model, "--device", s.device, "--dtype", s.dtype,
+            "--seed", str(s.seed), "--max-num-seqs", str(max(256, max_seqs)), "--threads", str(s.threads),
+            "--no-prefix-caching"]  # every row computes its prompts whole, repeats alike
+    if s.num_blocks is not None:
+        argv += ["--num-blocks", str(s.num_blocks)]
+    args = parse_args(argv)
+    args.policy = PolicyConfig(batching=BatchingConfig(prompt_token_cap=prompt_cap, max_seqs=max_seqs))
     return build_engine(args)
 
 
