@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import random
 import time
 from concurrent.futures import Executor
 
@@ -26,6 +25,7 @@ from fastapi.responses import Response, StreamingResponse
 from .choices import Choice, Failed, Tagged, child_params, collect
 from .config import ServeConfig
 from .detokenize import Detokenizer
+from .ids import unique_hex
 from .metrics import ServeMetrics
 from .openai_io import ApiError, ModelInfo, dumps
 from .responses import body, server_error, stream
@@ -36,7 +36,6 @@ JSON = "application/json"
 SHED_PATHS = frozenset((b"/v1/completions", b"/v1/chat/completions", b"/v1/responses"))  # the generations
 INLINE_BYTES = 4096  # bodies up to this size are checked and tokenized on the event loop itself
 logger = logging.getLogger(__name__)
-_ids = random.Random()  # response ids: unique, not secret (uuid4 costs a getrandom call each)
 
 
 def json_response(obj, status: int = 200, headers: dict | None = None) -> Response:
@@ -174,7 +173,7 @@ class Completions:
     async def generate(self, raw: bytes, chat: bool) -> Response:
         """The response to one completion (chat: True) request; ApiError for bad input."""
         gen = await self._prepared(prepare, raw, chat, self.info, self.limits)
-        rid = f"{'chatcmpl-' if chat else 'cmpl-'}{_ids.getrandbits(96):024x}"
+        rid = f"{'chatcmpl-' if chat else 'cmpl-'}{unique_hex()}"
         if logger.isEnabledFor(logging.DEBUG):  # vLLM's request log, off unless asked (--log-level debug)
             logger.debug("%s: %d prompt tokens, max_tokens %d, %d choices%s", rid, len(gen.prompt_ids),
                          gen.params.max_tokens, gen.best_of or gen.n, f", user {gen.user!r}" if gen.user else "")

@@ -15,7 +15,6 @@ other endpoints."""
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -25,9 +24,9 @@ from fastapi.responses import Response, StreamingResponse
 
 from .bodies import ResponsesRequest, validate
 from .completions import json_response
+from .ids import unique_hex
 from .openai_io import ApiError, ModelInfo, bad, dumps, parse_json
 
-_ids = random.Random()
 # fields of the Responses API that ask for what this server does not do -> the values that ask nothing
 UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "background": (None, False), "conversation": (None,), "prompt": (None,), "include": (None, []),
@@ -38,7 +37,7 @@ _ECHOED = ("instructions", "max_output_tokens", "metadata", "parallel_tool_calls
 
 
 def _new_id(prefix: str) -> str:
-    return f"{prefix}_{_ids.getrandbits(96):024x}"
+    return f"{prefix}_{unique_hex()}"
 
 
 def request_of(raw: bytes, info: ModelInfo) -> ResponsesRequest:

@@ -21,21 +21,20 @@ together, are those of the same output unstreamed (`parse`).
 from __future__ import annotations
 
 import json
-import random
 import re
 
+from .ids import unique_hex
 from .tools import ToolPlan, call_of
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
-_ids = random.Random()  # call ids: unique, not secret
 
 TEXT, HEAD, WHOLE, ARGS, TAIL, PLAIN = range(6)   # reading: text, a block's head, a block whole, arguments,
                                                   # the block's end, text that is no longer parsed
 
 
 def new_id() -> str:
-    return f"call_{_ids.getrandbits(96):024x}"
+    return f"call_{unique_hex()}"
 
 
 def _partial_open(text: str) -> int:
